@@ -1,0 +1,184 @@
+"""config/delayOffset.json in the broker's own JSON dialect (fastjson, pretty format).
+
+fastjson writes the map's Integer keys unquoted, which plain JSON parsers refuse, so the
+text is read by a small parser of that dialect that knows byte offsets for its errors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import FormatError
+
+
+@dataclass(slots=True)
+class DataVersion:
+    """5.x DataVersion, as it sits before offsetTable."""
+
+    counter: int
+    stateVersion: int
+    timestamp: int
+
+
+@dataclass(slots=True)
+class DelayOffsets:
+    offsetTable: dict[int, int]
+    dataVersion: DataVersion | None = None  # None: the 4.x form
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+
+    def fail(self, expected: str) -> FormatError:
+        # Report the byte offset, not the character index.
+        return FormatError(len(self.text[:self.pos].encode("utf-8")), expected)
+
+    def skip_ws(self) -> None:
+        while self.pos < len(self.text) and self.text[self.pos] in " \t\r\n":
+            self.pos += 1
+
+    def peek(self) -> str:
+        self.skip_ws()
+        return self.text[self.pos] if self.pos < len(self.text) else ""
+
+    def expect(self, char: str) -> None:
+        if self.peek() != char:
+            raise self.fail(f"'{char}'")
+        self.pos += 1
+
+    def value(self):
+        ch = self.peek()
+        if ch == "{":
+            return self.obj()
+        if ch == "[":
+            self.pos += 1
+            items = []
+            if self.peek() == "]":
+                self.pos += 1
+                return items
+            while True:
+                items.append(self.value())
+                if self.peek() == ",":
+                    self.pos += 1
+                    continue
+                self.expect("]")
+                return items
+        if ch == '"':
+            return self.string()
+        if ch == "-" or ch.isdigit():
+            return self.number()
+        for word, val in (("true", True), ("false", False), ("null", None)):
+            if self.text.startswith(word, self.pos):
+                self.pos += len(word)
+                return val
+        raise self.fail("a JSON value")
+
+    def string(self) -> str:
+        import json
+
+        start = self.pos
+        self.pos += 1
+        while self.pos < len(self.text):
+            ch = self.text[self.pos]
+            if ch == "\\":
+                self.pos += 2
+                continue
+            if ch == '"':
+                self.pos += 1
+                try:
+                    return json.loads(self.text[start:self.pos])
+                except ValueError:
+                    self.pos = start
+                    raise self.fail("a valid string") from None
+            self.pos += 1
+        self.pos = start
+        raise self.fail("a closing '\"'")
+
+    def number(self) -> int:
+        start = self.pos
+        if self.text[self.pos] == "-":
+            self.pos += 1
+        while self.pos < len(self.text) and self.text[self.pos].isdigit():
+            self.pos += 1
+        if self.pos < len(self.text) and self.text[self.pos] in ".eE":
+            raise self.fail("an integer")
+        digits = self.text[start:self.pos]
+        if digits in ("", "-"):
+            self.pos = start
+            raise self.fail("a number")
+        return int(digits)
+
+    def obj(self) -> dict:
+        self.expect("{")
+        result: dict = {}
+        if self.peek() == "}":
+            self.pos += 1
+            return result
+        while True:
+            ch = self.peek()
+            # fastjson writes non-string map keys bare: {1:83,2:83}
+            key = self.string() if ch == '"' else self.number() if (ch == "-" or ch.isdigit()) else None
+            if key is None:
+                raise self.fail("an object key")
+            self.expect(":")
+            result[key] = self.value()
+            if self.peek() == ",":
+                self.pos += 1
+                continue
+            self.expect("}")
+            return result
+
+
+def _int_value(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise FormatError(0, f"an integer for {what}, found {value!r}")
+    return value
+
+
+def parse_delay_offsets(text: str) -> DelayOffsets:
+    """Both the 4.x and the 5.x form; keys quoted or not."""
+    parser = _Parser(text)
+    if parser.peek() != "{":
+        raise parser.fail("a JSON object ('{')")
+    doc = parser.obj()
+    if parser.peek() != "":
+        raise parser.fail("the end of the file after the closing '}'")
+    table = doc.get("offsetTable")
+    if not isinstance(table, dict):
+        raise FormatError(0, "an \"offsetTable\" object")
+    offsets: dict[int, int] = {}
+    for key, value in table.items():
+        try:
+            level = int(key)
+        except ValueError:
+            raise FormatError(0, f"integer delay levels as offsetTable keys, found {key!r}") from None
+        offsets[level] = _int_value(value, f"the offset of level {level}")
+    version = None
+    dv = doc.get("dataVersion")
+    if isinstance(dv, dict):
+        version = DataVersion(
+            counter=_int_value(dv.get("counter", 0), "dataVersion.counter"),
+            stateVersion=_int_value(dv.get("stateVersion", 0), "dataVersion.stateVersion"),
+            timestamp=_int_value(dv.get("timestamp", 0), "dataVersion.timestamp"),
+        )
+    return DelayOffsets(offsets, version)
+
+
+def format_delay_offsets(offsets: DelayOffsets) -> str:
+    """Exactly the text the broker writes (fastjson toJSONString(obj, prettyFormat=true))."""
+    table = ",".join(f"{level}:{offsets.offsetTable[level]}" for level in sorted(offsets.offsetTable))
+    table_text = "{" + table + ("\n\t}" if table else "}")
+    parts = []
+    if offsets.dataVersion is not None:
+        dv = offsets.dataVersion
+        parts.append(
+            '\t"dataVersion":{\n'
+            f'\t\t"counter":{dv.counter},\n'
+            f'\t\t"stateVersion":{dv.stateVersion},\n'
+            f'\t\t"timestamp":{dv.timestamp}\n'
+            "\t}"
+        )
+    parts.append(f'\t"offsetTable":{table_text}')
+    return "{\n" + ",\n".join(parts) + "\n}"

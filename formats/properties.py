@@ -1,0 +1,57 @@
+"""The properties string: ``k\\x01v\\x02k\\x01v`` in UTF-8 (MessageDecoder).
+
+The broker keeps properties in a java.util.HashMap and writes them in its iteration
+order, so rebuilding a record byte for byte needs that order too (``java_order``).
+"""
+
+from .javahash import java_string_hash
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """MessageDecoder.string2messageProperties, including what it silently skips."""
+    result: dict[str, str] = {}
+    length = len(text)
+    index = 0
+    while index < length:
+        new_index = text.find(PROPERTY_SEPARATOR, index)
+        if new_index < 0:
+            new_index = length
+        if new_index - index >= 3:
+            kv = text.find(NAME_VALUE_SEPARATOR, index)
+            if index < kv < new_index - 1:
+                result[text[index:kv]] = text[kv + 1:new_index]
+        index = new_index + 1
+    return result
+
+
+def format_properties(properties: dict[str, str]) -> str:
+    """MessageDecoder.messageProperties2String, in the dict's own order."""
+    return PROPERTY_SEPARATOR.join(
+        f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in properties.items() if v is not None
+    )
+
+
+def _hashmap_capacity(size: int) -> int:
+    capacity = 16
+    while size > capacity * 3 // 4:
+        capacity *= 2
+    return capacity
+
+
+def java_order(properties: dict[str, str]) -> dict[str, str]:
+    """The iteration order of a java.util.HashMap filled by put() in the dict's order.
+
+    A bucket keeps insertion order across resizes, so the order is (bucket, insertion).
+    Buckets long enough to become trees (8+ colliding keys) are not modelled.
+    """
+    capacity = _hashmap_capacity(len(properties))
+
+    def bucket(key: str) -> int:
+        h = java_string_hash(key) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (capacity - 1)
+
+    keys = sorted(enumerate(properties), key=lambda item: (bucket(item[1]), item[0]))
+    return {k: properties[k] for _, k in keys}

@@ -1,0 +1,132 @@
+"""The commit log of a store, read-only: records across files, look-ups by offset."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from rmqdelay.formats.commitlog import (
+    RECORD_HEAD,
+    Blank,
+    Message,
+    decode_message,
+    parse_message_construct,
+)
+from rmqdelay.formats.constants import BLANK_MAGIC_CODE
+from rmqdelay.formats.errors import FormatError
+
+from .errors import StoreError
+from .mappedfiles import MappedFile, MappedFileReader, list_mapped_files
+
+# CommitLog.END_FILE_MIN_BLANK_LENGTH: a message must leave room for a BLANK head.
+END_FILE_MIN_BLANK_LENGTH = 8
+
+
+@dataclass(slots=True, frozen=True)
+class End:
+    """Where the data stops: the first zero record head."""
+
+    physicalOffset: int
+
+
+class CommitLog:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.files: list[MappedFile] = list_mapped_files(directory)
+        self._reader = MappedFileReader(self.files)
+
+    @property
+    def min_offset(self) -> int:
+        return self.files[0].start if self.files else 0
+
+    @property
+    def file_size(self) -> int | None:
+        return self.files[0].size if self.files else None
+
+    def close(self) -> None:
+        self._reader.close()
+
+    def _locate(self, offset: int) -> tuple[int, MappedFile, memoryview, int]:
+        index = self._reader.index_of(offset)
+        if index < 0:
+            raise StoreError(self.directory, offset,
+                             f"a physical offset inside the commit log [{self.min_offset}, "
+                             f"{self.files[-1].end if self.files else 0})")
+        mf = self.files[index]
+        return index, mf, self._reader.view(index), offset - mf.start
+
+    def read_record(self, offset: int, *, reference: bool = False) -> Message | Blank | End:
+        """The record at a physical offset. ``reference`` decodes with construct."""
+        _, mf, view, pos = self._locate(offset)
+        return self._decode_at(mf, view, pos, reference)
+
+    def _decode_at(self, mf: MappedFile, view: memoryview, pos: int, reference: bool) -> Message | Blank | End:
+        if pos + 8 > len(view):
+            if view[pos:].tobytes().strip(b"\0") == b"":
+                return End(mf.start + pos)
+            raise StoreError(mf.path, pos, f"a record head of 8 bytes, found {len(view) - pos}")
+        total, magic = RECORD_HEAD.unpack_from(view, pos)
+        if total == 0 and magic == 0:
+            return End(mf.start + pos)
+        if magic == BLANK_MAGIC_CODE:
+            if total != mf.size - pos:
+                raise StoreError(mf.path, pos, f"a BLANK record filling the rest of the file "
+                                               f"({mf.size - pos} bytes), found totalSize {total}")
+            return Blank(mf.start + pos, total)
+        try:
+            if reference:
+                return parse_message_construct(view, pos, mf.size)
+            return decode_message(view, pos, mf.size)
+        except FormatError as exc:
+            raise StoreError(mf.path, exc.offset, exc.expected) from None
+
+    def read_message(self, offset: int, size: int | None = None) -> Message:
+        record = self.read_record(offset)
+        if not isinstance(record, Message):
+            index = self._reader.index_of(offset)
+            raise StoreError(self.files[index].path, offset - self.files[index].start,
+                             "a message record (found " + ("a BLANK record" if isinstance(record, Blank) else "no data") + ")")
+        if size is not None and record.storeSize != size:
+            index = self._reader.index_of(offset)
+            raise StoreError(self.files[index].path, offset - self.files[index].start,
+                             f"a message of {size} bytes, found totalSize {record.storeSize}")
+        return record
+
+    def records(self, start: int | None = None, *, reference: bool = False,
+                include_blanks: bool = False) -> Iterator[Message | Blank]:
+        """Every record from ``start`` (a record boundary) to the end of the data."""
+        if not self.files:
+            return
+        offset = self.min_offset if start is None else start
+        index = self._reader.index_of(offset)
+        while 0 <= index < len(self.files):
+            mf = self.files[index]
+            view = self._reader.view(index)
+            pos = offset - mf.start
+            while pos < mf.size:
+                record = self._decode_at(mf, view, pos, reference)
+                if isinstance(record, End):
+                    return
+                if isinstance(record, Blank):
+                    if include_blanks:
+                        yield record
+                    break
+                yield record
+                pos += record.storeSize
+            index += 1
+            if index < len(self.files):
+                offset = self.files[index].start
+
+    def end_offset(self, hint: int | None = None) -> int:
+        """The physical offset where the data ends (the broker's max offset)."""
+        if not self.files:
+            return 0
+        last = self.files[-1]
+        start = last.start
+        if hint is not None and last.start <= hint < last.end:
+            start = hint
+        end = start
+        for record in self.records(start, include_blanks=True):
+            end = record.physicalOffset + (record.totalSize if isinstance(record, Blank) else record.storeSize)
+        return end

@@ -1,0 +1,37 @@
+"""Errors the commands turn into one line and an exit code (spec/json-output.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+EXIT_OK = 0
+EXIT_PROBLEMS = 1
+EXIT_BAD_INPUT = 2
+EXIT_LOCKED = 3
+
+
+class RmqDelayError(Exception):
+    exit_code = EXIT_BAD_INPUT
+
+
+class StoreError(RmqDelayError):
+    """Bad or unreadable input: names the file, the byte offset and what was expected."""
+
+    def __init__(self, path: Path | str, offset: int | None, expected: str) -> None:
+        where = f"{path}" if offset is None else f"{path} at byte {offset}"
+        super().__init__(f"{where}: {expected}")
+        self.path = Path(path)
+        self.offset = offset
+        self.expected = expected
+
+
+class StoreLockedError(RmqDelayError):
+    exit_code = EXIT_LOCKED
+
+    def __init__(self, path: Path | str, holder: str = "a running broker") -> None:
+        super().__init__(f"{path}: held by {holder}; stop the broker before writing to this store")
+        self.path = Path(path)
+
+
+class UsageError(RmqDelayError):
+    exit_code = EXIT_BAD_INPUT
