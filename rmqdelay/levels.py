@@ -1,0 +1,51 @@
+"""Delay levels: messageDelayLevel of the broker config ("1s 5s ... 2h")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rmqdelay.formats.constants import DEFAULT_MESSAGE_DELAY_LEVEL
+
+from .errors import UsageError
+
+_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(text: str = DEFAULT_MESSAGE_DELAY_LEVEL) -> dict[int, int]:
+    """ScheduleMessageService.parseDelayLevel: level (1-based) -> delay in ms."""
+    table: dict[int, int] = {}
+    for level, token in enumerate(text.split(), start=1):
+        unit = token[-1:]
+        number = token[:-1]
+        if unit not in _UNITS or not number.isdigit():
+            raise UsageError(f"delay level {level}: expected a number and a unit (s, m, h, d), found {token!r}")
+        table[level] = int(number) * _UNITS[unit]
+    if not table:
+        raise UsageError("messageDelayLevel: expected at least one level, found none")
+    return table
+
+
+def delay_levels_from_broker_config(path: Path) -> dict[int, int]:
+    """messageDelayLevel from a broker.conf (Java properties); the default when absent."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise UsageError(f"{path}: a readable broker config ({exc.strerror})") from None
+    for line in lines:
+        line = line.strip()
+        if line.startswith(("#", "!")) or not line:
+            continue
+        for sep in ("=", ":"):
+            key, found, value = line.partition(sep)
+            if found and key.strip() == "messageDelayLevel":
+                return parse_delay_levels(value.strip())
+    return parse_delay_levels()
+
+
+def delay_level_queue_id(level: int) -> int:
+    """ScheduleMessageService.delayLevel2QueueId."""
+    return level - 1
+
+
+def queue_id_delay_level(queue_id: int) -> int:
+    return queue_id + 1
