@@ -47,6 +47,10 @@ class CommitLog:
     def close(self) -> None:
         self._reader.close()
 
+    def file_index(self, offset: int) -> int:
+        """The index in ``files`` of the file holding ``offset``, or -1."""
+        return self._reader.index_of(offset)
+
     def _locate(self, offset: int) -> tuple[int, MappedFile, memoryview, int]:
         index = self._reader.index_of(offset)
         if index < 0:

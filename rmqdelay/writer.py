@@ -1,0 +1,550 @@
+"""The one writer: append a message to the commit log and dispatch its consume-queue unit,
+as the broker's putMessage and reput service do, crash-safely.
+
+Order of every batch: commit log records are written and fsynced, then their consume
+queue units, then the checkpoint. A crash at any point leaves whole records, units for a
+prefix of them, and a tail that ``recover`` (run on every open) finishes or wipes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rmqdelay.formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, build_checkpoint
+from rmqdelay.formats.commitlog import BLANK, Message, body_crc, encode_message, message_size
+from rmqdelay.formats.constants import (
+    BORNHOST_V6_FLAG,
+    CQ_STORE_UNIT_SIZE,
+    MESSAGE_MAGIC_CODE,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TAGS,
+    RMQ_SYS_SCHEDULE_TOPIC,
+    STOREHOSTADDRESS_V6_FLAG,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+)
+from rmqdelay.formats.consumequeue import CQ_UNIT_DTYPE
+from rmqdelay.formats.javahash import tags_code
+from rmqdelay.formats.msgid import create_message_id
+from rmqdelay.formats.properties import format_properties, java_order
+
+from .commitlog import END_FILE_MIN_BLANK_LENGTH, Blank
+from .errors import StoreError, UsageError
+from .levels import parse_delay_levels
+from .lock import BrokerLock
+from .mappedfiles import list_mapped_files
+from .store import Store
+from .topics import validate_topic
+
+DEFAULT_COMMITLOG_FILE_SIZE = 1024 * 1024 * 1024  # mappedFileSizeCommitLog
+DEFAULT_CQ_FILE_SIZE = 300_000 * CQ_STORE_UNIT_SIZE  # mappedFileSizeConsumeQueue
+FLUSH_BYTES = 4 * 1024 * 1024
+LOCALHOST = (bytes([127, 0, 0, 1]), 10911)
+
+
+@dataclass(slots=True)
+class NewMessage:
+    """A message to put (MessageExtBrokerInner before the store touches it)."""
+
+    topic: str
+    queueId: int
+    body: bytes = b""
+    properties: dict[str, str] = field(default_factory=dict)
+    # When set, written as is: messageTimeup keeps the string it serialised (spec quirk).
+    propertiesRaw: str | None = None
+    flag: int = 0
+    sysFlag: int = 0
+    bornTimestamp: int = 0
+    bornHost: tuple[bytes, int] = LOCALHOST
+    storeHost: tuple[bytes, int] = LOCALHOST
+    reconsumeTimes: int = 0
+    preparedTransactionOffset: int = 0
+    storeTimestamp: int | None = None  # None: the writer's clock at put time
+
+
+@dataclass(slots=True, frozen=True)
+class PutResult:
+    topic: str
+    queueId: int
+    queueOffset: int
+    commitLogOffset: int
+    storeSize: int
+    storeTimestamp: int
+    tagsCode: int
+    msgId: str
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    valid_end: int = 0
+    wiped_bytes: int = 0
+    redispatched: int = 0
+    truncated_units: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.wiped_bytes or self.redispatched or self.truncated_units)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _QueueFiles:
+    """Write side of one consume queue: units at logical offsets, files made on demand."""
+
+    def __init__(self, directory: Path, file_size: int) -> None:
+        self.directory = directory
+        existing = list_mapped_files(directory)
+        self.file_size = existing[0].size if existing else file_size
+        self._fds: dict[int, int] = {}
+        self.dirty: set[int] = set()
+
+    def _fd(self, file_start: int) -> int:
+        fd = self._fds.get(file_start)
+        if fd is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            path = self.directory / f"{file_start:020d}"
+            created = not path.exists()
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            if created or os.fstat(fd).st_size < self.file_size:
+                os.ftruncate(fd, self.file_size)
+            if created:
+                _fsync_dir(self.directory)
+            self._fds[file_start] = fd
+        return fd
+
+    def write(self, logical_offset: int, data: bytes) -> None:
+        """Write whole units starting at ``logical_offset``, splitting at file ends."""
+        pos = logical_offset * CQ_STORE_UNIT_SIZE
+        view = memoryview(data)
+        while view:
+            file_start = pos - pos % self.file_size
+            room = file_start + self.file_size - pos
+            chunk = view[:room]
+            os.pwrite(self._fd(file_start), chunk, pos - file_start)
+            self.dirty.add(file_start)
+            pos += len(chunk)
+            view = view[len(chunk):]
+
+    def sync(self) -> None:
+        for start in self.dirty:
+            os.fsync(self._fds[start])
+        self.dirty.clear()
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+class StoreWriter:
+    """Holds STORE/lock while open; every other writer of a store goes through this."""
+
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        delay_levels: dict[int, int] | None = None,
+        commitlog_file_size: int = DEFAULT_COMMITLOG_FILE_SIZE,
+        cq_file_size: int = DEFAULT_CQ_FILE_SIZE,
+        clock: Callable[[], int] = _now_ms,
+        sync: bool = True,
+        create: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        self.delay_levels = delay_levels or parse_delay_levels()
+        self.max_level = max(self.delay_levels)
+        self.clock = clock
+        self.sync = sync
+        self._create = create
+        self._commitlog_file_size = commitlog_file_size
+        self._cq_file_size = cq_file_size
+        self._lock = BrokerLock(self.path)
+        self._created_abort = False
+        self._opened = False
+        self.recovery = RecoveryReport()
+
+    # -- open / close --------------------------------------------------------------------
+    def open(self) -> "StoreWriter":
+        if not self.path.is_dir():
+            if not self._create:
+                raise StoreError(self.path, None, "a broker store directory (it does not exist)")
+            self.path.mkdir(parents=True)
+        (self.path / "commitlog").mkdir(exist_ok=True)
+        (self.path / "consumequeue").mkdir(exist_ok=True)
+        self._lock.acquire()
+        try:
+            if not (self.path / "abort").exists():
+                # The broker's own crash marker: present while writing, gone after a clean close.
+                (self.path / "abort").touch()
+                _fsync_dir(self.path)
+                self._created_abort = True
+            self._load()
+        except BaseException:
+            self._lock.release()
+            raise
+        self._opened = True
+        return self
+
+    def __enter__(self) -> "StoreWriter":
+        return self.open()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if not self._opened:
+            return
+        self.flush()
+        if self._cl_fd is not None:
+            os.close(self._cl_fd)
+            self._cl_fd = None
+        for q in self._queues.values():
+            q.close()
+        self._cp_fd and os.close(self._cp_fd)
+        if self._created_abort:
+            (self.path / "abort").unlink(missing_ok=True)
+            _fsync_dir(self.path)
+        self._lock.release()
+        self._opened = False
+
+    # -- state ---------------------------------------------------------------------------
+    def _load(self) -> None:
+        store = Store(self.path)
+        try:
+            files = store.commitlog.files
+            if files:
+                self._commitlog_file_size = files[0].size
+            for topic, ids in store.topics().items():
+                for qid in ids:
+                    size = store.consume_queue(topic, qid).file_size
+                    if size:
+                        self._cq_file_size = size
+                        break
+            self._queue_offsets: dict[tuple[str, int], int] = {}
+            self._queues: dict[tuple[str, int], _QueueFiles] = {}
+            self._cl_fd: int | None = None
+            self._cl_file_start = -1
+            self._pending: list[bytes] = []
+            self._pending_bytes = 0
+            self._pending_start = 0  # physical offset of the first pending byte
+            self._pending_units: list[tuple[str, int, int, bytes]] = []
+            self._last_store_ts = 0
+            cp = store.checkpoint()
+            self._checkpoint = cp or Checkpoint(0, 0, 0)
+            self._cp_fd: int | None = None
+            self.recovery = self._recover(store)
+        finally:
+            store.close()
+
+    def _recover(self, store: Store) -> RecoveryReport:
+        """Finish what a crash left: wipe a torn tail, dispatch undispatched records,
+        drop units that point past the log. What the broker's recovery would do, up front."""
+        report = RecoveryReport()
+        for info in store.queue_infos():
+            self._queue_offsets[(info.topic, info.queueId)] = info.maxOffset
+        start = self._scan_start(store)
+        valid_end = start
+        undispatched: list[Message] = []
+        try:
+            for record in store.commitlog.records(start, include_blanks=True):
+                if isinstance(record, Blank):
+                    valid_end = record.physicalOffset + record.totalSize
+                    continue
+                if not record.bodyCrcOk:
+                    break
+                undispatched.append(record)
+                valid_end = record.commitLogOffset + record.storeSize
+        except StoreError:
+            pass  # a torn or corrupt record: the log ends before it
+        report.valid_end = valid_end
+        report.wiped_bytes = self._wipe_after(valid_end)
+        for msg in undispatched:
+            report.redispatched += self._redispatch(msg)
+        report.truncated_units = self._truncate_units(store, valid_end)
+        for q in self._queues.values():
+            q.sync()
+        self._end = valid_end
+        return report
+
+    def _scan_start(self, store: Store) -> int:
+        """Where the undispatched tail begins: after the last unit's message when that
+        message is whole, else the start of its file (the queues ran ahead of the log)."""
+        commitlog = store.commitlog
+        if not commitlog.files:
+            return 0
+        best = None
+        for info in store.queue_infos():
+            if best is None or info.maxPhysicOffset > best[0]:
+                best = (info.maxPhysicOffset, info.topic, info.queueId, info.maxOffset)
+        if best is None or best[0] <= commitlog.min_offset:
+            return commitlog.min_offset
+        end, topic, qid, max_offset = best
+        unit = store.consume_queue(topic, qid).unit(max_offset - 1)
+        try:
+            msg = commitlog.read_message(unit.commitLogOffset, unit.size)
+            if msg.bodyCrcOk:
+                return end
+        except StoreError:
+            pass
+        index = commitlog.file_index(unit.commitLogOffset)
+        return commitlog.files[index].start if index >= 0 else commitlog.files[-1].start
+
+    def _wipe_after(self, valid_end: int) -> int:
+        """Zero whatever follows the last whole record in its file; drop later files."""
+        files = list_mapped_files(self.path / "commitlog")
+        wiped = 0
+        for mf in files:
+            if mf.end <= valid_end:
+                continue
+            if mf.start > valid_end or (mf.start == valid_end and mf is not files[0]):
+                wiped += mf.size
+                mf.path.unlink()
+                continue
+            fd = os.open(mf.path, os.O_RDWR)
+            try:
+                pos = valid_end - mf.start
+                chunk = 1 << 20
+                while pos < mf.size:
+                    data = os.pread(fd, min(chunk, mf.size - pos), pos)
+                    if not data.strip(b"\0"):
+                        break  # the rest was never written
+                    os.pwrite(fd, bytes(len(data)), pos)
+                    wiped += len(data)
+                    pos += len(data)
+                if wiped:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        if wiped:
+            _fsync_dir(self.path / "commitlog")
+        return wiped
+
+    def _redispatch(self, msg: Message) -> int:
+        key = (msg.topic, msg.queueId)
+        if _tran_type(msg.sysFlag) in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            return 0
+        if msg.queueOffset < self._queue_offsets.get(key, 0):
+            return 0  # already has its unit
+        unit = _unit_bytes(msg.commitLogOffset, msg.storeSize,
+                           self._tags_code(msg.topic, msg.properties, msg.storeTimestamp))
+        self._queue(msg.topic, msg.queueId).write(msg.queueOffset, unit)
+        self._queue_offsets[key] = msg.queueOffset + 1
+        return 1
+
+    def _truncate_units(self, store: Store, valid_end: int) -> int:
+        truncated = 0
+        for topic, ids in store.topics().items():
+            for qid in ids:
+                cq = store.consume_queue(topic, qid)
+                max_offset = self._queue_offsets.get((topic, qid), cq.max_offset)
+                units = cq.units(max(cq.min_offset, max_offset - 4096), max_offset)
+                ends = units["commitLogOffset"] + units["size"]
+                bad = int((ends > valid_end).sum())
+                if bad:
+                    first_bad = max_offset - bad
+                    self._queue(topic, qid).write(first_bad, bytes(bad * CQ_STORE_UNIT_SIZE))
+                    self._queue_offsets[(topic, qid)] = first_bad
+                    truncated += bad
+        return truncated
+
+    def _queue(self, topic: str, queue_id: int) -> _QueueFiles:
+        key = (topic, queue_id)
+        q = self._queues.get(key)
+        if q is None:
+            q = _QueueFiles(self.path / "consumequeue" / topic / str(queue_id), self._cq_file_size)
+            self._queues[key] = q
+        return q
+
+    @property
+    def end_offset(self) -> int:
+        """The physical offset the next record will be written at (pending included)."""
+        return self._end
+
+    def next_queue_offset(self, topic: str, queue_id: int) -> int:
+        return self._queue_offsets.get((topic, queue_id), 0)
+
+    def _tags_code(self, topic: str, properties: dict[str, str], store_ts: int) -> int:
+        """CommitLog.checkMessageAndReturnSize: the deliver time for SCHEDULE_TOPIC_XXXX."""
+        if topic == RMQ_SYS_SCHEDULE_TOPIC:
+            t = properties.get(PROPERTY_DELAY_TIME_LEVEL)
+            if t is not None:
+                level = min(int(t), self.max_level)
+                if level > 0:
+                    return store_ts + self.delay_levels[level]
+        return tags_code(properties.get(PROPERTY_TAGS))
+
+    # -- put -----------------------------------------------------------------------------
+    def put(self, new: NewMessage) -> PutResult:
+        """CommitLog.putMessage: delay rewrite, queue offset, encode, append; unit queued."""
+        if not self._opened:
+            raise UsageError("the store writer is not open")
+        topic, queue_id = new.topic, new.queueId
+        validate_topic(topic)
+        props = new.properties
+        props_raw = new.propertiesRaw
+        tran = _tran_type(new.sysFlag)
+        if tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+            level = _int_or_zero(props.get(PROPERTY_DELAY_TIME_LEVEL))
+            if level > 0:
+                props = dict(props)
+                if level > self.max_level:
+                    props[PROPERTY_DELAY_TIME_LEVEL] = str(self.max_level)
+                    level = self.max_level
+                props[PROPERTY_REAL_TOPIC] = topic
+                props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+                props_raw = None
+                topic, queue_id = RMQ_SYS_SCHEDULE_TOPIC, level - 1
+        if props_raw is None:
+            props_raw = format_properties(java_order(props))
+        store_ts = new.storeTimestamp if new.storeTimestamp is not None else self.clock()
+        sys_flag = new.sysFlag
+        sys_flag = (sys_flag | BORNHOST_V6_FLAG) if len(new.bornHost[0]) == 16 else (sys_flag & ~BORNHOST_V6_FLAG)
+        sys_flag = (sys_flag | STOREHOSTADDRESS_V6_FLAG) if len(new.storeHost[0]) == 16 else (sys_flag & ~STOREHOSTADDRESS_V6_FLAG)
+        topic_bytes = topic.encode("utf-8")
+        props_bytes = props_raw.encode("utf-8", "surrogateescape")
+        if len(props_bytes) > 32767:
+            raise UsageError(f"properties of {len(props_bytes)} bytes; a record holds at most 32767")
+        size = message_size(sys_flag, len(new.body), len(topic_bytes), len(props_bytes))
+        self._ensure_room(size)
+        key = (topic, queue_id)
+        dispatch = tran not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+        queue_offset = self._queue_offsets.get(key, 0) if dispatch else 0
+        offset = self._end
+        msg = Message(size, MESSAGE_MAGIC_CODE, body_crc(new.body), queue_id, new.flag, queue_offset,
+                      offset, sys_flag, new.bornTimestamp, new.bornHost[0], new.bornHost[1], store_ts,
+                      new.storeHost[0], new.storeHost[1], new.reconsumeTimes,
+                      new.preparedTransactionOffset, new.body, topic, props_raw)
+        if not self._pending:
+            self._pending_start = offset
+        self._pending.append(encode_message(msg))
+        self._end += size
+        self._pending_bytes += size
+        code = self._tags_code(topic, props if new.propertiesRaw is None else _props_of(props_raw), store_ts)
+        if dispatch:
+            self._queue_offsets[key] = queue_offset + 1
+            self._pending_units.append((topic, queue_id, queue_offset, _unit_bytes(offset, size, code)))
+        self._last_store_ts = max(self._last_store_ts, store_ts)
+        if self._pending_bytes >= FLUSH_BYTES:
+            self.flush()
+        return PutResult(topic, queue_id, queue_offset, offset, size, store_ts, code,
+                         create_message_id(new.storeHost[0], new.storeHost[1], offset))
+
+    def _ensure_room(self, size: int) -> None:
+        """Roll over to a new file with a BLANK record when the message does not fit."""
+        file_size = self._commitlog_file_size
+        if size + END_FILE_MIN_BLANK_LENGTH > file_size:
+            raise UsageError(f"a message of {size} bytes does not fit a commit log file of {file_size} bytes")
+        file_start = self._end - self._end % file_size
+        room = file_start + file_size - self._end
+        if size + END_FILE_MIN_BLANK_LENGTH > room:
+            if not self._pending:
+                self._pending_start = self._end
+            # Only the 8-byte head is written; the rest of the file stays zero.
+            self._pending.append(BLANK.build(dict(totalSize=room)))
+            self._end += room
+            self.flush()
+
+    # -- flush ---------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Write pending records, fsync, then their units, fsync, then the checkpoint."""
+        if self._pending:
+            data = b"".join(self._pending)
+            start = self._pending_start
+            self._pending.clear()
+            self._pending_bytes = 0
+            view = memoryview(data)
+            while view:
+                file_start = start - start % self._commitlog_file_size
+                room = file_start + self._commitlog_file_size - start
+                chunk = view[:room]
+                fd = self._commitlog_fd(file_start)
+                os.pwrite(fd, chunk, start - file_start)
+                if self.sync:
+                    os.fsync(fd)
+                start += len(chunk)
+                view = view[len(chunk):]
+        if self._pending_units:
+            runs: dict[tuple[str, int], list[tuple[int, bytes]]] = {}
+            for topic, qid, qoff, unit in self._pending_units:
+                runs.setdefault((topic, qid), []).append((qoff, unit))
+            self._pending_units.clear()
+            for (topic, qid), units in runs.items():
+                q = self._queue(topic, qid)
+                first = units[0][0]
+                q.write(first, b"".join(u for _, u in units))
+                if self.sync:
+                    q.sync()
+            self._write_checkpoint()
+
+    def _commitlog_fd(self, file_start: int) -> int:
+        if self._cl_file_start != file_start:
+            if self._cl_fd is not None:
+                os.close(self._cl_fd)
+            directory = self.path / "commitlog"
+            path = directory / f"{file_start:020d}"
+            created = not path.exists()
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            if os.fstat(fd).st_size < self._commitlog_file_size:
+                os.ftruncate(fd, self._commitlog_file_size)  # preallocated, zero-filled
+            if created:
+                _fsync_dir(directory)
+            self._cl_fd, self._cl_file_start = fd, file_start
+        return self._cl_fd
+
+    def _write_checkpoint(self) -> None:
+        if self._last_store_ts <= 0:
+            return
+        cp = self._checkpoint
+        cp.physicMsgTimestamp = max(cp.physicMsgTimestamp, self._last_store_ts)
+        cp.logicsMsgTimestamp = max(cp.logicsMsgTimestamp, self._last_store_ts)
+        if self._cp_fd is None:
+            path = self.path / "checkpoint"
+            created = not path.exists()
+            self._cp_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            if created:
+                os.ftruncate(self._cp_fd, CHECKPOINT_FILE_SIZE)
+        os.pwrite(self._cp_fd, build_checkpoint(cp)[:24], 0)
+        if self.sync:
+            os.fsync(self._cp_fd)
+
+
+def _tran_type(sys_flag: int) -> int:
+    return sys_flag & TRANSACTION_TYPE_MASK
+
+
+def _int_or_zero(text: str | None) -> int:
+    try:
+        return int(text) if text is not None else 0
+    except ValueError:
+        return 0  # Message.getDelayTimeLevel: a non-number is no delay
+
+
+def _unit_bytes(offset: int, size: int, tags_code_value: int) -> bytes:
+    import struct
+
+    return struct.pack(">qiq", offset, size, tags_code_value)
+
+
+def _props_of(raw: str) -> dict[str, str]:
+    from rmqdelay.formats.properties import parse_properties
+
+    return parse_properties(raw)
