@@ -1,0 +1,3 @@
+from rmqdelay.commands.main import main
+
+main()
