@@ -1,0 +1,318 @@
+"""`inspect commitlog --verify`: check a whole store, the log against itself and the queues
+against the log, and report every problem found (never raise on the first one).
+
+The commit log is walked file by file as the broker's recovery walks it: a bad magic code or
+a size that runs past the file leaves no way to find the next record, so the rest of that
+file is skipped and the walk goes on with the next file. A CRC mismatch leaves the framing
+intact, so the walk goes on with the next record.
+"""
+
+from __future__ import annotations
+
+import mmap
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rmqdelay.formats.commitlog import RECORD_HEAD, body_crc, check_message_bounds, decode_message
+from rmqdelay.formats.constants import (
+    BLANK_MAGIC_CODE,
+    CQ_PRE_BLANK_SIZE,
+    CQ_STORE_UNIT_SIZE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+)
+from rmqdelay.formats.errors import FormatError
+
+from .errors import StoreError
+from .mappedfiles import MappedFile
+from .store import Store
+
+# Problem kinds, as shown to the user and in --json.
+MAGIC = "magic"
+SIZE = "size"
+CRC = "crc"
+PHYSICAL_OFFSET = "physical-offset"
+BLANK = "blank"
+MISSING_BLANK = "missing-blank"
+TAIL = "tail"
+UNREADABLE = "unreadable"
+CQ_FILE = "cq-file"
+CQ_PAST_LOG = "cq-past-log"
+CQ_NO_MESSAGE = "cq-no-message"
+CQ_SIZE = "cq-size"
+CQ_QUEUE = "cq-queue"
+CQ_QUEUE_OFFSET = "cq-queue-offset"
+CQ_UNREADABLE = "cq-unreadable"
+UNDISPATCHED = "undispatched"
+
+
+@dataclass(slots=True, frozen=True)
+class Problem:
+    kind: str
+    file: str
+    offset: int | None  # byte offset in ``file``
+    expected: str
+    physicalOffset: int | None = None  # where in the whole commit log, when it is about a record
+
+    def as_json(self) -> dict:
+        return {"kind": self.kind, "file": self.file, "offset": self.offset,
+                "expected": self.expected, "physicalOffset": self.physicalOffset}
+
+    def __str__(self) -> str:
+        where = self.file if self.offset is None else f"{self.file} at byte {self.offset}"
+        return f"{where}: {self.expected}"
+
+
+class _Messages:
+    """What the queue check needs of every message, in compact columns."""
+
+    def __init__(self) -> None:
+        self.offsets = array("q")
+        self.sizes = array("q")
+        self.queue_keys = array("l")
+        self.queue_offsets = array("q")
+        self.dispatched = array("b")  # the broker builds a CQ unit for it (not prepared/rollback)
+        self.keys: dict[tuple[str, int], int] = {}
+        # [start, end) of the commit log left unread after a framing problem.
+        self.skipped: list[tuple[int, int]] = []
+
+    def add(self, offset: int, size: int, topic: str, queue_id: int, queue_offset: int, sys_flag: int) -> None:
+        key = self.keys.setdefault((topic, queue_id), len(self.keys))
+        tran = sys_flag & TRANSACTION_TYPE_MASK
+        self.offsets.append(offset)
+        self.sizes.append(size)
+        self.queue_keys.append(key)
+        self.queue_offsets.append(queue_offset)
+        self.dispatched.append(tran not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE))
+
+
+Advance = Callable[[int], None]
+
+
+def verify_total(store: Store) -> int:
+    """The amount of work ``iter_problems`` reports through ``advance``: commit log bytes
+    plus consume queue bytes."""
+    total = sum(mf.size for mf in store.commitlog.files)
+    for topic, ids in store.topics().items():
+        for qid in ids:
+            total += sum(mf.size for mf in store.consume_queue(topic, qid).files)
+    return total
+
+
+def iter_problems(store: Store, advance: Advance | None = None) -> Iterator[Problem]:
+    """Every problem of the store, commit log first, then each consume queue."""
+    advance = advance or (lambda n: None)
+    messages = _Messages()
+    end = store.commitlog.min_offset
+    files = store.commitlog.files
+    for index, mf in enumerate(files):
+        file_end = yield from _check_file(mf, index == len(files) - 1, messages)
+        if file_end is not None:
+            end = file_end
+        advance(mf.size)
+    yield from _check_queues(store, messages, end, advance)
+
+
+def verify_store(store: Store, advance: Advance | None = None) -> list[Problem]:
+    return list(iter_problems(store, advance))
+
+
+def _check_file(mf: MappedFile, last: bool, messages: _Messages) -> Iterator[Problem]:
+    """The records of one commit log file; returns the physical offset where its data ends."""
+    name = str(mf.path)
+    if mf.size == 0:
+        return mf.start
+    try:
+        with open(mf.path, "rb") as fh:
+            buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as exc:
+        yield Problem(UNREADABLE, name, None, f"a readable file ({exc.strerror})")
+        messages.skipped.append((mf.start, mf.end))
+        return None
+    with buf:
+        view = memoryview(buf)
+        try:
+            return (yield from _walk(view, mf, last, messages))
+        finally:
+            view.release()
+
+
+def _walk(view: memoryview, mf: MappedFile, last: bool, messages: _Messages) -> Iterator[Problem]:
+    name = str(mf.path)
+    size = len(view)
+    pos = 0
+    while pos < size:
+        physical = mf.start + pos
+        if pos + 8 > size:
+            if any(view[pos:]):
+                yield Problem(SIZE, name, pos, f"a record head of 8 bytes, found {size - pos}", physical)
+            elif not last:
+                yield Problem(MISSING_BLANK, name, pos, "a BLANK record closing the file, found zeros", physical)
+            return physical
+        total, magic = RECORD_HEAD.unpack_from(view, pos)
+        if total == 0 and magic == 0:
+            # The data ends here: what follows must be the zeros of the preallocated file.
+            nonzero = _first_nonzero(view, pos)
+            if nonzero is not None:
+                yield Problem(TAIL, name, nonzero, f"zeros after the end of the data at byte {pos}, "
+                                                   "found non-zero bytes", mf.start + nonzero)
+            elif not last:
+                yield Problem(MISSING_BLANK, name, pos, "a BLANK record closing the file, found zeros", physical)
+            return physical
+        if magic == BLANK_MAGIC_CODE:
+            if total != size - pos:
+                yield Problem(BLANK, name, pos, f"a BLANK record filling the rest of the file "
+                                                f"({size - pos} bytes), found totalSize {total}", physical)
+                messages.skipped.append((physical, mf.end))
+            elif last:
+                # The broker starts a new file after a BLANK; none exists, which is fine.
+                return mf.end
+            return None
+        try:
+            check_message_bounds(view, pos, size)
+        except FormatError as exc:
+            kind = SIZE if exc.offset == pos else MAGIC
+            yield Problem(kind, name, exc.offset, exc.expected, physical)
+            messages.skipped.append((physical, mf.end))
+            return None
+        try:
+            msg = decode_message(view, pos, size)
+        except FormatError as exc:
+            yield Problem(SIZE, name, exc.offset, exc.expected, physical)
+            messages.skipped.append((physical, mf.end))
+            return None
+        if msg.commitLogOffset != physical:
+            yield Problem(PHYSICAL_OFFSET, name, pos + 28,
+                          f"physicalOffset {physical} (where the record is), found {msg.commitLogOffset}", physical)
+        crc = body_crc(msg.body)
+        if crc != msg.bodyCRC:
+            yield Problem(CRC, name, pos + 8, f"bodyCRC {crc} of the {len(msg.body)}-byte body, "
+                                              f"found {msg.bodyCRC}", physical)
+        messages.add(physical, msg.storeSize, msg.topic, msg.queueId, msg.queueOffset, msg.sysFlag)
+        pos += total
+    return mf.end
+
+
+def _first_nonzero(view: memoryview, pos: int) -> int | None:
+    rest = np.frombuffer(view, dtype=np.uint8, offset=pos)
+    hits = np.flatnonzero(rest)
+    return pos + int(hits[0]) if len(hits) else None
+
+
+def _check_queues(store: Store, messages: _Messages, end: int, advance: Advance) -> Iterator[Problem]:
+    cols = _Columns(messages)
+    queue_min: dict[int, int] = {}
+    for topic, ids in store.topics().items():
+        for qid in ids:
+            try:
+                cq = store.consume_queue(topic, qid)
+                lo, hi = cq.min_offset, cq.max_offset
+                units = cq.units(lo, hi)
+            except StoreError as exc:
+                yield Problem(CQ_FILE, str(exc.path), exc.offset, exc.expected)
+                continue
+            key = messages.keys.get((topic, qid))
+            if key is not None:
+                queue_min[key] = lo
+            yield from _check_units(cq, lo, units, cols, key, store.commitlog.min_offset, end)
+            advance(sum(mf.size for mf in cq.files))
+    yield from _check_undispatched(store, cols, queue_min)
+
+
+class _Columns:
+    """The message columns as arrays sorted by physical offset (the walk's order)."""
+
+    def __init__(self, messages: _Messages) -> None:
+        self.offsets = np.frombuffer(messages.offsets, dtype=np.int64)
+        self.sizes = np.frombuffer(messages.sizes, dtype=np.int64)
+        self.queue_keys = np.frombuffer(messages.queue_keys, dtype=np.dtype(f"i{messages.queue_keys.itemsize}"))
+        self.queue_offsets = np.frombuffer(messages.queue_offsets, dtype=np.int64)
+        self.dispatched = np.frombuffer(messages.dispatched, dtype=np.int8).astype(bool)
+        self.skipped = messages.skipped
+        self.names = {key: f"{topic}/{qid}" for (topic, qid), key in messages.keys.items()}
+        # Set for each message a consume queue unit points back at correctly.
+        self.covered = np.zeros(len(self.offsets), dtype=bool)
+
+
+def _unit_location(cq, logical: int) -> tuple[str, int]:
+    byte = logical * CQ_STORE_UNIT_SIZE
+    for mf in cq.files:
+        if mf.start <= byte < mf.end:
+            return str(mf.path), byte - mf.start
+    return str(cq.directory), byte
+
+
+def _check_units(cq, lo: int, units: np.ndarray, cols: _Columns, key: int | None,
+                 log_start: int, end: int) -> Iterator[Problem]:
+    if len(units) == 0:
+        return
+    phys = units["commitLogOffset"].astype(np.int64)
+    size = units["size"].astype(np.int64)
+    logical = np.arange(lo, lo + len(units), dtype=np.int64)
+    # Pre-blank units stand for nothing; units below the log's first file point at data the
+    # broker has already deleted.
+    live = (size != CQ_PRE_BLANK_SIZE) & (phys >= log_start)
+    past = live & (phys + size > end)
+    n_msgs = len(cols.offsets)
+    idx = np.minimum(np.searchsorted(cols.offsets, phys), max(n_msgs - 1, 0))
+    if n_msgs:
+        found = live & ~past & (cols.offsets[idx] == phys)
+        bad_size = found & (cols.sizes[idx] != size)
+        bad_queue = found & ~bad_size & (cols.queue_keys[idx] != (-1 if key is None else key))
+        bad_qoff = found & ~bad_size & ~bad_queue & (cols.queue_offsets[idx] != logical)
+        cols.covered[idx[found & ~bad_size & ~bad_queue & ~bad_qoff]] = True
+    else:
+        found = bad_size = bad_queue = bad_qoff = np.zeros(len(units), dtype=bool)
+    missing = live & ~past & ~found
+    where = f"{cq.topic}/{cq.queue_id}"
+    # A unit into a part of the log already reported as unreadable is one problem per part,
+    # not one per unit.
+    for start, stop in cols.skipped:
+        inside = missing & (phys >= start) & (phys < stop)
+        if inside.any():
+            missing &= ~inside
+            first = int(np.flatnonzero(inside)[0])
+            path, byte = _unit_location(cq, int(logical[first]))
+            yield Problem(CQ_UNREADABLE, path, byte,
+                          f"{int(inside.sum())} unit(s) of {where} from unit {int(logical[first])} pointing at "
+                          f"messages in [{start}, {stop}) of the commit log, which could not be read", int(phys[first]))
+    for row in np.flatnonzero(past | missing | bad_size | bad_queue | bad_qoff):
+        p, s, n, m = int(phys[row]), int(size[row]), int(logical[row]), int(idx[row])
+        path, byte = _unit_location(cq, n)
+        unit = f"unit {n} of {where}"
+        if past[row]:
+            yield Problem(CQ_PAST_LOG, path, byte, f"{unit} pointing inside the commit log "
+                                                    f"(data ends at {end}), found offset {p} size {s}", p)
+        elif missing[row]:
+            yield Problem(CQ_NO_MESSAGE, path, byte, f"{unit} pointing at the start of a readable "
+                                                      f"message, found offset {p}", p)
+        elif bad_size[row]:
+            yield Problem(CQ_SIZE, path, byte, f"{unit} with the size of the message at {p} "
+                                                f"({int(cols.sizes[m])}), found size {s}", p)
+        elif bad_queue[row]:
+            yield Problem(CQ_QUEUE, path, byte, f"{unit} pointing at a message of {where}, found one "
+                                                 f"of {cols.names[int(cols.queue_keys[m])]}", p)
+        else:
+            yield Problem(CQ_QUEUE_OFFSET, path, byte, f"{unit} pointing at the message with queueOffset "
+                                                        f"{n}, found queueOffset {int(cols.queue_offsets[m])}", p)
+
+
+def _check_undispatched(store: Store, cols: _Columns, queue_min: dict[int, int]) -> Iterator[Problem]:
+    """Messages no unit points at, though the broker would have built one. A message below
+    its queue's first unit is not one: its units were deleted with old queue files."""
+    if not len(cols.offsets):
+        return
+    lows = np.array([queue_min.get(k, 0) for k in range(len(cols.names))], dtype=np.int64)
+    orphan = cols.dispatched & ~cols.covered & (cols.queue_offsets >= lows[cols.queue_keys])
+    for row in np.flatnonzero(orphan):
+        p = int(cols.offsets[row])
+        index = store.commitlog.file_index(p)
+        mf = store.commitlog.files[index]
+        yield Problem(UNDISPATCHED, str(mf.path), p - mf.start,
+                      f"a consume queue unit of {cols.names[int(cols.queue_keys[row])]} at queueOffset "
+                      f"{int(cols.queue_offsets[row])} pointing at this message, found none", p)
