@@ -68,6 +68,16 @@ class Problem:
         return f"{where}: {self.expected}"
 
 
+@dataclass(slots=True)
+class VerifyCounts:
+    """How much was checked: filled in by ``iter_problems`` as it goes."""
+
+    files: int = 0
+    messages: int = 0
+    queues: int = 0
+    units: int = 0
+
+
 class _Messages:
     """What the queue check needs of every message, in compact columns."""
 
@@ -100,13 +110,18 @@ def verify_total(store: Store) -> int:
     total = sum(mf.size for mf in store.commitlog.files)
     for topic, ids in store.topics().items():
         for qid in ids:
-            total += sum(mf.size for mf in store.consume_queue(topic, qid).files)
+            try:
+                total += sum(mf.size for mf in store.consume_queue(topic, qid).files)
+            except StoreError:
+                pass  # reported as a problem by iter_problems
     return total
 
 
-def iter_problems(store: Store, advance: Advance | None = None) -> Iterator[Problem]:
+def iter_problems(store: Store, advance: Advance | None = None,
+                  counts: VerifyCounts | None = None) -> Iterator[Problem]:
     """Every problem of the store, commit log first, then each consume queue."""
     advance = advance or (lambda n: None)
+    counts = counts if counts is not None else VerifyCounts()
     messages = _Messages()
     end = store.commitlog.min_offset
     files = store.commitlog.files
@@ -115,11 +130,14 @@ def iter_problems(store: Store, advance: Advance | None = None) -> Iterator[Prob
         if file_end is not None:
             end = file_end
         advance(mf.size)
-    yield from _check_queues(store, messages, end, advance)
+        counts.files += 1
+    counts.messages = len(messages.offsets)
+    yield from _check_queues(store, messages, end, advance, counts)
 
 
-def verify_store(store: Store, advance: Advance | None = None) -> list[Problem]:
-    return list(iter_problems(store, advance))
+def verify_store(store: Store, advance: Advance | None = None,
+                 counts: VerifyCounts | None = None) -> list[Problem]:
+    return list(iter_problems(store, advance, counts))
 
 
 def _check_file(mf: MappedFile, last: bool, messages: _Messages) -> Iterator[Problem]:
@@ -204,7 +222,8 @@ def _first_nonzero(view: memoryview, pos: int) -> int | None:
     return pos + int(hits[0]) if len(hits) else None
 
 
-def _check_queues(store: Store, messages: _Messages, end: int, advance: Advance) -> Iterator[Problem]:
+def _check_queues(store: Store, messages: _Messages, end: int, advance: Advance,
+                  counts: VerifyCounts) -> Iterator[Problem]:
     cols = _Columns(messages)
     queue_min: dict[int, int] = {}
     for topic, ids in store.topics().items():
@@ -216,6 +235,8 @@ def _check_queues(store: Store, messages: _Messages, end: int, advance: Advance)
             except StoreError as exc:
                 yield Problem(CQ_FILE, str(exc.path), exc.offset, exc.expected)
                 continue
+            counts.queues += 1
+            counts.units += len(units)
             key = messages.keys.get((topic, qid))
             if key is not None:
                 queue_min[key] = lo

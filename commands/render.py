@@ -1,0 +1,152 @@
+"""How records look to a user: JSON objects (spec/json-output.md) and rich tables."""
+
+from __future__ import annotations
+
+import base64
+
+from rich.table import Table
+from rich.text import Text
+
+from rmqdelay.formats.commitlog import Message, body_crc
+from rmqdelay.formats.constants import (
+    COMPRESSED_FLAG,
+    COMPRESSION_TYPE_MASK,
+    CQ_PRE_BLANK_SIZE,
+    MESSAGE_MAGIC_CODE_V2,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    TRANSACTION_TYPE_MASK,
+)
+from rmqdelay.formats.consumequeue import is_ext_address
+
+from .common import format_duration_ms, format_time_ms
+
+_TRANSACTION = {0x0: "", 0x4: "prepared", 0x8: "commit", 0xC: "rollback"}
+_COMPRESSION = {0x000: "zlib", 0x100: "lz4", 0x200: "zstd", 0x300: "zlib"}
+_SYS_FLAG_BITS = [(0x2, "multi-tags"), (0x10, "born-v6"), (0x20, "store-v6"),
+                  (0x40, "need-unwrap"), (0x80, "inner-batch")]
+
+
+# -- JSON ------------------------------------------------------------------------------------
+
+def message_json(msg: Message, *, body: bool = False) -> dict:
+    obj = {
+        "msgId": msg.msgId, "topic": msg.topic, "queueId": msg.queueId, "flag": msg.flag,
+        "queueOffset": msg.queueOffset, "commitLogOffset": msg.commitLogOffset,
+        "storeSize": msg.storeSize, "sysFlag": msg.sysFlag, "bornTimestamp": msg.bornTimestamp,
+        "bornHost": msg.bornHost, "storeTimestamp": msg.storeTimestamp, "storeHost": msg.storeHost,
+        "reconsumeTimes": msg.reconsumeTimes, "preparedTransactionOffset": msg.preparedTransactionOffset,
+        "bodyCRC": msg.bodyCRC, "properties": dict(msg.properties),
+    }
+    if body:
+        obj["body"] = base64.b64encode(msg.body).decode("ascii")
+    return obj
+
+
+def unit_json(topic: str, queue_id: int, cq_offset: int, commit_log_offset: int, size: int,
+              tags_code: int, schedule: bool) -> dict:
+    obj = {"topic": topic, "queueId": queue_id, "cqOffset": cq_offset,
+           "commitLogOffset": commit_log_offset, "size": size, "tagsCode": tags_code}
+    if schedule:
+        # In SCHEDULE_TOPIC_XXXX the tagsCode is the deliver time (CommitLog.checkMessageAndReturnSize).
+        obj["deliverTimestamp"] = None if _not_a_time(size, tags_code) else tags_code
+    return obj
+
+
+def _not_a_time(size: int, tags_code: int) -> bool:
+    return size == CQ_PRE_BLANK_SIZE or is_ext_address(tags_code)
+
+
+# -- words -----------------------------------------------------------------------------------
+
+def sys_flag_text(sys_flag: int) -> str:
+    words = []
+    if sys_flag & COMPRESSED_FLAG:
+        words.append("compressed:" + _COMPRESSION.get(sys_flag & COMPRESSION_TYPE_MASK, "?"))
+    words += [name for bit, name in _SYS_FLAG_BITS if sys_flag & bit]
+    tran = _TRANSACTION[sys_flag & TRANSACTION_TYPE_MASK]
+    if tran:
+        words.append(f"tx-{tran}")
+    return f"0x{sys_flag:X}" + (f" ({', '.join(words)})" if words else "")
+
+
+def body_preview(msg: Message, limit: int = 200) -> str:
+    """Text when the stored body is text; otherwise what it is and its first bytes in hex."""
+    data = msg.body
+    if not data:
+        return "(empty)"
+    if not msg.sysFlag & COMPRESSED_FLAG:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is not None and all(ch.isprintable() or ch in "\n\t\r" for ch in text):
+            return text if len(text) <= limit else text[:limit] + f"… ({len(data)} bytes)"
+        kind = "binary"
+    else:
+        kind = "compressed (" + _COMPRESSION.get(msg.sysFlag & COMPRESSION_TYPE_MASK, "?") + ")"
+    head = data[:32].hex(" ")
+    return f"{kind}, {len(data)} bytes: {head}" + (" …" if len(data) > 32 else "")
+
+
+def unit_note(size: int, tags_code: int, schedule: bool, now_ms: int) -> tuple[str, str]:
+    """What a consume queue unit's tagsCode means: (deliver time or note, when it is due)."""
+    if size == CQ_PRE_BLANK_SIZE:
+        return "pre-blank (fillPreBlank: no message was ever here)", ""
+    if is_ext_address(tags_code):
+        return "ConsumeQueueExt address", ""
+    if schedule:
+        delta = tags_code - now_ms
+        due = f"in {format_duration_ms(delta)}" if delta > 0 else f"{format_duration_ms(-delta)} ago"
+        return format_time_ms(tags_code), due
+    return "", ""
+
+
+# -- tables ----------------------------------------------------------------------------------
+
+def messages_table(messages: list[Message]) -> Table:
+    table = Table(show_edge=False, header_style="bold")
+    for name, justify in (("commitLogOffset", "right"), ("size", "right"), ("topic", "left"),
+                          ("queue", "right"), ("queueOffset", "right"), ("storeTimestamp", "left"),
+                          ("tags", "left"), ("keys", "left"), ("delay", "right"), ("reconsume", "right"),
+                          ("crc", "left")):
+        table.add_column(name, justify=justify, no_wrap=name != "keys")
+    for msg in messages:
+        props = msg.properties
+        # Text(), not markup: message data may hold anything, '[' included.
+        table.add_row(*(Text(str(v)) for v in (
+            msg.commitLogOffset, msg.storeSize, msg.topic, msg.queueId, msg.queueOffset,
+            format_time_ms(msg.storeTimestamp), props.get(PROPERTY_TAGS, ""), props.get(PROPERTY_KEYS, ""),
+            props.get(PROPERTY_DELAY_TIME_LEVEL, ""), msg.reconsumeTimes,
+        )), Text("ok") if msg.bodyCrcOk else Text("BAD", style="red"))
+    return table
+
+
+def message_tables(msg: Message) -> tuple[Table, Table]:
+    """Every field of one message, then its properties."""
+    fields = Table(show_header=False, show_edge=False, box=None)
+    fields.add_column(style="bold")
+    fields.add_column()
+    magic = "v2 (0xDAA320AB)" if msg.magicCode == MESSAGE_MAGIC_CODE_V2 else "v1 (0xDAA320A7)"
+    crc = "ok" if msg.bodyCrcOk else f"MISMATCH: the body's CRC is {body_crc(msg.body)}"
+    for name, value in (
+        ("msgId", msg.msgId), ("topic", msg.topic), ("queueId", msg.queueId),
+        ("queueOffset", msg.queueOffset), ("commitLogOffset", msg.commitLogOffset),
+        ("storeSize", msg.storeSize), ("magicCode", magic), ("flag", msg.flag),
+        ("sysFlag", sys_flag_text(msg.sysFlag)),
+        ("bornTimestamp", f"{msg.bornTimestamp} ({format_time_ms(msg.bornTimestamp)})"),
+        ("bornHost", msg.bornHost),
+        ("storeTimestamp", f"{msg.storeTimestamp} ({format_time_ms(msg.storeTimestamp)})"),
+        ("storeHost", msg.storeHost), ("reconsumeTimes", msg.reconsumeTimes),
+        ("preparedTransactionOffset", msg.preparedTransactionOffset),
+        ("bodyCRC", f"{msg.bodyCRC} ({crc})"), ("bodyLength", len(msg.body)),
+        ("body", body_preview(msg)),
+    ):
+        fields.add_row(name, Text(str(value)))
+    props = Table(title="properties", title_justify="left", show_edge=False, header_style="bold")
+    props.add_column("key", no_wrap=True)
+    props.add_column("value")
+    for key, value in msg.properties.items():
+        props.add_row(Text(key), Text(value))
+    return fields, props
