@@ -24,6 +24,11 @@ def _register() -> None:
 
     app.add_typer(inspect.app, name="inspect")
 
+    from . import offsets, run
+
+    app.command("run")(run.run)
+    app.add_typer(offsets.app, name="offsets")
+
 
 def main() -> None:
     _register()

@@ -1,0 +1,102 @@
+"""Where `offsets reset` moves a level: the target of each kind, clamped into the queue as
+the broker's correctDelayOffset would, and what the move means (messages delivered again,
+or skipped)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import UsageError
+from .store import Store
+
+TARGET_KINDS = ("to-earliest", "to-latest", "to-offset", "to-datetime", "by-duration", "shift-by")
+
+_DURATION = re.compile(
+    r"^P(?:(?P<days>\d+(?:\.\d+)?)D)?"
+    r"(?:T(?:(?P<hours>\d+(?:\.\d+)?)H)?(?:(?P<minutes>\d+(?:\.\d+)?)M)?(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?$"
+)
+
+
+def parse_iso_duration_ms(text: str) -> int:
+    """An ISO 8601 duration of days and time (PT30M, P1DT2H, PT1.5S) in milliseconds."""
+    m = _DURATION.match(text.strip().upper())
+    if not m or not any(m.groupdict().values()) or text.strip().upper().endswith("T"):
+        raise UsageError(f"an ISO 8601 duration such as PT30M or P1DT2H, found {text!r}")
+    parts = {k: float(v) if v else 0.0 for k, v in m.groupdict().items()}
+    seconds = parts["days"] * 86400 + parts["hours"] * 3600 + parts["minutes"] * 60 + parts["seconds"]
+    return int(round(seconds * 1000))
+
+
+@dataclass(slots=True, frozen=True)
+class ResetTarget:
+    kind: str
+    value: int | None = None  # offset, epoch ms, duration ms or shift, by kind
+
+    def __post_init__(self) -> None:
+        if self.kind not in TARGET_KINDS:
+            raise UsageError(f"a reset target, one of {', '.join(TARGET_KINDS)}; found {self.kind!r}")
+
+
+@dataclass(slots=True, frozen=True)
+class LevelReset:
+    level: int
+    before: int
+    requested: int
+    after: int
+    minOffset: int
+    maxOffset: int
+    warning: str | None
+
+    @property
+    def redelivered(self) -> int:
+        """Messages delivered once already that the scheduler will deliver again."""
+        return max(self.before - self.after, 0)
+
+    @property
+    def skipped(self) -> int:
+        """Messages the scheduler will never deliver."""
+        return max(self.after - self.before, 0)
+
+    def as_json(self) -> dict:
+        return {"level": self.level, "before": self.before, "after": self.after,
+                "requested": self.requested, "minOffset": self.minOffset, "maxOffset": self.maxOffset,
+                "redelivered": self.redelivered, "skipped": self.skipped, "warning": self.warning}
+
+
+def first_unit_at_or_after(tags_codes: np.ndarray, timestamp_ms: int) -> int:
+    """Index of the first unit whose deliver time is >= ``timestamp_ms`` (binary search:
+    deliver times never decrease within a level)."""
+    return int(np.searchsorted(tags_codes.astype(np.int64, copy=False), timestamp_ms, side="left"))
+
+
+def plan_level_reset(store: Store, level: int, current: int, target: ResetTarget, now_ms: int) -> LevelReset:
+    cq = store.schedule_queue(level)
+    lo, hi = cq.min_offset, cq.max_offset
+    kind = target.kind
+    if kind == "to-earliest":
+        requested = lo
+    elif kind == "to-latest":
+        requested = hi
+    elif kind == "to-offset":
+        requested = int(target.value)
+    elif kind == "shift-by":
+        requested = current + int(target.value)
+    else:
+        instant = int(target.value) if kind == "to-datetime" else now_ms - int(target.value)
+        units = cq.units(lo, hi)
+        requested = lo + first_unit_at_or_after(units["tagsCode"], instant)
+    after = min(max(requested, lo), hi)
+    warning = None
+    if after != requested:
+        side = "before minOffset" if requested < lo else "beyond maxOffset"
+        warning = (f"level {level}: offset {requested} is {side} of the queue [{lo}, {hi}]; "
+                   f"clamped to {after}, as the broker's correctDelayOffset would")
+    return LevelReset(level, current, requested, after, lo, hi, warning)
+
+
+def plan_reset(store: Store, current: dict[int, int], levels: list[int], target: ResetTarget,
+               now_ms: int) -> list[LevelReset]:
+    return [plan_level_reset(store, level, current[level], target, now_ms) for level in levels]

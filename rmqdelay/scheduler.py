@@ -1,0 +1,558 @@
+"""The level-based scheduler: what the broker's ScheduleMessageService does, offline.
+
+Per level L (queue L-1 of SCHEDULE_TOPIC_XXXX), from its offset: read a batch of units,
+take the leading units that are due (deliver time = tagsCode, corrected as the broker's
+correctDeliverTimestamp does), restore each message with ``message_timeup`` and append it
+with the one writer. Deliver times never decrease within a level, so the first unit that
+is not due ends the level's batch, and the engine sleeps exactly until the earliest due
+unit of all levels - no polling interval.
+
+Exactly once, even under kill -9: offsets are published (``offsetstore.OffsetPublisher``)
+only after the writer has flushed, together with the commit log offset X where they are
+exact. Only deliveries are appended while the scheduler holds the store, and each
+delivered record keeps ``DELAY=<level>`` (the broker's 4.9.4 quirk), which names its level.
+So on start the records in [X, end) are matched, in order, against the next units of
+their levels, and those offsets advanced: nothing is delivered twice and the delivered
+bytes stay exactly the broker's.
+
+The engine never prints: ``Scheduler.events()`` yields what happens.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from rmqdelay.formats.commitlog import Message
+from rmqdelay.formats.constants import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    RMQ_SYS_SCHEDULE_TOPIC,
+    RMQ_SYS_TRANS_HALF_TOPIC,
+)
+from rmqdelay.formats.consumequeue import CQ_EXT_MAX_ADDR
+from rmqdelay.formats.delayoffset import DataVersion
+
+from .delaystatus import corrected_deliver_times
+from .errors import StoreError, UsageError
+from .levels import parse_delay_levels
+from .offsetstore import OffsetPublisher, read_scheduler_state
+from .redelivery import message_timeup
+from .store import Store
+from .topics import topic_problem
+from .writer import NewMessage, StoreWriter
+
+MODES = ("forever", "once", "until-empty")
+LATENCY_WINDOW = 1 << 16  # lateness samples kept per level for p50/p99
+
+
+# -- events ------------------------------------------------------------------------------
+@dataclass(slots=True, frozen=True)
+class Delivered:
+    level: int
+    offset: int  # the unit's offset in the schedule queue
+    scheduleCommitLogOffset: int
+    uniqKey: str | None
+    topic: str
+    queueId: int
+    queueOffset: int | None  # None in a dry run
+    commitLogOffset: int | None
+    msgId: str | None
+    deliverTimestamp: int
+    storeTimestamp: int
+    latenessMs: int
+    dryRun: bool = False
+
+
+@dataclass(slots=True, frozen=True)
+class Skipped:
+    level: int
+    offset: int
+    scheduleCommitLogOffset: int
+    reason: str
+
+
+@dataclass(slots=True, frozen=True)
+class QueueCreated:
+    """A REAL_QID beyond the queues the topic had: the broker writes to it all the same."""
+
+    topic: str
+    queueId: int
+    level: int
+    offset: int
+
+
+@dataclass(slots=True, frozen=True)
+class Notice:
+    """Something the operator should know (corrections, replay, recovery)."""
+
+    kind: str
+    message: str
+    level: int | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class Replayed:
+    commitLogOffset: int  # where the replay started
+    perLevel: dict[int, int]  # deliveries found already done, by level
+
+
+@dataclass(slots=True, frozen=True)
+class Persisted:
+    commitLogOffset: int
+    offsetTable: dict[int, int]
+
+
+@dataclass(slots=True, frozen=True)
+class Sleeping:
+    untilTimestamp: int | None  # None: until stopped
+
+
+@dataclass(slots=True, frozen=True)
+class Stopped:
+    reason: str
+    delivered: int
+    skipped: int
+    offsetTable: dict[int, int]
+
+
+Event = Delivered | Skipped | QueueCreated | Notice | Replayed | Persisted | Sleeping | Stopped
+
+
+# -- per-level bookkeeping ---------------------------------------------------------------
+@dataclass(slots=True)
+class LevelState:
+    level: int
+    delayMs: int
+    offset: int
+    minOffset: int
+    maxOffset: int
+    delivered: int = 0
+    skipped: int = 0
+    nextDueTimestamp: int | None = None
+    _lateness: np.ndarray = field(default_factory=lambda: np.zeros(LATENCY_WINDOW, dtype=np.int64))
+    _samples: int = 0
+
+    @property
+    def pending(self) -> int:
+        return max(self.maxOffset - self.offset, 0)
+
+    def record_lateness(self, ms: int) -> None:
+        self._lateness[self._samples % LATENCY_WINDOW] = ms
+        self._samples += 1
+
+    def lateness_percentiles(self) -> tuple[float, float, int] | None:
+        """p50, p99 and max of the recent lateness samples (ms)."""
+        n = min(self._samples, LATENCY_WINDOW)
+        if not n:
+            return None
+        window = self._lateness[:n]
+        p50, p99 = np.percentile(window, [50, 99])
+        return float(p50), float(p99), int(window.max())
+
+
+# -- restoring one unit ------------------------------------------------------------------
+def restore_unit(store: Store, commit_log_offset: int, size: int) -> tuple[Message | None, NewMessage | None, str | None]:
+    """The message a due unit delivers, or why it is skipped. Depends only on the stored
+    bytes, so a replay reaches the same decision as the run that wrote the log."""
+    try:
+        msg = store.commitlog.read_message(commit_log_offset, size)
+    except StoreError as exc:
+        # lookMessageByOffset finding nothing: the broker moves on to the next unit.
+        return None, None, f"no readable message ({exc})"
+    props = msg.properties
+    topic = props.get(PROPERTY_REAL_TOPIC)
+    if topic is None:
+        return msg, None, "no REAL_TOPIC property"
+    problem = topic_problem(topic)
+    if problem:
+        return msg, None, f"REAL_TOPIC is {problem}"
+    if topic == RMQ_SYS_TRANS_HALF_TOPIC:
+        return msg, None, "REAL_TOPIC is the transaction half topic (the broker discards it)"
+    if topic == RMQ_SYS_SCHEDULE_TOPIC:
+        return msg, None, "REAL_TOPIC is SCHEDULE_TOPIC_XXXX itself"
+    qid_text = props.get(PROPERTY_REAL_QUEUE_ID)
+    try:
+        qid = int(qid_text) if qid_text is not None else None
+    except ValueError:
+        qid = None
+    if qid is None or not 0 <= qid <= 0x7FFFFFFF:
+        return msg, None, f"REAL_QID is not a queue id: {qid_text!r}"
+    return msg, message_timeup(msg), None
+
+
+def _same_delivery(record: Message, new: NewMessage) -> bool:
+    return (record.topic == new.topic and record.queueId == new.queueId
+            and record.propertiesRaw == new.propertiesRaw and record.body == new.body
+            and record.bornTimestamp == new.bornTimestamp and record.flag == new.flag
+            and record.sysFlag == new.sysFlag and record.reconsumeTimes == new.reconsumeTimes)
+
+
+# -- where each level stands ---------------------------------------------------------------
+@dataclass(slots=True)
+class OffsetRecovery:
+    offsets: dict[int, int]  # every configured level: where delivery resumes
+    table: dict[int, int]  # what delayOffset.json should hold (levels never touched stay absent)
+    published: dict[int, int] | None  # what delayOffset.json holds now
+    dataVersion: DataVersion | None
+    notices: list[Notice]
+    replayed: Replayed | None
+
+
+def exact_offsets(store: Store, delay_levels: dict[int, int]) -> OffsetRecovery:
+    """The offsets at the end of the commit log: delayOffset.json (or the scheduler file,
+    when delayOffset.json is the table it published), clamped as correctDelayOffset does,
+    then advanced over deliveries that were appended after that table was made exact.
+    Reads only."""
+    notices: list[Notice] = []
+    loaded = store.delay_offsets()
+    published = dict(loaded.offsetTable) if loaded else None
+    state = read_scheduler_state(store.path)
+    replay_from: int | None = None
+    base = dict(published or {})
+    if state is not None:
+        if published == state.offsetTable or published == state.previousOffsetTable:
+            base = dict(state.offsetTable)
+            replay_from = state.commitLogOffset
+        else:
+            notices.append(Notice("foreign-offsets",
+                                  "delayOffset.json was changed since rmqdelay last wrote it (a broker or "
+                                  "another tool); taking it as it is, without replaying the commit log"))
+    table = dict(base)
+    offsets: dict[int, int] = {}
+    for level in sorted(delay_levels):
+        cq = store.schedule_queue(level)
+        lo, hi = cq.min_offset, cq.max_offset
+        if level not in table:
+            offsets[level] = lo  # the broker starts at 0 and is reset to the queue's minimum
+            continue
+        current = table[level]
+        corrected = min(max(current, lo), hi)
+        if corrected != current:
+            notices.append(Notice("corrected", f"level {level}: offset {current} is outside the queue "
+                                               f"[{lo}, {hi}]; corrected to {corrected}", level))
+            table[level] = corrected
+        offsets[level] = corrected
+    replayed = None
+    if replay_from is not None:
+        counts, stop_note = _replay(store, delay_levels, offsets, replay_from)
+        for level, n in counts.items():
+            table[level] = offsets[level]
+        replayed = Replayed(replay_from, counts)
+        if stop_note:
+            notices.append(stop_note)
+    return OffsetRecovery(offsets, table, published, loaded.dataVersion if loaded else None, notices, replayed)
+
+
+def _replay(store: Store, delay_levels: dict[int, int], offsets: dict[int, int],
+            start: int) -> tuple[dict[int, int], Notice | None]:
+    """Advance ``offsets`` over the deliveries found in [start, end). Every record there
+    was appended by the scheduler, in order per level; the first one that is not the next
+    delivery of its level ends the replay."""
+    counts: dict[int, int] = {}
+    end = store.end_offset()
+    if start > end:
+        return counts, Notice("replay", f"the scheduler file says offsets are exact at commit log offset "
+                                        f"{start}, but the log ends at {end}; nothing replayed")
+    if start == end:
+        return counts, None
+    maxes = {level: store.schedule_queue(level).max_offset for level in delay_levels}
+    position = start
+    try:
+        for record in store.commitlog.records(start):
+            position = record.commitLogOffset
+            if not record.bodyCrcOk:
+                return counts, Notice("replay", f"commit log offset {position}: body CRC mismatch; "
+                                                f"replay stopped there")
+            level_text = record.properties.get(PROPERTY_DELAY_TIME_LEVEL)
+            level = int(level_text) if level_text and level_text.isdigit() else None
+            if level not in delay_levels:
+                return counts, Notice("replay", f"commit log offset {position}: a {record.topic} record that "
+                                                f"is not a delivery of a delay level; replay stopped there")
+            matched = False
+            cq = store.schedule_queue(level)
+            offset = offsets[level]
+            while offset < maxes[level]:
+                unit = cq.unit(offset)
+                _, new, reason = restore_unit(store, unit.commitLogOffset, unit.size)
+                if reason is not None:
+                    offset += 1  # skipped the same way by the run that wrote the log
+                    continue
+                matched = _same_delivery(record, new)
+                break
+            if not matched:
+                return counts, Notice("replay", f"commit log offset {position}: a delivery that is not the "
+                                                f"next unit of level {level}; replay stopped there", level)
+            offsets[level] = offset + 1
+            counts[level] = counts.get(level, 0) + 1
+    except StoreError as exc:
+        return counts, Notice("replay", f"replay stopped at an unreadable record: {exc}")
+    return counts, None
+
+
+# -- waking up -----------------------------------------------------------------------------
+class Waker:
+    """A self-pipe: stop() from a signal handler or another thread ends any sleep at once."""
+
+    def __init__(self) -> None:
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._r, False)
+        os.set_blocking(self._w, False)
+
+    def wake(self) -> None:
+        try:
+            os.write(self._w, b"x")
+        except (BlockingIOError, OSError):
+            pass
+
+    def wait(self, seconds: float | None) -> bool:
+        """Sleep up to ``seconds`` (None: until woken); True when woken."""
+        ready, _, _ = select.select([self._r], [], [], None if seconds is None else max(seconds, 0.0))
+        if ready:
+            try:
+                while os.read(self._r, 4096):
+                    pass
+            except BlockingIOError:
+                pass
+            return True
+        return False
+
+    def close(self) -> None:
+        os.close(self._r)
+        os.close(self._w)
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# -- the engine ----------------------------------------------------------------------------
+class Scheduler:
+    def __init__(self, store_path: Path | str, *, delay_levels: dict[int, int] | None = None,
+                 levels: list[int] | None = None, now_ms: int | None = None, mode: str = "forever",
+                 dry_run: bool = False, flush_interval_ms: int = 10_000, batch_size: int = 1024,
+                 sync: bool = True, clock: Callable[[], int] | None = None) -> None:
+        if mode not in MODES:
+            raise UsageError(f"mode: one of {', '.join(MODES)}, found {mode!r}")
+        self.store_path = Path(store_path)
+        self.delay_levels = delay_levels or parse_delay_levels()
+        for level in levels or []:
+            if level not in self.delay_levels:
+                raise UsageError(f"--levels: level {level} is not one of the {len(self.delay_levels)} delay levels")
+        self.levels = sorted(set(levels)) if levels else sorted(self.delay_levels)
+        # A fixed instant (--now) for replays and tests; store times use the same clock.
+        self.fixed_clock = now_ms is not None
+        self.clock = clock or ((lambda: now_ms) if now_ms is not None else wall_clock_ms)
+        self.mode = mode
+        self.dry_run = dry_run
+        self.flush_interval_ms = flush_interval_ms
+        self.batch_size = batch_size
+        self.sync = sync
+        self.states: dict[int, LevelState] = {}
+        self.offset_table: dict[int, int] = {}
+        self.delivered = 0
+        self.skipped = 0
+        self._stopping = False
+        self._waker = Waker()
+
+    def stop(self) -> None:
+        """Ask the engine to stop after the unit in hand; safe from a signal handler."""
+        self._stopping = True
+        self._waker.wake()
+
+    # -- main loop -------------------------------------------------------------------------
+    def events(self) -> Iterator[Event]:
+        try:
+            if self.dry_run:
+                yield from self._dry_run()
+            else:
+                yield from self._run()
+        finally:
+            self._waker.close()
+
+    def _setup(self, store: Store) -> Iterator[Event]:
+        recovery = exact_offsets(store, self.delay_levels)
+        yield from recovery.notices
+        if recovery.replayed is not None and recovery.replayed.perLevel:
+            yield recovery.replayed
+        self.offset_table = recovery.table
+        for level in self.levels:
+            cq = store.schedule_queue(level)
+            self.states[level] = LevelState(level, self.delay_levels[level], recovery.offsets[level],
+                                            cq.min_offset, cq.max_offset)
+        return recovery
+
+    def _run(self) -> Iterator[Event]:
+        with StoreWriter(self.store_path, delay_levels=self.delay_levels, clock=self.clock,
+                         sync=self.sync) as writer:
+            if writer.recovery.changed:
+                r = writer.recovery
+                yield Notice("recovery", f"recovered the commit log tail: valid up to {r.valid_end}, "
+                                         f"{r.wiped_bytes} torn bytes wiped, {r.redispatched} units dispatched, "
+                                         f"{r.truncated_units} units dropped")
+            store = Store(self.store_path)
+            try:
+                recovery = yield from self._setup(store)
+                publisher = OffsetPublisher(self.store_path, recovery.published, recovery.dataVersion)
+                # Publish at once: from here on every delivery is after a known, exact point.
+                publisher.publish(writer.end_offset, self.offset_table)
+                yield Persisted(writer.end_offset, dict(self.offset_table))
+                known_queues = {(t, q) for t, ids in store.topics().items() for q in ids}
+                reason = "stopped"
+                try:
+                    reason = yield from self._loop(store, writer, publisher, known_queues)
+                finally:
+                    writer.flush()
+                    publisher.publish(writer.end_offset, self.offset_table)
+                yield Persisted(writer.end_offset, dict(self.offset_table))
+                yield Stopped(reason, self.delivered, self.skipped, dict(self.offset_table))
+            finally:
+                store.close()
+
+    def _loop(self, store: Store, writer: StoreWriter, publisher: OffsetPublisher,
+              known_queues: set[tuple[str, int]]) -> Iterator[Event]:
+        last_publish = time.monotonic()
+        dirty = False
+        while not self._stopping:
+            more_now = False
+            for level in self.levels:
+                if self._stopping:
+                    break
+                state = self.states[level]
+                n, more = yield from self._deliver_batch(store, state, writer, known_queues)
+                dirty = dirty or n > 0
+                more_now = more_now or more
+            writer.flush()
+            if dirty and (time.monotonic() - last_publish) * 1000 >= self.flush_interval_ms:
+                publisher.publish(writer.end_offset, self.offset_table)
+                yield Persisted(writer.end_offset, dict(self.offset_table))
+                last_publish = time.monotonic()
+                dirty = False
+            if self._stopping:
+                break
+            if more_now:
+                continue
+            drained = all(s.pending == 0 for s in self.states.values())
+            if self.mode == "once":
+                return "nothing more is due"
+            if self.mode == "until-empty" and drained:
+                return "every level is drained"
+            next_due = min((s.nextDueTimestamp for s in self.states.values() if s.nextDueTimestamp is not None),
+                           default=None)
+            if self.fixed_clock and self.mode == "until-empty":
+                # A fixed clock never reaches the next deliver time.
+                return "nothing more is due at the fixed time"
+            wait_s = None
+            if next_due is not None and not self.fixed_clock:
+                wait_s = self._seconds_until(next_due)
+            if dirty:
+                remaining = self.flush_interval_ms / 1000 - (time.monotonic() - last_publish)
+                wait_s = remaining if wait_s is None else min(wait_s, remaining)
+            yield Sleeping(next_due)
+            self._waker.wait(None if wait_s is None else max(wait_s, 0.0))
+        return "stopped by a signal"
+
+    def _seconds_until(self, timestamp_ms: int) -> float:
+        if self.clock is wall_clock_ms:
+            # Wake at the exact millisecond boundary the unit becomes due, not a poll later.
+            return (timestamp_ms * 1_000_000 - time.time_ns()) / 1e9
+        return (timestamp_ms - self.clock()) / 1000
+
+    def _due_prefix(self, store: Store, state: LevelState, units: np.ndarray) -> tuple[int, np.ndarray, int]:
+        now = self.clock()
+        tags = units["tagsCode"]
+        times = corrected_deliver_times(tags, now, state.delayMs)
+        ext = tags <= CQ_EXT_MAX_ADDR
+        if ext.any():
+            # No ConsumeQueueExt here: the broker's fallback is store time + the level's delay.
+            for i in np.flatnonzero(ext):
+                try:
+                    msg = store.commitlog.read_message(int(units["commitLogOffset"][i]), int(units["size"][i]))
+                    times[i] = msg.storeTimestamp + state.delayMs
+                except StoreError:
+                    times[i] = now
+        late = np.flatnonzero(times > now)
+        n_due = int(late[0]) if len(late) else len(units)
+        return n_due, times, now
+
+    def _deliver_batch(self, store: Store, state: LevelState, writer: StoreWriter,
+                       known_queues: set[tuple[str, int]]) -> Iterator[Event]:
+        start = state.offset
+        if start >= state.maxOffset:
+            state.nextDueTimestamp = None
+            return 0, False
+        units = store.schedule_queue(state.level).units(start, min(start + self.batch_size, state.maxOffset))
+        n_due, times, _ = self._due_prefix(store, state, units)
+        offsets_py = units["commitLogOffset"][:n_due].tolist()
+        sizes_py = units["size"][:n_due].tolist()
+        times_py = times[:n_due].tolist()
+        level = state.level
+        table = self.offset_table
+        for i in range(n_due):
+            cl_offset = offsets_py[i]
+            msg, new, reason = restore_unit(store, cl_offset, sizes_py[i])
+            offset = start + i
+            if reason is not None:
+                state.offset = table[level] = offset + 1
+                state.skipped += 1
+                self.skipped += 1
+                yield Skipped(level, offset, cl_offset, reason)
+                continue
+            key = (new.topic, new.queueId)
+            if key not in known_queues:
+                known_queues.add(key)
+                yield QueueCreated(new.topic, new.queueId, level, offset)
+            result = writer.put(new)
+            state.offset = table[level] = offset + 1
+            state.delivered += 1
+            self.delivered += 1
+            lateness = result.storeTimestamp - times_py[i]
+            state.record_lateness(lateness)
+            yield Delivered(level, offset, cl_offset, msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+                            result.topic, result.queueId, result.queueOffset, result.commitLogOffset,
+                            result.msgId, times_py[i], result.storeTimestamp, lateness)
+            if self._stopping:
+                state.nextDueTimestamp = None
+                return n_due, False
+        state.nextDueTimestamp = int(times[n_due]) if n_due < len(units) else None
+        more = n_due == len(units) and state.offset < state.maxOffset
+        return n_due, more
+
+    def _dry_run(self) -> Iterator[Event]:
+        """What a --once run would deliver now; reads only, takes no lock."""
+        with Store(self.store_path) as store:
+            yield from self._setup(store)
+            for level in self.levels:
+                state = self.states[level]
+                while state.offset < state.maxOffset and not self._stopping:
+                    start = state.offset
+                    units = store.schedule_queue(level).units(start, min(start + self.batch_size, state.maxOffset))
+                    n_due, times, now = self._due_prefix(store, state, units)
+                    for i in range(n_due):
+                        u = units[i]
+                        cl_offset = int(u["commitLogOffset"])
+                        msg, new, reason = restore_unit(store, cl_offset, int(u["size"]))
+                        if reason is not None:
+                            state.skipped += 1
+                            self.skipped += 1
+                            yield Skipped(level, start + i, cl_offset, reason)
+                            continue
+                        state.delivered += 1
+                        self.delivered += 1
+                        yield Delivered(level, start + i, cl_offset,
+                                        msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+                                        new.topic, new.queueId, None, None, None, int(times[i]), now,
+                                        now - int(times[i]), dryRun=True)
+                    state.offset = start + n_due
+                    if n_due < len(units):
+                        state.nextDueTimestamp = int(times[n_due])
+                        break
+            yield Stopped("dry run", self.delivered, self.skipped, dict(self.offset_table))
