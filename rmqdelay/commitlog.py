@@ -132,5 +132,8 @@ class CommitLog:
             start = hint
         end = start
         for record in self.records(start, include_blanks=True):
-            end = record.physicalOffset + (record.totalSize if isinstance(record, Blank) else record.storeSize)
+            if isinstance(record, Blank):
+                end = record.physicalOffset + record.totalSize
+            else:
+                end = record.commitLogOffset + record.storeSize
         return end
