@@ -39,9 +39,10 @@ def list_mapped_files(directory: Path) -> list[MappedFile]:
         files.append(MappedFile(Path(entry.path), int(entry.name), entry.stat().st_size))
     for prev, cur in zip(files, files[1:]):
         if prev.end != cur.start:
-            raise StoreError(cur.path, None,
-                             f"a file starting at offset {prev.end}, right after {prev.path.name} "
-                             f"({prev.size} bytes); found one starting at {cur.start}")
+            # Name the file whose size is off (truncated or grown), at the byte where it ends.
+            raise StoreError(prev.path, prev.size,
+                             f"a file of {cur.start - prev.start} bytes, reaching the next file "
+                             f"{cur.path.name}; found {prev.size} bytes (truncated?)")
     return files
 
 
