@@ -27,6 +27,7 @@ app = typer.Typer(help="Read-only views of a broker store.", no_args_is_help=Tru
 StoreArg = typer.Argument(..., help="The broker store directory (storePathRootDir).", show_default=False)
 JsonOpt = typer.Option(False, "--json", help="One JSON object per line, for scripts.")
 
+_MAX_PROBLEM_LINES = 200  # on a terminal; --json lists every problem
 _MSGID = re.compile(r"^[0-9A-Fa-f]{32}$|^[0-9A-Fa-f]{56}$")
 
 
@@ -236,8 +237,10 @@ def _verify(store_dir: Path, json_out: bool) -> None:
                     emit_json(problem.as_json())
                 problems.append(problem)
     if not json_out:
-        for problem in problems:
+        for problem in problems[:_MAX_PROBLEM_LINES]:
             console.print(Text(f"{problem.kind}: {problem}"), soft_wrap=True)
+        if len(problems) > _MAX_PROBLEM_LINES:
+            console.print(Text(f"... and {len(problems) - _MAX_PROBLEM_LINES} more (--json lists them all)"))
         summary = (f"checked {counts.files} commit log file(s), {counts.messages} message(s), "
                    f"{counts.queues} consume queue(s), {counts.units} unit(s): ")
         summary += f"{len(problems)} problem(s)" if problems else "no problems"
@@ -337,7 +340,7 @@ def inspect_delay(
         return
     console.print(Text(f"SCHEDULE_TOPIC_XXXX at {format_time_ms(now_ms)}", style="bold"))
     table = Table(show_edge=False, header_style="bold")
-    for name in ("level", "delay", "offset", "maxOffset", "pending", "dueNow", "oldest due", "due"):
+    for name in ("level", "delay", "offset", "maxOffset", "pending", "dueNow", "head due at", "due"):
         table.add_column(name, justify="right", no_wrap=True)
     for s in statuses:
         # The head unit: its deliver time, already due (oldest due) or not yet (next due).

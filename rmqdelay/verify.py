@@ -126,9 +126,7 @@ def iter_problems(store: Store, advance: Advance | None = None,
     end = store.commitlog.min_offset
     files = store.commitlog.files
     for index, mf in enumerate(files):
-        file_end = yield from _check_file(mf, index == len(files) - 1, messages)
-        if file_end is not None:
-            end = file_end
+        end = yield from _check_file(mf, index == len(files) - 1, messages)
         advance(mf.size)
         counts.files += 1
     counts.messages = len(messages.offsets)
@@ -141,7 +139,8 @@ def verify_store(store: Store, advance: Advance | None = None,
 
 
 def _check_file(mf: MappedFile, last: bool, messages: _Messages) -> Iterator[Problem]:
-    """The records of one commit log file; returns the physical offset where its data ends."""
+    """The records of one commit log file; returns the physical offset where its readable
+    data ends (the file's end when it closes with a BLANK)."""
     name = str(mf.path)
     if mf.size == 0:
         return mf.start
@@ -151,7 +150,7 @@ def _check_file(mf: MappedFile, last: bool, messages: _Messages) -> Iterator[Pro
     except OSError as exc:
         yield Problem(UNREADABLE, name, None, f"a readable file ({exc.strerror})")
         messages.skipped.append((mf.start, mf.end))
-        return None
+        return mf.start
     with buf:
         view = memoryview(buf)
         try:
@@ -187,23 +186,21 @@ def _walk(view: memoryview, mf: MappedFile, last: bool, messages: _Messages) -> 
                 yield Problem(BLANK, name, pos, f"a BLANK record filling the rest of the file "
                                                 f"({size - pos} bytes), found totalSize {total}", physical)
                 messages.skipped.append((physical, mf.end))
-            elif last:
-                # The broker starts a new file after a BLANK; none exists, which is fine.
-                return mf.end
-            return None
+                return physical
+            return mf.end
         try:
             check_message_bounds(view, pos, size)
         except FormatError as exc:
             kind = SIZE if exc.offset == pos else MAGIC
             yield Problem(kind, name, exc.offset, exc.expected, physical)
             messages.skipped.append((physical, mf.end))
-            return None
+            return physical
         try:
             msg = decode_message(view, pos, size)
         except FormatError as exc:
             yield Problem(SIZE, name, exc.offset, exc.expected, physical)
             messages.skipped.append((physical, mf.end))
-            return None
+            return physical
         if msg.commitLogOffset != physical:
             yield Problem(PHYSICAL_OFFSET, name, pos + 28,
                           f"physicalOffset {physical} (where the record is), found {msg.commitLogOffset}", physical)
@@ -278,6 +275,18 @@ def _check_units(cq, lo: int, units: np.ndarray, cols: _Columns, key: int | None
     # Pre-blank units stand for nothing; units below the log's first file point at data the
     # broker has already deleted.
     live = (size != CQ_PRE_BLANK_SIZE) & (phys >= log_start)
+    # A unit into a part of the log already reported as unreadable is one problem per part,
+    # not one per unit.
+    where = f"{cq.topic}/{cq.queue_id}"
+    for start, stop in cols.skipped:
+        inside = live & (phys >= start) & (phys < stop)
+        if inside.any():
+            live &= ~inside
+            first = int(np.flatnonzero(inside)[0])
+            path, byte = _unit_location(cq, int(logical[first]))
+            yield Problem(CQ_UNREADABLE, path, byte,
+                          f"{int(inside.sum())} unit(s) of {where} from unit {int(logical[first])} pointing at "
+                          f"messages in [{start}, {stop}) of the commit log, which could not be read", int(phys[first]))
     past = live & (phys + size > end)
     n_msgs = len(cols.offsets)
     idx = np.minimum(np.searchsorted(cols.offsets, phys), max(n_msgs - 1, 0))
@@ -290,18 +299,6 @@ def _check_units(cq, lo: int, units: np.ndarray, cols: _Columns, key: int | None
     else:
         found = bad_size = bad_queue = bad_qoff = np.zeros(len(units), dtype=bool)
     missing = live & ~past & ~found
-    where = f"{cq.topic}/{cq.queue_id}"
-    # A unit into a part of the log already reported as unreadable is one problem per part,
-    # not one per unit.
-    for start, stop in cols.skipped:
-        inside = missing & (phys >= start) & (phys < stop)
-        if inside.any():
-            missing &= ~inside
-            first = int(np.flatnonzero(inside)[0])
-            path, byte = _unit_location(cq, int(logical[first]))
-            yield Problem(CQ_UNREADABLE, path, byte,
-                          f"{int(inside.sum())} unit(s) of {where} from unit {int(logical[first])} pointing at "
-                          f"messages in [{start}, {stop}) of the commit log, which could not be read", int(phys[first]))
     for row in np.flatnonzero(past | missing | bad_size | bad_queue | bad_qoff):
         p, s, n, m = int(phys[row]), int(size[row]), int(logical[row]), int(idx[row])
         path, byte = _unit_location(cq, n)
