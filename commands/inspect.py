@@ -244,7 +244,7 @@ def _verify(store_dir: Path, json_out: bool) -> None:
         summary = (f"checked {counts.files} commit log file(s), {counts.messages} message(s), "
                    f"{counts.queues} consume queue(s), {counts.units} unit(s): ")
         summary += f"{len(problems)} problem(s)" if problems else "no problems"
-        console.print(Text(summary, style="bold red" if problems else "bold green"))
+        console.print(Text(summary, style="bold red" if problems else "bold green"), soft_wrap=True)
     if problems:
         _exit_problems()
 
