@@ -273,29 +273,38 @@ def _replay(store: Store, delay_levels: dict[int, int], offsets: dict[int, int],
                 return counts, Notice("replay", f"commit log offset {position}: body CRC mismatch; "
                                                 f"replay stopped there")
             level_text = record.properties.get(PROPERTY_DELAY_TIME_LEVEL)
-            level = int(level_text) if level_text and level_text.isdigit() else None
-            if level not in delay_levels:
-                return counts, Notice("replay", f"commit log offset {position}: a {record.topic} record that "
-                                                f"is not a delivery of a delay level; replay stopped there")
-            matched = False
-            cq = store.schedule_queue(level)
-            offset = offsets[level]
-            while offset < maxes[level]:
-                unit = cq.unit(offset)
-                _, new, reason = restore_unit(store, unit.commitLogOffset, unit.size)
-                if reason is not None:
-                    offset += 1  # skipped the same way by the run that wrote the log
-                    continue
-                matched = _same_delivery(record, new)
-                break
-            if not matched:
-                return counts, Notice("replay", f"commit log offset {position}: a delivery that is not the "
-                                                f"next unit of level {level}; replay stopped there", level)
+            named = int(level_text) if level_text and level_text.isdigit() else None
+            # DELAY names the level (the 4.9.4 quirk keeps it); a hand-made schedule message
+            # may lack it or disagree with its queue, so the other levels are tried too.
+            candidates = ([named] if named in delay_levels else []) + [l for l in delay_levels if l != named]
+            found = None
+            for level in candidates:
+                offset = _next_delivery_matching(store, level, offsets[level], maxes[level], record)
+                if offset is not None:
+                    found = level
+                    break
+            if found is None:
+                return counts, Notice("replay", f"commit log offset {position}: a {record.topic} record that is "
+                                                f"not the next delivery of any level; replay stopped there")
+            level = found
             offsets[level] = offset + 1
             counts[level] = counts.get(level, 0) + 1
     except StoreError as exc:
         return counts, Notice("replay", f"replay stopped at an unreadable record: {exc}")
     return counts, None
+
+
+def _next_delivery_matching(store: Store, level: int, offset: int, max_offset: int, record: Message) -> int | None:
+    """The offset of the unit of ``level`` that ``record`` delivered, when it is the next
+    one to deliver (after units the scheduler skips), else None."""
+    cq = store.schedule_queue(level)
+    while offset < max_offset:
+        unit = cq.unit(offset)
+        _, new, reason = restore_unit(store, unit.commitLogOffset, unit.size)
+        if reason is None:
+            return offset if _same_delivery(record, new) else None
+        offset += 1  # skipped the same way by the run that wrote the log
+    return None
 
 
 # -- waking up -----------------------------------------------------------------------------

@@ -483,15 +483,23 @@ class StoreWriter:
                 start += len(chunk)
                 view = view[len(chunk):]
         if self._pending_units:
-            runs: dict[tuple[str, int], list[tuple[int, bytes]]] = {}
+            # Units are written in commit log order (consecutive units of one queue in one
+            # write), so a kill -9 part way leaves dispatched a prefix of the records, which
+            # is what recovery's scan start (the highest unit's message end) assumes.
+            runs: list[tuple[tuple[str, int], int, list[bytes]]] = []
             for topic, qid, qoff, unit in self._pending_units:
-                runs.setdefault((topic, qid), []).append((qoff, unit))
+                if runs and runs[-1][0] == (topic, qid):
+                    runs[-1][2].append(unit)
+                else:
+                    runs.append(((topic, qid), qoff, [unit]))
             self._pending_units.clear()
-            for (topic, qid), units in runs.items():
-                q = self._queue(topic, qid)
-                first = units[0][0]
-                q.write(first, b"".join(u for _, u in units))
-                if self.sync:
+            touched = {}
+            for key, first, units in runs:
+                q = touched.get(key) or self._queue(*key)
+                touched[key] = q
+                q.write(first, b"".join(units))
+            if self.sync:
+                for q in touched.values():
                     q.sync()
             self._write_checkpoint()
 
