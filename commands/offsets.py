@@ -125,12 +125,12 @@ def reset(
         with Store(store) as s:
             recovery = exact_offsets(s, table_levels)
             for notice in recovery.notices:
-                err_console.print(f"{notice.kind}: {notice.message}", markup=False, highlight=False)
+                err_console.print(f"{notice.kind}: {notice.message}", markup=False, highlight=False, soft_wrap=True)
             plan = plan_reset(s, recovery.offsets, chosen, target, now_ms)
             end = s.end_offset()
         for row in plan:
             if row.warning:
-                err_console.print(f"warning: {row.warning}", markup=False, highlight=False)
+                err_console.print(f"warning: {row.warning}", markup=False, highlight=False, soft_wrap=True)
         if execute:
             new_table = dict(recovery.table)
             new_table.update({row.level: row.after for row in plan})

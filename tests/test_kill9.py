@@ -1,0 +1,28 @@
+"""SIGKILL `rmqdelay run` at random points while it drains a store: afterwards every delay
+message is delivered exactly once, no record is torn, every consume queue unit is valid.
+The full count (>= 200 kills) is benchmarks/kill9_soak.py; CI runs fewer."""
+
+import random
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+from kill9_soak import add_messages, check_store, finish, kill_cycles  # noqa: E402
+
+KILLS = 20
+
+
+def test_kill_9_at_random_points_delivers_every_message_exactly_once(tmp_path):
+    rng = random.Random(20261122)
+    path = tmp_path / "store"
+    add_messages(path, 2500, rng, 0, create=True)
+    with_rollovers = len(list((path / "commitlog").iterdir()))
+    assert with_rollovers > 10
+    soak = kill_cycles(path, KILLS, rng, work=tmp_path)
+    assert soak.killed_mid_delivery >= KILLS // 2
+    finish(path)
+    check = check_store(path)
+    assert check.problems == []
+    assert check.delivered == check.scheduled == 2500 + soak.added
+    assert len(list((path / "commitlog").iterdir())) > with_rollovers
