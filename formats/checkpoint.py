@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from construct import Int64sb, Struct
 
+from .errors import FormatError
+
 CHECKPOINT = Struct(
     "physicMsgTimestamp" / Int64sb,
     "logicsMsgTimestamp" / Int64sb,
@@ -28,6 +30,8 @@ class Checkpoint:
 
 
 def parse_checkpoint(data: bytes) -> Checkpoint:
+    if len(data) < CHECKPOINT.sizeof():
+        raise FormatError(len(data), f"{CHECKPOINT.sizeof()} bytes of checkpoint timestamps, found {len(data)}")
     parsed = CHECKPOINT.parse(data)
     return Checkpoint(parsed.physicMsgTimestamp, parsed.logicsMsgTimestamp, parsed.indexMsgTimestamp)
 

@@ -66,6 +66,16 @@ MESSAGE = Struct(
 BLANK = Struct("totalSize" / Int32sb, "magicCode" / Const(BLANK_MAGIC_CODE, Int32sb))
 
 RECORD_HEAD = struct.Struct(">ii")
+
+
+def parse_blank(data) -> int:
+    """The totalSize of a BLANK record at the start of ``data``."""
+    if len(data) < 8:
+        raise FormatError(0, f"a BLANK record head of 8 bytes, found {len(data)}")
+    total, magic = RECORD_HEAD.unpack_from(data, 0)
+    if magic != BLANK_MAGIC_CODE:
+        raise FormatError(4, f"the BLANK magic code 0xCBD43194, found 0x{magic & 0xFFFFFFFF:08X}")
+    return total
 # totalSize .. bornTimestamp: the fixed part before the first host.
 _FIXED_HEAD = struct.Struct(">iiiiiqqiq")
 _FIXED_MID = struct.Struct(">qi")  # port is read with the address; storeTimestamp
@@ -229,6 +239,10 @@ def decode_message(buf, pos: int, limit: int) -> Message:
     end = pos + total
     (_, magic, crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
      born_ts) = _FIXED_HEAD.unpack_from(buf, pos)
+    # IPv6 hosts make the fixed part longer than MIN_MESSAGE_SIZE: it must fit the record.
+    fixed = message_size(sys_flag, 0, 0, 0, magic)
+    if total < fixed:
+        raise FormatError(pos, f"a totalSize of at least {fixed} for sysFlag 0x{sys_flag & 0xFFFFFFFF:X}, found {total}")
     p = pos + 48
     alen = 16 if sys_flag & BORNHOST_V6_FLAG else 4
     born_addr = bytes(buf[p:p + alen])

@@ -8,6 +8,7 @@ import numpy as np
 from construct import Int32sb, Int64sb, Struct
 
 from .constants import CQ_PRE_BLANK_SIZE, CQ_STORE_UNIT_SIZE
+from .errors import FormatError
 
 CQ_UNIT = Struct(
     "commitLogOffset" / Int64sb,
@@ -50,6 +51,8 @@ def is_ext_address(tags_code: int) -> bool:
 
 
 def parse_unit(data: bytes) -> CqUnit:
+    if len(data) < CQ_STORE_UNIT_SIZE:
+        raise FormatError(0, f"a consume queue unit of {CQ_STORE_UNIT_SIZE} bytes, found {len(data)}")
     parsed = CQ_UNIT.parse(data)
     return CqUnit(parsed.commitLogOffset, parsed.size, parsed.tagsCode)
 

@@ -26,10 +26,20 @@ class DelayOffsets:
     dataVersion: DataVersion | None = None  # None: the 4.x form
 
 
+# Deeper nesting than this is no delayOffset.json; refusing it keeps recursion bounded.
+_MAX_DEPTH = 64
+
+
+def _is_digit(ch: str) -> bool:
+    # str.isdigit() is true for '²' and other digits int() refuses.
+    return "0" <= ch <= "9" and len(ch) == 1
+
+
 class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
         self.pos = 0
+        self.depth = 0
 
     def fail(self, expected: str) -> FormatError:
         # Report the byte offset, not the character index.
@@ -49,6 +59,15 @@ class _Parser:
         self.pos += 1
 
     def value(self):
+        self.depth += 1
+        try:
+            if self.depth > _MAX_DEPTH:
+                raise self.fail(f"JSON nested at most {_MAX_DEPTH} deep")
+            return self._value()
+        finally:
+            self.depth -= 1
+
+    def _value(self):
         ch = self.peek()
         if ch == "{":
             return self.obj()
@@ -67,7 +86,7 @@ class _Parser:
                 return items
         if ch == '"':
             return self.string()
-        if ch == "-" or ch.isdigit():
+        if ch == "-" or _is_digit(ch):
             return self.number()
         for word, val in (("true", True), ("false", False), ("null", None)):
             if self.text.startswith(word, self.pos):
@@ -100,7 +119,7 @@ class _Parser:
         start = self.pos
         if self.text[self.pos] == "-":
             self.pos += 1
-        while self.pos < len(self.text) and self.text[self.pos].isdigit():
+        while self.pos < len(self.text) and _is_digit(self.text[self.pos]):
             self.pos += 1
         if self.pos < len(self.text) and self.text[self.pos] in ".eE":
             raise self.fail("an integer")
@@ -119,7 +138,7 @@ class _Parser:
         while True:
             ch = self.peek()
             # fastjson writes non-string map keys bare: {1:83,2:83}
-            key = self.string() if ch == '"' else self.number() if (ch == "-" or ch.isdigit()) else None
+            key = self.string() if ch == '"' else self.number() if (ch == "-" or _is_digit(ch)) else None
             if key is None:
                 raise self.fail("an object key")
             self.expect(":")
