@@ -67,6 +67,15 @@ BLANK = Struct("totalSize" / Int32sb, "magicCode" / Const(BLANK_MAGIC_CODE, Int3
 
 RECORD_HEAD = struct.Struct(">ii")
 
+# totalSize .. bornTimestamp: the fixed part before the first host.
+_FIXED_HEAD = struct.Struct(">iiiiiqqiq")
+_FIXED_MID = struct.Struct(">qi")  # port is read with the address; storeTimestamp
+_INT = struct.Struct(">i")
+_QI = struct.Struct(">q")
+_SHORT = struct.Struct(">h")
+_BYTE = struct.Struct(">b")
+MIN_MESSAGE_SIZE = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + 1 + 2
+
 
 def parse_blank(data) -> int:
     """The totalSize of a BLANK record at the start of ``data``."""
@@ -76,14 +85,6 @@ def parse_blank(data) -> int:
     if magic != BLANK_MAGIC_CODE:
         raise FormatError(4, f"the BLANK magic code 0xCBD43194, found 0x{magic & 0xFFFFFFFF:08X}")
     return total
-# totalSize .. bornTimestamp: the fixed part before the first host.
-_FIXED_HEAD = struct.Struct(">iiiiiqqiq")
-_FIXED_MID = struct.Struct(">qi")  # port is read with the address; storeTimestamp
-_INT = struct.Struct(">i")
-_QI = struct.Struct(">q")
-_SHORT = struct.Struct(">h")
-_BYTE = struct.Struct(">b")
-MIN_MESSAGE_SIZE = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + 1 + 2
 
 
 def body_crc(body: bytes) -> int:
