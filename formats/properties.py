@@ -4,6 +4,8 @@ The broker keeps properties in a java.util.HashMap and writes them in its iterat
 order, so rebuilding a record byte for byte needs that order too (``java_order``).
 """
 
+from functools import lru_cache
+
 from .javahash import java_string_hash
 
 NAME_VALUE_SEPARATOR = "\x01"
@@ -47,11 +49,16 @@ def java_order(properties: dict[str, str]) -> dict[str, str]:
     A bucket keeps insertion order across resizes, so the order is (bucket, insertion).
     Buckets long enough to become trees (8+ colliding keys) are not modelled.
     """
-    capacity = _hashmap_capacity(len(properties))
+    return {k: properties[k] for k in _java_key_order(tuple(properties))}
+
+
+@lru_cache(maxsize=4096)
+def _java_key_order(keys: tuple[str, ...]) -> tuple[str, ...]:
+    # The order depends on the keys alone, and messages repeat the same few key sets.
+    capacity = _hashmap_capacity(len(keys))
 
     def bucket(key: str) -> int:
         h = java_string_hash(key) & 0xFFFFFFFF
         return (h ^ (h >> 16)) & (capacity - 1)
 
-    keys = sorted(enumerate(properties), key=lambda item: (bucket(item[1]), item[0]))
-    return {k: properties[k] for _, k in keys}
+    return tuple(k for _, k in sorted(enumerate(keys), key=lambda item: (bucket(item[1]), item[0])))

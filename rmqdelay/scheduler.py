@@ -400,8 +400,11 @@ class Scheduler:
         return recovery
 
     def _run(self) -> Iterator[Event]:
+        # Each pass writes its deliveries to the files at once (page cache, visible to any
+        # reader); they are fsynced right before offsets are published, which is all that
+        # exactly-once needs: deliveries lost with unpublished offsets are delivered again.
         with StoreWriter(self.store_path, delay_levels=self.delay_levels, clock=self.clock,
-                         sync=self.sync) as writer:
+                         sync=False) as writer:
             if writer.recovery.changed:
                 r = writer.recovery
                 yield Notice("recovery", f"recovered the commit log tail: valid up to {r.valid_end}, "
@@ -412,19 +415,26 @@ class Scheduler:
                 recovery = yield from self._setup(store)
                 publisher = OffsetPublisher(self.store_path, recovery.published, recovery.dataVersion)
                 # Publish at once: from here on every delivery is after a known, exact point.
-                publisher.publish(writer.end_offset, self.offset_table)
+                self._publish(writer, publisher)
                 yield Persisted(writer.end_offset, dict(self.offset_table))
                 known_queues = {(t, q) for t, ids in store.topics().items() for q in ids}
                 reason = "stopped"
                 try:
                     reason = yield from self._loop(store, writer, publisher, known_queues)
                 finally:
-                    writer.flush()
-                    publisher.publish(writer.end_offset, self.offset_table)
+                    self._publish(writer, publisher)
                 yield Persisted(writer.end_offset, dict(self.offset_table))
                 yield Stopped(reason, self.delivered, self.skipped, dict(self.offset_table))
             finally:
                 store.close()
+
+    def _publish(self, writer: StoreWriter, publisher: OffsetPublisher) -> None:
+        """Write, flush, then publish: the offsets name only deliveries already on disk."""
+        if self.sync:
+            writer.sync_to_disk()
+        else:
+            writer.flush()
+        publisher.publish(writer.end_offset, self.offset_table)
 
     def _loop(self, store: Store, writer: StoreWriter, publisher: OffsetPublisher,
               known_queues: set[tuple[str, int]]) -> Iterator[Event]:
@@ -441,7 +451,7 @@ class Scheduler:
                 more_now = more_now or more
             writer.flush()
             if dirty and (time.monotonic() - last_publish) * 1000 >= self.flush_interval_ms:
-                publisher.publish(writer.end_offset, self.offset_table)
+                self._publish(writer, publisher)
                 yield Persisted(writer.end_offset, dict(self.offset_table))
                 last_publish = time.monotonic()
                 dirty = False

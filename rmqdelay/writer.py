@@ -247,6 +247,7 @@ class StoreWriter:
             self._pending_bytes = 0
             self._pending_start = 0  # physical offset of the first pending byte
             self._pending_units: list[tuple[str, int, int, bytes]] = []
+            self._unsynced_files: set[int] = set()  # commit log files written with sync=False
             self._last_store_ts = 0
             cp = store.checkpoint()
             self._checkpoint = cp or Checkpoint(0, 0, 0)
@@ -480,6 +481,8 @@ class StoreWriter:
                 os.pwrite(fd, chunk, start - file_start)
                 if self.sync:
                     os.fsync(fd)
+                else:
+                    self._unsynced_files.add(file_start)
                 start += len(chunk)
                 view = view[len(chunk):]
         if self._pending_units:
@@ -502,6 +505,25 @@ class StoreWriter:
                 for q in touched.values():
                     q.sync()
             self._write_checkpoint()
+
+    def sync_to_disk(self) -> None:
+        """fsync what flush() wrote with sync=False (commit log, then queues, then the
+        checkpoint): after this, everything flushed so far survives a power loss."""
+        self.flush()
+        for file_start in sorted(self._unsynced_files):
+            if file_start == self._cl_file_start and self._cl_fd is not None:
+                os.fsync(self._cl_fd)
+            else:
+                fd = os.open(self.path / "commitlog" / f"{file_start:020d}", os.O_RDWR)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        self._unsynced_files.clear()
+        for q in self._queues.values():
+            q.sync()
+        if self._cp_fd is not None:
+            os.fsync(self._cp_fd)
 
     def _commitlog_fd(self, file_start: int) -> int:
         if self._cl_file_start != file_start:
