@@ -31,10 +31,6 @@ _MAX_PROBLEM_LINES = 200  # on a terminal; --json lists every problem
 _MSGID = re.compile(r"^[0-9A-Fa-f]{32}$|^[0-9A-Fa-f]{56}$")
 
 
-def _open(path: Path) -> Store:
-    return Store(path)
-
-
 def _exit_problems() -> None:
     raise typer.Exit(EXIT_PROBLEMS)
 
@@ -44,7 +40,7 @@ def _exit_problems() -> None:
 @app.command("store")
 def inspect_store(store_dir: Path = StoreArg, json_out: bool = JsonOpt) -> None:
     """One screen: commit log files, offsets, queues, lock and abort state, checkpoint, delay offsets."""
-    with _open(store_dir) as store:
+    with Store(store_dir) as store:
         files = [{"file": mf.path.name, "size": mf.size} for mf in store.commitlog.files]
         queues = list(store.queue_infos())
         max_offset = store.end_offset()
@@ -143,7 +139,7 @@ def inspect_cq(
         raise UsageError(f"--from: a logical offset >= 0, found {start}")
     now_ms = parse_time_ms(now) if now else time.time_ns() // 1_000_000
     schedule = topic == RMQ_SYS_SCHEDULE_TOPIC
-    with _open(store_dir) as store:
+    with Store(store_dir) as store:
         if not store.has_queue(topic, queue):
             known = store.topics().get(topic)
             have = f"queues {known}" if known else "no such topic"
@@ -201,7 +197,7 @@ def inspect_commitlog(
         validate_topic(topic)
     if limit is not None and limit < 0:
         raise UsageError(f"--limit: a count >= 0, found {limit}")
-    with _open(store_dir) as store:
+    with Store(store_dir) as store:
         log = store.commitlog
         first = log.min_offset if start is None else start
         if start is not None and log.file_index(start) < 0:
@@ -228,7 +224,7 @@ def inspect_commitlog(
 
 
 def _verify(store_dir: Path, json_out: bool) -> None:
-    with _open(store_dir) as store:
+    with Store(store_dir) as store:
         counts = VerifyCounts()
         problems = []
         with progress("verifying store", verify_total(store)) as advance:
@@ -267,7 +263,7 @@ def inspect_message(
         raise UsageError("give either OFFSET | MSGID or --key K")
     if topic is not None:
         validate_topic(topic)
-    with _open(store_dir) as store:
+    with Store(store_dir) as store:
         if key is not None:
             found = []
             log = store.commitlog
@@ -332,7 +328,7 @@ def inspect_delay(
     else:
         levels = parse_delay_levels(delay_levels) if delay_levels is not None else parse_delay_levels()
     now_ms = parse_time_ms(now) if now else time.time_ns() // 1_000_000
-    with _open(store_dir) as store:
+    with Store(store_dir) as store:
         statuses = level_statuses(store, levels, now_ms)
     if json_out:
         for status in statuses:

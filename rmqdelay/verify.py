@@ -13,7 +13,6 @@ import mmap
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
