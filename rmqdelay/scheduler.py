@@ -55,7 +55,7 @@ LATENCY_WINDOW = 1 << 16  # lateness samples kept per level for p50/p99
 
 
 # -- events ------------------------------------------------------------------------------
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)  # not frozen: built once per message, and frozen init is slower
 class Delivered:
     level: int
     offset: int  # the unit's offset in the schedule queue
@@ -145,9 +145,14 @@ class LevelState:
     def pending(self) -> int:
         return max(self.maxOffset - self.offset, 0)
 
-    def record_lateness(self, ms: int) -> None:
-        self._lateness[self._samples % LATENCY_WINDOW] = ms
-        self._samples += 1
+    def record_lateness(self, values: list[int]) -> None:
+        for start in range(0, len(values), LATENCY_WINDOW):
+            chunk = values[start:start + LATENCY_WINDOW]
+            pos = self._samples % LATENCY_WINDOW
+            first = min(len(chunk), LATENCY_WINDOW - pos)
+            self._lateness[pos:pos + first] = chunk[:first]
+            self._lateness[:len(chunk) - first] = chunk[first:]
+            self._samples += len(chunk)
 
     def lateness_percentiles(self) -> tuple[float, float, int] | None:
         """p50, p99 and max of the recent lateness samples (ms)."""
@@ -513,9 +518,25 @@ class Scheduler:
         offsets_py = units["commitLogOffset"][:n_due].tolist()
         sizes_py = units["size"][:n_due].tolist()
         times_py = times[:n_due].tolist()
+        lateness_batch: list[int] = []
+        try:
+            yield from self._deliver_units(store, state, writer, known_queues, start, offsets_py, sizes_py,
+                                           times_py, lateness_batch)
+        finally:
+            state.record_lateness(lateness_batch)
+        if self._stopping and state.offset < start + n_due:
+            state.nextDueTimestamp = None
+            return state.offset - start, False
+        state.nextDueTimestamp = int(times[n_due]) if n_due < len(units) else None
+        more = n_due == len(units) and state.offset < state.maxOffset
+        return n_due, more
+
+    def _deliver_units(self, store: Store, state: LevelState, writer: StoreWriter,
+                       known_queues: set[tuple[str, int]], start: int, offsets_py: list[int],
+                       sizes_py: list[int], times_py: list[int], lateness_batch: list[int]) -> Iterator[Event]:
         level = state.level
         table = self.offset_table
-        for i in range(n_due):
+        for i in range(len(offsets_py)):
             cl_offset = offsets_py[i]
             msg, new, reason = restore_unit(store, cl_offset, sizes_py[i])
             offset = start + i
@@ -534,16 +555,12 @@ class Scheduler:
             state.delivered += 1
             self.delivered += 1
             lateness = result.storeTimestamp - times_py[i]
-            state.record_lateness(lateness)
+            lateness_batch.append(lateness)
             yield Delivered(level, offset, cl_offset, msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
                             result.topic, result.queueId, result.queueOffset, result.commitLogOffset,
                             result.msgId, times_py[i], result.storeTimestamp, lateness)
             if self._stopping:
-                state.nextDueTimestamp = None
-                return n_due, False
-        state.nextDueTimestamp = int(times[n_due]) if n_due < len(units) else None
-        more = n_due == len(units) and state.offset < state.maxOffset
-        return n_due, more
+                return
 
     def _dry_run(self) -> Iterator[Event]:
         """What a --once run would deliver now; reads only, takes no lock."""
