@@ -1,0 +1,1 @@
+"""The PySpark side of rmqdelay: the store data source and the analysis jobs."""
