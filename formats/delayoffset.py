@@ -150,6 +150,18 @@ class _Parser:
             return result
 
 
+def parse_fastjson_object(text: str) -> dict:
+    """Any config file of the broker's fastjson dialect (consumerOffset.json, ...) as a dict;
+    integer map keys, written bare, come back as ints."""
+    parser = _Parser(text)
+    if parser.peek() != "{":
+        raise parser.fail("a JSON object ('{')")
+    doc = parser.obj()
+    if parser.peek() != "":
+        raise parser.fail("the end of the file after the closing '}'")
+    return doc
+
+
 def _int_value(value, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise FormatError(0, f"an integer for {what}, found {value!r}")

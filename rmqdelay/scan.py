@@ -1,0 +1,190 @@
+"""Column readers of a store for the analyses: commit log files as Arrow batches, schedule
+units, delay offsets and consumer offsets.
+
+Both analysis engines read through here (Spark calls ``scan_commitlog_file`` once per commit
+log file on its executors), so they see the same rows.
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from rmqdelay.formats.constants import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC
+from rmqdelay.formats.delayoffset import parse_fastjson_object
+from rmqdelay.formats.errors import FormatError
+from rmqdelay.formats.scan import DEFAULT_BATCH_ROWS, MESSAGE_SCHEMA, decode_records
+
+from .errors import StoreError
+from .store import Store
+
+__all__ = [
+    "MESSAGE_SCHEMA", "SCHEDULE_UNIT_SCHEMA", "Skipped", "scan_commitlog_file", "commitlog_files",
+    "schedule_units", "delay_offsets", "consumer_offsets", "retry_queue_max_offsets",
+]
+
+SCHEDULE_UNIT_SCHEMA = pa.schema([
+    pa.field("store", pa.string(), nullable=False),
+    pa.field("level", pa.int32(), nullable=False),
+    pa.field("queue_offset", pa.int64(), nullable=False),
+    pa.field("commitlog_offset", pa.int64(), nullable=False),
+    pa.field("size", pa.int32(), nullable=False),
+    pa.field("deliver_ms", pa.int64(), nullable=False),
+])
+
+# ConsumeQueue.fillPreBlank units stand for nothing.
+_PRE_BLANK_SIZE = 0x7FFFFFFF
+
+
+@dataclass
+class Skipped:
+    """What keep-going left out: the rest of one commit log file from a bad record on."""
+
+    store: str
+    file: str  # path of the file
+    offset: int  # byte in that file where the bad record starts
+    bytes: int  # end of that file - offset
+    reason: str
+
+
+def commitlog_files(store_path: Path | str) -> list[Path]:
+    """The commit log files of a store in offset order (sizes checked to be contiguous)."""
+    with Store(store_path) as store:
+        return [mf.path for mf in store.commitlog.files]
+
+
+def scan_commitlog_file(path: Path | str, store_name: str, *, keep_going: bool = False,
+                        skipped: list[Skipped] | None = None,
+                        batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """Every message record of one commit log file as ``MESSAGE_SCHEMA`` batches of at most
+    ``batch_rows`` rows.
+
+    The file is mapped, never read whole into Python objects. A bad record raises
+    ``StoreError(path, offset, expected)`` after the rows before it were yielded; with
+    ``keep_going`` the rest of the file is skipped instead and a ``Skipped`` is appended
+    to ``skipped``.
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, 2)
+            if size == 0:
+                return
+            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as exc:
+        if keep_going:
+            if skipped is not None:
+                skipped.append(Skipped(store_name, str(path), 0, _size_or_zero(path), f"a readable file ({exc.strerror})"))
+            return
+        raise StoreError(path, None, f"a readable file ({exc.strerror})") from None
+    try:
+        yield from decode_records(mapped, store=store_name, file=path.name, batch_rows=batch_rows)
+    except FormatError as exc:
+        if not keep_going:
+            raise StoreError(path, exc.offset, exc.expected) from None
+        if skipped is not None:
+            skipped.append(Skipped(store_name, str(path), exc.offset, size - exc.offset, exc.expected))
+    finally:
+        try:
+            mapped.close()
+        except BufferError:
+            pass  # a view is still alive somewhere; the map goes with it
+
+
+def _size_or_zero(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def schedule_units(store: Store, store_name: str) -> pa.Table:
+    """Every unit of ``SCHEDULE_TOPIC_XXXX/*``: level = queue id + 1, deliver_ms = tagsCode."""
+    parts = []
+    for queue_id in store.topics().get(RMQ_SYS_SCHEDULE_TOPIC, []):
+        cq = store.schedule_queue(queue_id + 1)
+        first = cq.min_offset
+        units = cq.units(first, cq.max_offset)
+        real = units["size"] != _PRE_BLANK_SIZE
+        n = len(units)
+        offsets = np.arange(first, first + n, dtype=np.int64)
+        parts.append(pa.table({
+            "store": pa.array([store_name] * int(real.sum()), type=pa.string()),
+            "level": pa.array(np.full(int(real.sum()), queue_id + 1, dtype=np.int32)),
+            "queue_offset": pa.array(offsets[real]),
+            "commitlog_offset": pa.array(units["commitLogOffset"][real].astype(np.int64)),
+            "size": pa.array(units["size"][real].astype(np.int32)),
+            "deliver_ms": pa.array(units["tagsCode"][real].astype(np.int64)),
+        }, schema=SCHEDULE_UNIT_SCHEMA))
+    if not parts:
+        return SCHEDULE_UNIT_SCHEMA.empty_table()
+    return pa.concat_tables(parts)
+
+
+def delay_offsets(store: Store) -> dict[int, int]:
+    """config/delayOffset.json (with the broker's .bak fallback); {} when there is none."""
+    offsets = store.delay_offsets()
+    return dict(offsets.offsetTable) if offsets is not None else {}
+
+
+def consumer_offsets(store: Store) -> dict[tuple[str, str], dict[int, int]]:
+    """config/consumerOffset.json's offsetTable as {(topic, group): {queue id: offset}}.
+
+    Read like ConfigManager.load: the .bak when the file is missing, empty or unparsable;
+    {} when neither exists.
+    """
+    main = store.config_dir / "consumerOffset.json"
+    error: StoreError | None = None
+    for path in (main, main.with_name(main.name + ".bak")):
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except FileNotFoundError:
+            continue
+        except (OSError, UnicodeDecodeError) as exc:
+            error = error or StoreError(path, None, f"readable UTF-8 text ({exc})")
+            continue
+        if not text.strip():
+            error = error or StoreError(path, 0, "a JSON object; the file is empty")
+            continue
+        try:
+            doc = parse_fastjson_object(text)
+            return _offset_table(doc)
+        except FormatError as exc:
+            error = error or StoreError(path, exc.offset, exc.expected)
+    if error is not None:
+        raise error
+    return {}
+
+
+def _offset_table(doc: dict) -> dict[tuple[str, str], dict[int, int]]:
+    table = doc.get("offsetTable", {})
+    if not isinstance(table, dict):
+        raise FormatError(0, 'an "offsetTable" object')
+    result: dict[tuple[str, str], dict[int, int]] = {}
+    for key, queues in table.items():
+        # ConsumerOffsetManager.TOPIC_GROUP_SEPARATOR
+        if not isinstance(key, str) or "@" not in key or not isinstance(queues, dict):
+            raise FormatError(0, f'"TOPIC@GROUP": {{queueId: offset}} entries, found {key!r}')
+        topic, _, group = key.rpartition("@")
+        entry: dict[int, int] = {}
+        for qid, offset in queues.items():
+            if isinstance(offset, bool) or not isinstance(offset, int):
+                raise FormatError(0, f"an integer offset for {key} queue {qid}, found {offset!r}")
+            entry[int(qid)] = offset
+        result[(topic, group)] = entry
+    return result
+
+
+def retry_queue_max_offsets(store: Store) -> dict[tuple[str, int], int]:
+    """{(%RETRY% topic, queue id): max offset} of the retry queues on disk."""
+    result = {}
+    for topic, ids in store.topics().items():
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            for qid in ids:
+                result[(topic, qid)] = store.consume_queue(topic, qid).max_offset
+    return result
