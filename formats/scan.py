@@ -188,7 +188,8 @@ def _join(mv: memoryview, starts: np.ndarray, ends: np.ndarray) -> bytes:
     return b"".join([mv[s:e] for s, e in zip(starts.tolist(), ends.tolist())])
 
 
-def _byte_ranges(views: _Views, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+def _byte_ranges(views: _Views, starts: np.ndarray, lengths: np.ndarray,
+                 valid: np.ndarray | None = None) -> pa.Array:
     """The byte ranges as a string array, copied out of the buffer by Arrow.
 
     Built as Arrow string views pointing into the buffer (no Python per record), then cast
@@ -196,13 +197,20 @@ def _byte_ranges(views: _Views, starts: np.ndarray, lengths: np.ndarray) -> pa.A
     2 GiB the ranges are joined in Python instead.
     """
     n = len(starts)
+    if valid is not None:
+        lengths = np.where(valid, lengths, 0)
     if len(views) >= 2**31:
         ends = starts + lengths
-        return _string_array(_join(memoryview(views._buf).cast("B"), starts, ends), _offsets(lengths))
+        return _string_array(_join(memoryview(views._buf).cast("B"), starts, ends), _offsets(lengths), valid)
     # A view: length int32, then either the bytes inline (length <= 12, zero padded) or
     # a 4-byte prefix, buffer index int32 and offset int32.
     raw = np.zeros((n, 16), dtype=np.uint8)
     raw[:, 4:16] = views.take("V12", starts).view(np.uint8).reshape(n, 12)
+    near_end = np.flatnonzero(starts > len(views) - 12)
+    if len(near_end):
+        # The 12-byte view cannot start there: those few bytes one by one.
+        idx = np.minimum(starts[near_end, None] + np.arange(12), len(views) - 1)
+        raw[near_end, 4:16] = views.bytes[idx]
     lengths32 = lengths.astype(np.int32)
     inline = lengths32 <= 12
     raw[inline, 4:16] *= (np.arange(12) < lengths32[inline, None])
@@ -210,8 +218,11 @@ def _byte_ranges(views: _Views, starts: np.ndarray, lengths: np.ndarray) -> pa.A
     ints[:, 0] = lengths32
     ints[~inline, 2] = 0
     ints[~inline, 3] = starts[~inline].astype(np.int32)
-    data = pa.py_buffer(views._buf)
-    viewed = pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(raw), data])
+    data = views._buf if isinstance(views._buf, pa.Buffer) else pa.py_buffer(views._buf)
+    bitmap = None
+    if valid is not None and not valid.all():
+        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    viewed = pa.Array.from_buffers(pa.string_view(), n, [bitmap, pa.py_buffer(raw), data])
     strings = viewed.cast(pa.string())
     try:
         strings.validate(full=True)
@@ -294,7 +305,10 @@ class _Properties:
         n = len(strings)
         _, offsets_buf, data_buf = strings.buffers()
         offsets = np.frombuffer(offsets_buf, dtype=np.int32)[strings.offset:strings.offset + n + 1]
-        self.data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+        if data_buf is None or data_buf.size == 0:
+            data_buf = pa.py_buffer(b"\0" * 16)
+        self.data = np.frombuffer(data_buf, dtype=np.uint8)
+        self.views = _Views(data_buf)
         self.n = n
         seps = np.flatnonzero(self.data == 2)
         # Segments start at each row start and after each 0x02, and end at the next 0x02
@@ -337,15 +351,7 @@ class _Properties:
 
     def strings(self, name: str) -> pa.Array:
         valid, starts, ends = self.value_ranges(name)
-        lengths = np.where(valid, ends - starts, 0)
-        offsets = _offsets(lengths)
-        total = int(offsets[-1])
-        data = b""
-        if total:
-            # Values are short: an index per byte is cheaper than a slice per row.
-            idx = np.repeat(starts - offsets[:-1], lengths) + np.arange(total)
-            data = self.data[idx].tobytes()
-        return _string_array(data, offsets, valid)
+        return _byte_ranges(self.views, starts, ends - starts, valid)
 
     def ints(self, name: str) -> pa.Array:
         """Integer.parseInt of the value; null when absent or not an int."""
