@@ -1,0 +1,62 @@
+"""`rmqdelay analyze`, the embedded engine: backlog, lateness and retries over one or many
+stores, in this process (pyarrow + numpy). docs/analyze.md describes every figure; the Spark
+engine (rmqdelay.spark.jobs) computes the same tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from rmqdelay.errors import UsageError
+from rmqdelay.levels import parse_delay_levels
+from rmqdelay.scan import Skipped
+
+KINDS = ("backlog", "lateness", "retries")
+
+__all__ = ["KINDS", "AnalysisResult", "Skipped", "StoreRef", "analyze", "store_ref"]
+
+
+@dataclass(frozen=True)
+class StoreRef:
+    name: str
+    path: Path
+
+
+@dataclass
+class AnalysisResult:
+    kind: str  # "backlog" | "lateness" | "retries"
+    tables: dict[str, pa.Table]  # result tables, each sorted by its key columns
+    messages: pa.Table  # the per-message table behind them
+    skipped: list[Skipped] = field(default_factory=list)
+
+
+def store_ref(arg: str) -> StoreRef:
+    """A STORE argument: ``PATH`` or ``NAME=PATH``; the name defaults to the directory's name."""
+    name, sep, path = arg.partition("=")
+    if sep and name and "/" not in name:
+        return StoreRef(name, Path(path))
+    path = Path(arg)
+    return StoreRef(path.resolve().name or str(path), path)
+
+
+def analyze(kind: str, stores: list[StoreRef], at_ms: int, *, delay_levels: dict[int, int] | None = None,
+            keep_going: bool = False) -> AnalysisResult:
+    """Run one analysis over ``stores`` as of ``at_ms``."""
+    if kind not in KINDS:
+        raise UsageError(f"unknown analysis {kind!r}; one of {', '.join(KINDS)}")
+    names = [s.name for s in stores]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise UsageError(f"two stores named {dupes[0]!r}; name them NAME=PATH")
+    levels = parse_delay_levels() if delay_levels is None else dict(delay_levels)
+    if kind == "backlog":
+        from .backlog import backlog
+        return backlog(stores, at_ms, levels, keep_going=keep_going)
+    if kind == "lateness":
+        from .lateness import lateness
+        return lateness(stores, at_ms, levels, keep_going=keep_going)
+    from .retries import retries
+    return retries(stores, at_ms, levels, keep_going=keep_going)

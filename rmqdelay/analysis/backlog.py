@@ -1,0 +1,112 @@
+"""backlog: what waits in each delay level as of ``at_ms``, when it falls due, and the
+consumer lag of every %RETRY% queue."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from rmqdelay.formats.constants import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC
+from rmqdelay.scan import consumer_offsets, delay_offsets, retry_queue_max_offsets, schedule_units
+from rmqdelay.store import Store
+
+from . import AnalysisResult, StoreRef
+from .common import sort_table
+
+OVERDUE = {"overdue_1s": 1_000, "overdue_1m": 60_000, "overdue_1h": 3_600_000}
+MINUTE_MS = 60_000
+
+LEVELS_SCHEMA = pa.schema([
+    ("store", pa.string()), ("level", pa.int32()), ("delay_ms", pa.int64()), ("offset", pa.int64()),
+    ("max_offset", pa.int64()), ("pending", pa.int64()), ("due_now", pa.int64()),
+    ("overdue_1s", pa.int64()), ("overdue_1m", pa.int64()), ("overdue_1h", pa.int64()),
+    ("oldest_due_ms", pa.int64()),
+])
+DRAIN_SCHEMA = pa.schema([("store", pa.string()), ("level", pa.int32()), ("minute", pa.int64()), ("due", pa.int64())])
+RETRY_LAG_SCHEMA = pa.schema([
+    ("store", pa.string()), ("group", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
+    ("max_offset", pa.int64()), ("consumer_offset", pa.int64()), ("lag", pa.int64()),
+])
+MESSAGES_SCHEMA = pa.schema([
+    ("store", pa.string()), ("level", pa.int32()), ("queue_offset", pa.int64()),
+    ("commitlog_offset", pa.int64()), ("deliver_ms", pa.int64()), ("effective_ms", pa.int64()),
+])
+
+
+def effective_deliver_ms(deliver_ms: np.ndarray, at_ms: int, delay_ms: int) -> np.ndarray:
+    """ScheduleMessageService.correctDeliverTimestamp: a deliver time further ahead than one
+    delay from now is taken as now."""
+    return np.where(deliver_ms > at_ms + delay_ms, at_ms, deliver_ms)
+
+
+def backlog(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *,
+            keep_going: bool = False) -> AnalysisResult:
+    levels_rows, drain_rows, lag_rows, messages = [], [], [], []
+    for ref in stores:
+        with Store(ref.path) as store:
+            units = schedule_units(store, ref.name)
+            offsets = delay_offsets(store)
+            on_disk = set(store.topics().get(RMQ_SYS_SCHEDULE_TOPIC, []))
+            level_col = units.column("level").to_numpy()
+            qoff_col = units.column("queue_offset").to_numpy()
+            deliver_col = units.column("deliver_ms").to_numpy()
+            clog_col = units.column("commitlog_offset").to_numpy()
+            for level in sorted(delay_levels):
+                delay = delay_levels[level]
+                offset = offsets.get(level, 0)
+                max_offset = store.schedule_queue(level).max_offset if (level - 1) in on_disk else 0
+                rows = np.flatnonzero((level_col == level) & (qoff_col >= offset) & (qoff_col < max_offset))
+                effective = effective_deliver_ms(deliver_col[rows], at_ms, delay)
+                due = effective <= at_ms
+                late = at_ms - effective
+                levels_rows.append({
+                    "store": ref.name, "level": level, "delay_ms": delay, "offset": offset,
+                    "max_offset": max_offset, "pending": len(rows), "due_now": int(due.sum()),
+                    **{name: int((late > ms).sum()) for name, ms in OVERDUE.items()},
+                    "oldest_due_ms": int(effective[due].min()) if due.any() else None,
+                })
+                # minute 0: due now; minute m: effective in (at + (m-1) min, at + m min].
+                minutes = np.where(due, 0, -((at_ms - effective) // MINUTE_MS))
+                for minute, count in zip(*np.unique(minutes, return_counts=True)):
+                    drain_rows.append({"store": ref.name, "level": level, "minute": int(minute), "due": int(count)})
+                messages.append(pa.table({
+                    "store": pa.array([ref.name] * len(rows), pa.string()),
+                    "level": pa.array(np.full(len(rows), level, dtype=np.int32)),
+                    "queue_offset": pa.array(qoff_col[rows]),
+                    "commitlog_offset": pa.array(clog_col[rows]),
+                    "deliver_ms": pa.array(deliver_col[rows]),
+                    "effective_ms": pa.array(effective.astype(np.int64)),
+                }, schema=MESSAGES_SCHEMA))
+            lag_rows.extend(_retry_lag(store, ref.name))
+    tables = {
+        "levels": sort_table(pa.Table.from_pylist(levels_rows, schema=LEVELS_SCHEMA), ["store", "level"]),
+        "drain": sort_table(pa.Table.from_pylist(drain_rows, schema=DRAIN_SCHEMA), ["store", "level", "minute"]),
+        "retry_lag": sort_table(pa.Table.from_pylist(lag_rows, schema=RETRY_LAG_SCHEMA),
+                                ["store", "group", "queue_id", "topic"]),
+    }
+    msgs = pa.concat_tables(messages) if messages else MESSAGES_SCHEMA.empty_table()
+    msgs = sort_table(msgs, ["store", "level", "queue_offset"])
+    return AnalysisResult("backlog", tables, msgs, [])
+
+
+def _retry_lag(store: Store, name: str) -> list[dict]:
+    max_offsets = retry_queue_max_offsets(store)
+    committed = {key: queues for key, queues in consumer_offsets(store).items()
+                 if key[0].startswith(RETRY_GROUP_TOPIC_PREFIX)}
+    disk_topics = {topic for topic, _ in max_offsets}
+    rows = []
+    # (topic, group) pairs: every consumerOffset entry, and every retry topic on disk that
+    # no entry names (its group taken from the topic name).
+    pairs = set(committed)
+    named = {topic for topic, _ in committed}
+    pairs |= {(topic, topic[len(RETRY_GROUP_TOPIC_PREFIX):]) for topic in disk_topics - named}
+    for topic, group in pairs:
+        queues = committed.get((topic, group), {})
+        qids = set(queues) | {qid for t, qid in max_offsets if t == topic}
+        for qid in qids:
+            max_offset = max_offsets.get((topic, qid), 0)
+            consumer = queues.get(qid, 0)
+            rows.append({"store": name, "group": group, "topic": topic, "queue_id": qid,
+                         "max_offset": max_offset, "consumer_offset": consumer,
+                         "lag": max(max_offset - consumer, 0)})
+    return rows
