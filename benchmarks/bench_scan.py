@@ -1,0 +1,182 @@
+"""Commit log scan benchmark, measured in one run on the same store:
+
+- raw read MB/s: the files' bytes read from the page cache (a warm-up pass first), 1 MiB reads;
+- scan fast path: ``rmqdelay.scan.scan_commitlog_file`` -> Arrow batches of every column the
+  analyses need; msgs/s and MB/s of file bytes;
+- ``decode_message`` per record (``CommitLog.records``): msgs/s;
+- construct path (``parse_message_construct``) on a sample of records: msgs/s;
+- the ratios against the aims (fast path >= 10% of raw read MB/s, >= 20x the construct path),
+  and a profile of where the fast path spends its time.
+
+    python3 benchmarks/bench_scan.py [--messages 400000] [--store DIR] [--profile]
+
+Without ``--store`` it writes a store of ~500-byte messages with StoreWriter (a mix of
+normal, delayed, retry and DLQ-shaped messages) into a temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rmqdelay.commitlog import CommitLog
+from rmqdelay.formats.commitlog import parse_message_construct
+from rmqdelay.scan import scan_commitlog_file
+from rmqdelay.store import Store
+from rmqdelay.writer import NewMessage, StoreWriter
+
+BORN_MS = 1_700_000_000_000
+TARGET_RECORD_BYTES = 500
+
+
+def build_store(path: Path, count: int, seed: int = 7) -> None:
+    """~500-byte records: bodies sized so that head + topic + properties + body ≈ 500 bytes."""
+    rng = random.Random(seed)
+    topics = ["TopicOrder", "TopicPay", "TopicShip"]
+    clock = [BORN_MS]
+    with StoreWriter(path, create=True, commitlog_file_size=128 << 20, clock=lambda: clock[0], sync=False) as w:
+        for i in range(count):
+            clock[0] = BORN_MS + i * 3
+            kind = rng.random()
+            topic = rng.choice(topics)
+            props = {"UNIQ_KEY": f"7F00000100002A9F{i:016X}", "KEYS": f"order-{i}", "TAGS": "TagA",
+                     "CLUSTER": "DefaultCluster", "WAIT": "true"}
+            reconsume = 0
+            if kind < 0.3:
+                props["DELAY"] = str(rng.randint(1, 18))
+            elif kind < 0.4:
+                topic = "%RETRY%GID_BENCH"
+                reconsume = rng.randint(1, 16)
+                props.update(RETRY_TOPIC="TopicPay", ORIGIN_MESSAGE_ID=f"0A0A000500002A9F{i:016X}",
+                             DELAY=str(2 + reconsume))
+            elif kind < 0.41:
+                topic = "%DLQ%GID_BENCH"
+                reconsume = 16
+                props.update(RETRY_TOPIC="TopicPay", ORIGIN_MESSAGE_ID=f"0A0A000500002A9F{i:016X}")
+            # 500 bytes minus head (~91), topic, properties (~150 with REAL_* after the delay rewrite).
+            body_len = max(0, TARGET_RECORD_BYTES - 91 - len(topic) - 180 - 40 * ("ORIGIN_MESSAGE_ID" in props))
+            w.put(NewMessage(topic=topic, queueId=i % 4, body=rng.randbytes(body_len), properties=props,
+                             bornTimestamp=BORN_MS + i * 3 - 5, reconsumeTimes=reconsume))
+
+
+def commitlog_files(store: Path) -> list[Path]:
+    return sorted(p for p in (store / "commitlog").iterdir() if p.name.isdigit())
+
+
+def raw_read(files: list[Path]) -> tuple[float, int]:
+    started = time.perf_counter()
+    total = 0
+    for path in files:
+        with open(path, "rb", buffering=0) as fh:
+            while chunk := fh.read(1 << 20):
+                total += len(chunk)
+    return time.perf_counter() - started, total
+
+
+def data_bytes(store: Path) -> int:
+    """Bytes of records (the scan stops at the zero tail, so compare on what holds data)."""
+    with Store(store) as s:
+        return s.end_offset() - s.commitlog.min_offset
+
+
+def fast_scan(files: list[Path]) -> tuple[float, int]:
+    started = time.perf_counter()
+    rows = 0
+    for path in files:
+        for batch in scan_commitlog_file(path, "bench"):
+            rows += batch.num_rows
+    return time.perf_counter() - started, rows
+
+
+def per_record(store: Path) -> tuple[float, int]:
+    log = CommitLog(store / "commitlog")
+    started = time.perf_counter()
+    rows = sum(1 for _ in log.records())
+    elapsed = time.perf_counter() - started
+    log.close()
+    return elapsed, rows
+
+
+def construct_sample(store: Path, sample: int) -> tuple[float, int]:
+    log = CommitLog(store / "commitlog")
+    spots = []
+    for record in log.records():
+        spots.append((record.commitLogOffset, record.storeSize))
+        if len(spots) >= sample:
+            break
+    view = log._reader.view(0)
+    start = log.files[0].start
+    limit = log.files[0].size
+    started = time.perf_counter()
+    for offset, _ in spots:
+        parse_message_construct(view, offset - start, limit)
+    elapsed = time.perf_counter() - started
+    del view
+    log.close()
+    return elapsed, len(spots)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=400_000)
+    parser.add_argument("--store", type=Path, help="an existing store to scan instead")
+    parser.add_argument("--construct-sample", type=int, default=20_000)
+    parser.add_argument("--profile", action="store_true", help="print where the fast path spends its time")
+    args = parser.parse_args(argv)
+
+    tmp = None
+    store = args.store
+    if store is None:
+        tmp = Path(tempfile.mkdtemp(prefix="bench-scan-"))
+        store = tmp / "store"
+        started = time.perf_counter()
+        build_store(store, args.messages)
+        print(f"wrote {args.messages:,} messages in {time.perf_counter() - started:.1f} s -> {store}")
+    try:
+        files = commitlog_files(store)
+        raw_read(files)  # warm the page cache
+        data = data_bytes(store)
+        raw_s, raw_total = raw_read(files)
+        scan_s, rows = fast_scan(files)
+        scan_s = min(scan_s, fast_scan(files)[0])
+        rec_s, rec_rows = per_record(store)
+        con_s, con_rows = construct_sample(store, args.construct_sample)
+        mb = 1 << 20
+        raw_mbs = raw_total / mb / raw_s
+        scan_mbs = data / mb / scan_s
+        scan_rate = rows / scan_s
+        rec_rate = rec_rows / rec_s
+        con_rate = con_rows / con_s
+        print(f"store: {len(files)} commit log files, {raw_total / mb:,.0f} MiB on disk, "
+              f"{data / mb:,.0f} MiB of records, {rows:,} messages, {data / rows:,.0f} B/message")
+        print(f"raw read            {raw_mbs:10,.0f} MB/s")
+        print(f"scan fast path      {scan_rate:10,.0f} msgs/s  {scan_mbs:8,.0f} MB/s")
+        print(f"decode_message      {rec_rate:10,.0f} msgs/s  {data / mb / rec_s:8,.0f} MB/s")
+        print(f"construct (sample)  {con_rate:10,.0f} msgs/s  ({con_rows:,} records)")
+        print(f"fast path / raw read MB/s:      {scan_mbs / raw_mbs:6.1%}   (aim >= 10%)")
+        print(f"fast path / construct msgs/s:   {scan_rate / con_rate:6.1f}x  (aim >= 20x)")
+        print(f"fast path / decode_message:     {scan_rate / rec_rate:6.1f}x")
+        if args.profile:
+            profiler = cProfile.Profile()
+            profiler.enable()
+            fast_scan(files)
+            profiler.disable()
+            out = io.StringIO()
+            pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(14)
+            print(out.getvalue())
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
