@@ -39,22 +39,27 @@ def effective_deliver_ms(deliver_ms: np.ndarray, at_ms: int, delay_ms: int) -> n
     return np.where(deliver_ms > at_ms + delay_ms, at_ms, deliver_ms)
 
 
+def level_bounds(store: Store, delay_levels: dict[int, int]) -> list[tuple[int, int, int, int]]:
+    """(level, delay_ms, offset, max_offset) of every level: pending units are those with
+    queue offsets in [offset, max_offset)."""
+    offsets = delay_offsets(store)
+    on_disk = set(store.topics().get(RMQ_SYS_SCHEDULE_TOPIC, []))
+    return [(level, delay_levels[level], offsets.get(level, 0),
+             store.schedule_queue(level).max_offset if (level - 1) in on_disk else 0)
+            for level in sorted(delay_levels)]
+
+
 def backlog(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *,
             keep_going: bool = False) -> AnalysisResult:
     levels_rows, drain_rows, lag_rows, messages = [], [], [], []
     for ref in stores:
         with Store(ref.path) as store:
             units = schedule_units(store, ref.name)
-            offsets = delay_offsets(store)
-            on_disk = set(store.topics().get(RMQ_SYS_SCHEDULE_TOPIC, []))
             level_col = units.column("level").to_numpy()
             qoff_col = units.column("queue_offset").to_numpy()
             deliver_col = units.column("deliver_ms").to_numpy()
             clog_col = units.column("commitlog_offset").to_numpy()
-            for level in sorted(delay_levels):
-                delay = delay_levels[level]
-                offset = offsets.get(level, 0)
-                max_offset = store.schedule_queue(level).max_offset if (level - 1) in on_disk else 0
+            for level, delay, offset, max_offset in level_bounds(store, delay_levels):
                 rows = np.flatnonzero((level_col == level) & (qoff_col >= offset) & (qoff_col < max_offset))
                 effective = effective_deliver_ms(deliver_col[rows], at_ms, delay)
                 due = effective <= at_ms
@@ -77,7 +82,7 @@ def backlog(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *,
                     "deliver_ms": pa.array(deliver_col[rows]),
                     "effective_ms": pa.array(effective.astype(np.int64)),
                 }, schema=MESSAGES_SCHEMA))
-            lag_rows.extend(_retry_lag(store, ref.name))
+            lag_rows.extend(retry_lag(store, ref.name))
     tables = {
         "levels": sort_table(pa.Table.from_pylist(levels_rows, schema=LEVELS_SCHEMA), ["store", "level"]),
         "drain": sort_table(pa.Table.from_pylist(drain_rows, schema=DRAIN_SCHEMA), ["store", "level", "minute"]),
@@ -89,7 +94,7 @@ def backlog(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *,
     return AnalysisResult("backlog", tables, msgs, [])
 
 
-def _retry_lag(store: Store, name: str) -> list[dict]:
+def retry_lag(store: Store, name: str) -> list[dict]:
     max_offsets = retry_queue_max_offsets(store)
     committed = {key: queues for key, queues in consumer_offsets(store).items()
                  if key[0].startswith(RETRY_GROUP_TOPIC_PREFIX)}

@@ -1,0 +1,234 @@
+"""The analyses on Spark: backlog, lateness and retries over many stores in one job.
+
+Same inputs, same rules and same result tables as the embedded engine (rmqdelay.analysis;
+docs/analyze.md describes every figure): the rows come from the same columnar scan, selected by
+the same predicates, and the results are cast to the same Arrow schemas and sorted the same
+way, so the two can be compared table by table. Percentiles are nearest rank, computed exactly
+with row numbers (ceil(p·n) in integers), never approximated.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from rmqdelay.analysis import KINDS, AnalysisResult, StoreRef
+from rmqdelay.analysis import backlog as embedded_backlog
+from rmqdelay.analysis import lateness as embedded_lateness
+from rmqdelay.analysis import retries as embedded_retries
+from rmqdelay.analysis.common import PERCENTILES, sort_table
+from rmqdelay.errors import UsageError
+from rmqdelay.formats.constants import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC
+from rmqdelay.levels import parse_delay_levels
+from rmqdelay.store import Store
+
+from . import source
+from .session import DEFAULT_MASTER, get_session
+
+MINUTE_MS = 60_000
+
+
+def analyze(kind: str, stores: list[StoreRef], at_ms: int, *, delay_levels: dict[int, int] | None = None,
+            keep_going: bool = False, master: str | None = DEFAULT_MASTER, spark: SparkSession | None = None,
+            messages_to: Path | None = None) -> AnalysisResult:
+    """Run one analysis on Spark. ``messages_to``: write the per-message table there as Parquet
+    from the executors (result.messages is then empty) instead of collecting it to the driver."""
+    if kind not in KINDS:
+        raise UsageError(f"unknown analysis {kind!r}; one of {', '.join(KINDS)}")
+    names = [s.name for s in stores]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise UsageError(f"two stores named {dupes[0]!r}; name them NAME=PATH")
+    levels = parse_delay_levels() if delay_levels is None else dict(delay_levels)
+    spark = spark or get_session(master)
+    job = {"backlog": _backlog, "lateness": _lateness, "retries": _retries}[kind]
+    return job(spark, stores, at_ms, levels, keep_going, messages_to)
+
+
+# -- shared ----------------------------------------------------------------------------------
+def _arrow(df: DataFrame, schema: pa.Schema, keys: list[str]) -> pa.Table:
+    table = df.select(*schema.names).toArrow()
+    return sort_table(table.cast(schema), keys)
+
+
+def _messages_out(df: DataFrame, schema: pa.Schema, keys: list[str], messages_to: Path | None) -> pa.Table:
+    if messages_to is None:
+        return _arrow(df, schema, keys)
+    df.select(*schema.names).orderBy(*keys).write.mode("overwrite").parquet(str(messages_to))
+    return schema.empty_table()
+
+
+def _count_if(condition: Column) -> Column:
+    return F.sum(F.when(condition, 1).otherwise(0))
+
+
+def _ranked(df: DataFrame, keys: list[str], value: str) -> DataFrame:
+    """Each row's rank (1-based) by ``value`` within its key group, and the group's size."""
+    return (df.withColumn("_rn", F.row_number().over(Window.partitionBy(*keys).orderBy(value)))
+              .withColumn("_n", F.count(F.lit(1)).over(Window.partitionBy(*keys))))
+
+
+def _nearest_rank(value: str, name: str, num: int, den: int) -> Column:
+    """value at rank ceil(num/den · n), over rows from _ranked."""
+    rank = (F.col("_n") * num + (den - 1)) / den
+    return F.max(F.when(F.col("_rn") == F.floor(rank), F.col(value))).alias(name)
+
+
+def _percentiles(value: str, prefix: str = "") -> list[Column]:
+    return [_nearest_rank(value, prefix + p, num, den) for p, (num, den) in PERCENTILES.items()]
+
+
+# -- backlog ---------------------------------------------------------------------------------
+def _backlog(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: dict[int, int],
+             keep_going: bool, messages_to: Path | None) -> AnalysisResult:
+    bounds, lag_rows = [], []
+    for ref in stores:
+        with Store(ref.path) as store:
+            bounds += [(ref.name, *b) for b in embedded_backlog.level_bounds(store, levels)]
+            lag_rows += embedded_backlog.retry_lag(store, ref.name)
+    info = spark.createDataFrame(bounds, "store string, level int, delay_ms bigint, offset bigint, max_offset bigint")
+    at = F.lit(at_ms)
+    pending = (source.schedule_unit_rows(spark, stores).join(info, ["store", "level"])
+               .where((F.col("queue_offset") >= F.col("offset")) & (F.col("queue_offset") < F.col("max_offset")))
+               .withColumn("effective_ms", F.when(F.col("deliver_ms") > at + F.col("delay_ms"), at)
+                           .otherwise(F.col("deliver_ms")))
+               .cache())
+    due = F.col("effective_ms") <= at
+    late = at - F.col("effective_ms")
+    counts = pending.groupBy("store", "level").agg(
+        F.count(F.lit(1)).alias("pending"), _count_if(due).alias("due_now"),
+        *[_count_if(late > ms).alias(name) for name, ms in embedded_backlog.OVERDUE.items()],
+        F.min(F.when(due, F.col("effective_ms"))).alias("oldest_due_ms"))
+    count_names = ["pending", "due_now", *embedded_backlog.OVERDUE]
+    level_table = info.join(counts, ["store", "level"], "left").fillna(0, subset=count_names)
+    minute = F.when(due, 0).otherwise(F.floor((F.col("effective_ms") - at + (MINUTE_MS - 1)) / MINUTE_MS))
+    drain = pending.withColumn("minute", minute).groupBy("store", "level", "minute").agg(F.count(F.lit(1)).alias("due"))
+    tables = {
+        "levels": _arrow(level_table, embedded_backlog.LEVELS_SCHEMA, ["store", "level"]),
+        "drain": _arrow(drain, embedded_backlog.DRAIN_SCHEMA, ["store", "level", "minute"]),
+        "retry_lag": sort_table(pa.Table.from_pylist(lag_rows, schema=embedded_backlog.RETRY_LAG_SCHEMA),
+                                ["store", "group", "queue_id", "topic"]),
+    }
+    messages = _messages_out(pending, embedded_backlog.MESSAGES_SCHEMA, ["store", "level", "queue_offset"], messages_to)
+    pending.unpersist()
+    return AnalysisResult("backlog", tables, messages, [])
+
+
+# -- lateness --------------------------------------------------------------------------------
+def _lateness(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: dict[int, int],
+              keep_going: bool, messages_to: Path | None) -> AnalysisResult:
+    problems = source.Problems(spark)
+    rows = source.messages(spark, stores, embedded_lateness._COLUMNS, embedded_lateness._is_schedule_or_copy, problems)
+    is_schedule = F.col("topic") == RMQ_SYS_SCHEDULE_TOPIC
+    units = source.schedule_unit_rows(spark, stores).select("store", "commitlog_offset", "level", "deliver_ms")
+    schedule = rows.where(is_schedule).join(units, ["store", "commitlog_offset"])
+    key = embedded_lateness._KEY
+    delivered = (rows.where(~is_schedule & F.col("uniq_key").isNotNull()).groupBy(*key)
+                 .agg(F.min("store_timestamp").alias("actual_ms"), F.count(F.lit(1)).alias("deliveries")))
+    matched = (schedule.join(delivered, key, "left")
+               .select("store", "level", "real_topic", "uniq_key", "reconsume_times",
+                       F.col("commitlog_offset").alias("schedule_offset"),
+                       F.col("deliver_ms").alias("intended_ms"), "actual_ms",
+                       F.coalesce(F.col("deliveries"), F.lit(0)).alias("deliveries"),
+                       (F.col("actual_ms") - F.col("deliver_ms")).alias("lateness_ms"))
+               .cache())
+    tables = {
+        "levels": _arrow(_lateness_summary(matched, "level", at_ms, undelivered=True),
+                         embedded_lateness.LEVELS_SCHEMA, ["store", "level"]),
+        "topics": _arrow(_lateness_summary(matched, "real_topic", at_ms, undelivered=False),
+                         embedded_lateness.TOPICS_SCHEMA, ["store", "real_topic"]),
+    }
+    messages = _messages_out(matched, embedded_lateness.MESSAGES_SCHEMA, ["store", "level", "schedule_offset"], messages_to)
+    matched.unpersist()
+    skipped = problems.resolve(stores, keep_going)
+    return AnalysisResult("lateness", tables, messages, skipped)
+
+
+def _lateness_summary(matched: DataFrame, by: str, at_ms: int, *, undelivered: bool) -> DataFrame:
+    keys = ["store", by]
+    has_copy = F.col("actual_ms").isNotNull()
+    overdue = ~has_copy & (F.col("intended_ms") < at_ms)
+    base = matched.groupBy(*keys).agg(
+        F.sum(F.when(has_copy, F.col("deliveries") - 1).otherwise(0)).alias("duplicates"),
+        _count_if(overdue).alias("undelivered_overdue"),
+        F.min(F.when(overdue, F.col("intended_ms"))).alias("oldest_undelivered_ms"))
+    stats = _ranked(matched.where(has_copy), keys, "lateness_ms").groupBy(*keys).agg(
+        F.count(F.lit(1)).alias("delivered"), *_percentiles("lateness_ms"),
+        F.max("lateness_ms").alias("max"), F.min("lateness_ms").alias("min"),
+        _count_if(F.col("lateness_ms") < 0).alias("early"))
+    table = base.join(stats, keys, "left").fillna(0, subset=["delivered", "early"])
+    if not undelivered:
+        table = table.drop("undelivered_overdue", "oldest_undelivered_ms")
+    return table
+
+
+# -- retries ---------------------------------------------------------------------------------
+def _retries(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: dict[int, int],
+             keep_going: bool, messages_to: Path | None) -> AnalysisResult:
+    problems = source.Problems(spark)
+    rows = (source.messages(spark, stores, embedded_retries._COLUMNS, embedded_retries._on_retry_path, problems)
+            .withColumn("chain", F.coalesce("origin_message_id", "uniq_key"))
+            .where(F.col("chain").isNotNull()))
+    topic = F.col("topic")
+    retry_len, dlq_len = len(RETRY_GROUP_TOPIC_PREFIX), len(DLQ_GROUP_TOPIC_PREFIX)
+    send_backs = (rows.where(topic == RMQ_SYS_SCHEDULE_TOPIC)
+                  .withColumn("group", F.substring("real_topic", retry_len + 1, 1 << 20)))
+    dlq = (rows.where(topic.startswith(DLQ_GROUP_TOPIC_PREFIX))
+           .withColumn("group", F.substring("topic", dlq_len + 1, 1 << 20)))
+    deliveries = (rows.where(topic.startswith(RETRY_GROUP_TOPIC_PREFIX))
+                  .withColumn("group", F.substring("topic", retry_len + 1, 1 << 20)))
+    key = ["store", "group", "chain"]
+    failures = (send_backs.select(*key, "store_timestamp", "reconsume_times", "delay_level", F.lit(False).alias("is_dlq"))
+                .unionByName(dlq.select(*key, "store_timestamp", "reconsume_times", "delay_level", F.lit(True).alias("is_dlq"))))
+    sent = ~F.col("is_dlq")
+    chains = failures.groupBy(*key).agg(
+        F.coalesce(F.max(F.when(sent, F.col("reconsume_times"))), F.lit(0)).alias("attempts"),
+        F.max(F.col("is_dlq")).alias("in_dlq"),
+        F.max(sent).alias("has_send_back"),
+        F.min("store_timestamp").alias("first_failure_ms"),
+        F.min(F.when(F.col("is_dlq"), F.col("store_timestamp"))).alias("dlq_ms"),
+        F.array_sort(F.collect_list(F.when(sent, F.col("reconsume_times")))).alias("times"))
+    last = deliveries.groupBy(*key).agg(F.max("store_timestamp").alias("last_attempt_ms"))
+    answered = (deliveries.select(*key, F.col("reconsume_times").alias("attempts"))
+                .distinct().withColumn("answered", F.lit(True)))
+    chains = (chains.join(last, key, "left").join(answered, [*key, "attempts"], "left")
+              .withColumn("pending", F.col("has_send_back") & ~F.col("in_dlq") & F.col("answered").isNull())
+              .cache())
+
+    to_last = (F.col("last_attempt_ms") - F.col("first_failure_ms"))
+    to_dlq = (F.col("dlq_ms") - F.col("first_failure_ms"))
+    gkeys = ["store", "group"]
+    groups = chains.groupBy(*gkeys).agg(
+        F.count(F.lit(1)).alias("messages"), _count_if(F.col("in_dlq")).alias("dlq"),
+        _count_if(F.col("pending")).alias("pending"))
+    groups = groups.withColumn("dlq_rate", F.col("dlq") / F.col("messages"))
+    for name, span in (("to_last_attempt", to_last), ("to_dlq", to_dlq)):
+        spans = _ranked(chains.where(span.isNotNull()).withColumn("_span", span), gkeys, "_span").groupBy(*gkeys).agg(
+            _nearest_rank("_span", f"{name}_p50", *PERCENTILES["p50"]), F.max("_span").alias(f"{name}_max"))
+        groups = groups.join(spans, gkeys, "left")
+    attempts = chains.groupBy("store", "group", "attempts").agg(F.count(F.lit(1)).alias("chains"))
+
+    expected_level = F.col("reconsume_times") + 2
+    level_mismatch = send_backs.where(F.col("delay_level").isNull() | (F.col("delay_level") != expected_level)).select(
+        *key, F.lit("level_mismatch").alias("kind"),
+        F.format_string("reconsume_times=%d delay_level=%s expected=%d", F.col("reconsume_times"),
+                        F.coalesce(F.col("delay_level").cast("string"), F.lit("None")), expected_level).alias("detail"))
+    gap = chains.where((F.col("attempts") > 0) & (F.col("times") != F.sequence(F.lit(1), F.col("attempts")))).select(
+        *key, F.lit("gap").alias("kind"),
+        F.concat(F.lit("reconsume_times="), F.array_join(F.col("times"), ",")).alias("detail"))
+    early = chains.where(F.col("in_dlq") & (F.col("attempts") < embedded_retries.MAX_RECONSUME_TIMES)).select(
+        *key, F.lit("early_dlq").alias("kind"), F.format_string("attempts=%d", F.col("attempts")).alias("detail"))
+    anomalies = level_mismatch.unionByName(gap).unionByName(early)
+
+    tables = {
+        "groups": _arrow(groups, embedded_retries.GROUPS_SCHEMA, gkeys),
+        "attempts": _arrow(attempts, embedded_retries.ATTEMPTS_SCHEMA, ["store", "group", "attempts"]),
+        "anomalies": _arrow(anomalies, embedded_retries.ANOMALIES_SCHEMA, ["store", "group", "chain", "kind", "detail"]),
+    }
+    messages = _messages_out(chains, embedded_retries.MESSAGES_SCHEMA, key, messages_to)
+    chains.unpersist()
+    skipped = problems.resolve(stores, keep_going)
+    return AnalysisResult("retries", tables, messages, skipped)

@@ -1,0 +1,38 @@
+"""The SparkSession the analyses run in: local by default, any master URL Spark takes."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+DEFAULT_MASTER = "local[*]"
+
+
+def get_session(master: str | None = None) -> SparkSession:
+    """A session for ``master`` (``local[*]``, ``local[2]``, ``local-cluster[2,1,1024]``,
+    ``spark://host:port``), or the active one when run through spark-submit (``master=None``).
+
+    Executors run this interpreter, so they import the same rmqdelay; the UI is off and the
+    driver binds to loopback unless the master says otherwise.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName("rmqdelay analyze")
+    if master is not None:
+        builder = builder.master(master)
+    if master is None or master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = (builder.config("spark.driver.host", "127.0.0.1")
+                   .config("spark.driver.bindAddress", "127.0.0.1"))
+    session = (builder
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.shuffle.partitions", "8")
+               .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+               .config("spark.python.worker.reuse", "true")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    return session
