@@ -29,6 +29,10 @@ def _register() -> None:
     app.command("run")(run.run)
     app.add_typer(offsets.app, name="offsets")
 
+    from . import analyze
+
+    app.command("analyze")(analyze.analyze)
+
 
 def main() -> None:
     _register()

@@ -258,7 +258,8 @@ def test_two_stores_with_one_name_is_a_usage_error():
     with pytest.raises(UsageError):
         analyze("backlog", [ref("retry"), StoreRef("retry", SAMPLES / "delay-partial" / "store")], 0)
     assert store_ref("x=/a/b") == StoreRef("x", Path("/a/b"))
-    assert store_ref(str(SAMPLES / "retry" / "store")).name == "store"
+    assert store_ref(str(SAMPLES / "retry" / "store")).name == "retry"
+    assert store_ref(str(SAMPLES / "retry")).name == "retry"
 
 
 def corrupt(path: Path, index: int, record: int) -> tuple[Path, int]:

@@ -34,12 +34,16 @@ class AnalysisResult:
 
 
 def store_ref(arg: str) -> StoreRef:
-    """A STORE argument: ``PATH`` or ``NAME=PATH``; the name defaults to the directory's name."""
+    """A STORE argument: ``PATH`` or ``NAME=PATH``. The name defaults to the directory's name,
+    or, for the broker's usual ``.../BROKER/store``, to the directory above it."""
     name, sep, path = arg.partition("=")
     if sep and name and "/" not in name:
         return StoreRef(name, Path(path))
     path = Path(arg)
-    return StoreRef(path.resolve().name or str(path), path)
+    resolved = path.resolve()
+    if resolved.name == "store" and resolved.parent.name:
+        return StoreRef(resolved.parent.name, path)
+    return StoreRef(resolved.name or str(path), path)
 
 
 def analyze(kind: str, stores: list[StoreRef], at_ms: int, *, delay_levels: dict[int, int] | None = None,

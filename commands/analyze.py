@@ -1,0 +1,151 @@
+"""`rmqdelay analyze KIND STORE...`: backlog, lateness and the retry path, embedded or on Spark."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import time
+from enum import Enum
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rmqdelay.analysis import KINDS, AnalysisResult, Skipped, store_ref
+from rmqdelay.errors import EXIT_PROBLEMS, UsageError
+from rmqdelay.report import render_report
+
+from .common import console, emit_json, err_console, format_time_ms, parse_time_ms
+from .run import resolve_delay_levels
+
+
+class Kind(str, Enum):
+    backlog = "backlog"
+    lateness = "lateness"
+    retries = "retries"
+    all = "all"
+
+
+_TIME_COLUMNS = {"oldest_due_ms", "oldest_undelivered_ms", "first_failure_ms", "last_attempt_ms", "dlq_ms",
+                 "deliver_ms", "effective_ms", "intended_ms", "actual_ms"}
+
+
+def analyze(
+    kind: Kind = typer.Argument(..., help="backlog, lateness, retries, or all three."),
+    stores: list[str] = typer.Argument(..., help="Store directories: PATH or NAME=PATH (the name is the 'store' column)."),
+    at: str = typer.Option(None, "--at", help="The moment the figures hold for (ISO 8601 or epoch ms); default now."),
+    delay_levels: str = typer.Option(None, "--delay-levels", help='The broker\'s messageDelayLevel, e.g. "1s 5s 10s"; default its 18.'),
+    broker_config: Path = typer.Option(None, "--broker-config", help="Take messageDelayLevel from this broker.conf."),
+    keep_going: bool = typer.Option(False, "--keep-going", help="Skip the rest of a commit log file at a bad record and say how much was skipped (exit 1)."),
+    json_out: bool = typer.Option(False, "--json", help="Result rows as JSON lines, with 'analysis' and 'table' fields."),
+    output: Path = typer.Option(None, "--output", help="Write every result table and the per-message table as Parquet into this directory."),
+    report: Path = typer.Option(None, "--report", help="Write one self-contained HTML page with the charts of the analyses run."),
+    spark: bool = typer.Option(False, "--spark", help="Run on Spark instead of in this process."),
+    master: str = typer.Option("local[*]", "--master", help="Spark master URL (with --spark): local[N], local-cluster[...], spark://host:port."),
+) -> None:
+    """Backlog (what waits, when it falls due), lateness (delivered vs due) and retries (the
+    16-retry path into the DLQ) over one store or many."""
+    refs = [store_ref(s) for s in stores]
+    for ref in refs:
+        if not ref.path.is_dir():
+            raise UsageError(f"{ref.path}: a store directory, not found")
+    at_ms = parse_time_ms(at) if at else time.time_ns() // 1_000_000
+    levels = resolve_delay_levels(delay_levels, broker_config)
+    kinds = list(KINDS) if kind is Kind.all else [kind.value]
+    if output is not None:
+        output.mkdir(parents=True, exist_ok=True)
+
+    results: dict[str, AnalysisResult] = {}
+    session = None
+    with _status(f"analyzing {len(refs)} store(s)"):
+        for name in kinds:
+            messages_path = output / f"{name}_messages.parquet" if output is not None else None
+            if spark:
+                from rmqdelay.spark.jobs import analyze as spark_analyze
+                from rmqdelay.spark.session import get_session
+
+                session = session or get_session(master)
+                if messages_path is not None and messages_path.exists():
+                    shutil.rmtree(messages_path) if messages_path.is_dir() else messages_path.unlink()
+                results[name] = spark_analyze(name, refs, at_ms, delay_levels=levels, keep_going=keep_going,
+                                              spark=session, messages_to=messages_path)
+            else:
+                from rmqdelay.analysis import analyze as embedded_analyze
+
+                results[name] = embedded_analyze(name, refs, at_ms, delay_levels=levels, keep_going=keep_going)
+                if messages_path is not None:
+                    pq.write_table(results[name].messages, messages_path)
+            if output is not None:
+                for table_name, table in results[name].tables.items():
+                    pq.write_table(table, output / f"{name}_{table_name}.parquet")
+
+    # A pipe gets whole rows rather than columns squeezed into 80 characters.
+    out = console if console.is_terminal else Console(width=240)
+    for name, result in results.items():
+        for table_name, table in result.tables.items():
+            if json_out:
+                for row in table.to_pylist():
+                    emit_json({"analysis": name, "table": table_name, **row})
+            else:
+                out.print(_rich_table(f"{name}: {table_name}", table))
+    if report is not None:
+        lateness_values = None
+        if spark and output is not None and "lateness" in results:
+            lateness_values = pq.read_table(output / "lateness_messages.parquet", columns=["level", "lateness_ms"])
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(render_report(results, [r.name for r in refs], at_ms, lateness_values), encoding="utf-8")
+        if not json_out:
+            err_console.print(f"report: {report}", highlight=False)
+
+    skipped = _unique_skips(results)
+    if skipped:
+        files = {s.file for s in skipped}
+        err_console.print(f"rmqdelay: skipped {sum(s.bytes for s in skipped)} bytes in {len(files)} file(s)",
+                          markup=False, highlight=False, soft_wrap=True)
+        for s in skipped:
+            err_console.print(f"  {s.file} at byte {s.offset}: {s.reason} ({s.bytes} bytes skipped)",
+                              markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_PROBLEMS)
+
+
+def _unique_skips(results: dict[str, AnalysisResult]) -> list[Skipped]:
+    seen, unique = set(), []
+    for result in results.values():
+        for s in result.skipped:
+            if (s.file, s.offset) not in seen:
+                seen.add((s.file, s.offset))
+                unique.append(s)
+    return unique
+
+
+@contextlib.contextmanager
+def _status(text: str):
+    if err_console.is_terminal:
+        with err_console.status(text):
+            yield
+    else:
+        yield
+
+
+def _rich_table(title: str, table: pa.Table) -> Table:
+    view = Table(title=title, title_justify="left")
+    for name in table.column_names:
+        view.add_column(name, justify="left" if pa.types.is_string(table.schema.field(name).type) else "right")
+    for row in table.to_pylist():
+        view.add_row(*(_cell(name, row[name]) for name in table.column_names))
+    if table.num_rows == 0:
+        view.caption = "no rows"
+    return view
+
+
+def _cell(name: str, value) -> str:
+    if value is None:
+        return "-"
+    if name in _TIME_COLUMNS:
+        return format_time_ms(value)
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)

@@ -1,0 +1,189 @@
+"""One self-contained HTML page of the analyses: inline SVG charts and the result tables.
+
+Nothing is fetched to view it (no scripts, no fonts, no links off the page), so it can be
+mailed or attached to a ticket. Charts: lateness distribution per level (count of delivered
+messages per lateness band), backlog drain curve (messages falling due per minute ahead) and
+the retry funnel (chains reaching attempt 1..16, then the DLQ).
+"""
+
+from __future__ import annotations
+
+import html
+from datetime import datetime, timezone
+
+import numpy as np
+import pyarrow as pa
+
+from .analysis import AnalysisResult
+
+# Lateness bands (ms, upper bound exclusive) and their labels.
+BANDS = [(0, "early"), (10, "0–10 ms"), (100, "10–100 ms"), (1_000, "0.1–1 s"), (10_000, "1–10 s"),
+         (60_000, "10 s–1 min"), (600_000, "1–10 min"), (None, "≥ 10 min")]
+MAX_DRAIN_MINUTES = 180
+RETRY_ATTEMPTS = 16
+
+_STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#1d2733;max-width:1100px}
+h1{font-size:22px;margin:0 0 4px}h3{font-size:13px;margin:14px 0 4px;color:#3a4654}
+h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #d8dee6;padding-bottom:4px}
+p.meta{color:#5b6878;margin:0 0 12px;font-size:13px}
+table{border-collapse:collapse;font-size:12px;margin:6px 0 14px}
+th,td{border:1px solid #d8dee6;padding:3px 7px;text-align:right}th{background:#f1f4f8}
+td.t,th.t{text-align:left}
+svg text{font-size:11px;fill:#1d2733}
+.note{color:#5b6878;font-size:12px}
+"""
+
+
+def _fmt_time(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def lateness_bands(levels: np.ndarray, lateness: np.ndarray) -> dict[int, list[int]]:
+    """Per level, how many delivered messages fall in each band of BANDS."""
+    edges = np.array([b for b, _ in BANDS[:-1]], dtype=np.int64)
+    band = np.searchsorted(edges, lateness, side="right")
+    counts: dict[int, list[int]] = {}
+    for level in np.unique(levels):
+        counts[int(level)] = np.bincount(band[levels == level], minlength=len(BANDS)).tolist()
+    return counts
+
+
+def drain_curve(drain: pa.Table) -> list[int]:
+    """Messages due per minute ahead (0 = due now), summed over stores and levels; the last
+    bar holds everything beyond MAX_DRAIN_MINUTES."""
+    due = [0] * (MAX_DRAIN_MINUTES + 2)
+    for minute, count in zip(drain.column("minute").to_pylist(), drain.column("due").to_pylist()):
+        due[min(minute, MAX_DRAIN_MINUTES + 1)] += count
+    while len(due) > 1 and due[-1] == 0:
+        due.pop()
+    return due
+
+
+def retry_funnel(attempts: pa.Table, groups: pa.Table) -> list[tuple[str, int]]:
+    """Chains that reached attempt 1..16 (attempts ≥ k), then those in the DLQ."""
+    reached = [0] * (RETRY_ATTEMPTS + 1)
+    for a, n in zip(attempts.column("attempts").to_pylist(), attempts.column("chains").to_pylist()):
+        for k in range(1, min(a, RETRY_ATTEMPTS) + 1):
+            reached[k] += n
+    funnel = [(f"attempt {k}", reached[k]) for k in range(1, RETRY_ATTEMPTS + 1)]
+    funnel.append(("DLQ", sum(groups.column("dlq").to_pylist())))
+    return funnel
+
+
+# -- SVG -------------------------------------------------------------------------------------
+def _heat_svg(rows: dict[int, list[int]]) -> str:
+    cell_w, cell_h, left, top = 96, 20, 70, 24
+    peak = max((c for counts in rows.values() for c in counts), default=0) or 1
+    width = left + cell_w * len(BANDS) + 10
+    height = top + cell_h * len(rows) + 10
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">']
+    for i, (_, label) in enumerate(BANDS):
+        parts.append(f'<text x="{left + i * cell_w + cell_w / 2}" y="16" text-anchor="middle">{html.escape(label)}</text>')
+    for r, (level, counts) in enumerate(sorted(rows.items())):
+        y = top + r * cell_h
+        parts.append(f'<text x="{left - 8}" y="{y + 14}" text-anchor="end">level {level}</text>')
+        for i, count in enumerate(counts):
+            shade = 0.08 + 0.92 * (count / peak) if count else 0
+            fill = f"rgba(214,96,39,{shade:.3f})" if i == 0 else f"rgba(40,110,180,{shade:.3f})"
+            x = left + i * cell_w
+            parts.append(f'<rect x="{x}" y="{y}" width="{cell_w - 2}" height="{cell_h - 2}" fill="{fill}" stroke="#d8dee6"/>')
+            if count:
+                parts.append(f'<text x="{x + cell_w / 2}" y="{y + 14}" text-anchor="middle">{count}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _bars_svg(values: list[int], labels: list[str], *, horizontal: bool, color: str) -> str:
+    peak = max(values, default=0) or 1
+    if horizontal:
+        bar_h, left, width = 18, 90, 760
+        height = bar_h * len(values) + 10
+        parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 60}" height="{height}" role="img">']
+        for i, (value, label) in enumerate(zip(values, labels)):
+            y = 4 + i * bar_h
+            w = width * value / peak
+            parts.append(f'<text x="{left - 8}" y="{y + 13}" text-anchor="end">{html.escape(label)}</text>')
+            parts.append(f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar_h - 4}" fill="{color}"/>')
+            parts.append(f'<text x="{left + w + 6:.1f}" y="{y + 13}">{value}</text>')
+        parts.append("</svg>")
+        return "".join(parts)
+    plot_h, left, bottom = 200, 50, 30
+    bar_w = max(2, min(24, 900 // max(len(values), 1)))
+    width = left + bar_w * len(values) + 20
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{plot_h + bottom + 10}" role="img">',
+             f'<text x="{left - 6}" y="14" text-anchor="end">{peak}</text>',
+             f'<text x="{left - 6}" y="{plot_h + 4}" text-anchor="end">0</text>',
+             f'<line x1="{left}" y1="{plot_h + 4}" x2="{width - 10}" y2="{plot_h + 4}" stroke="#8795a6"/>']
+    step = max(1, len(values) // 12)
+    for i, (value, label) in enumerate(zip(values, labels)):
+        h = plot_h * value / peak
+        x = left + i * bar_w
+        parts.append(f'<rect x="{x}" y="{plot_h + 4 - h:.1f}" width="{bar_w - 1}" height="{h:.1f}" fill="{color}">'
+                     f'<title>{html.escape(label)}: {value}</title></rect>')
+        if i % step == 0:
+            parts.append(f'<text x="{x + bar_w / 2}" y="{plot_h + 20}" text-anchor="middle">{html.escape(label)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _table_html(caption: str, table: pa.Table, limit: int = 200) -> str:
+    title = f"<h3>{html.escape(caption)}</h3>"
+    if table.num_rows == 0:
+        return title + '<p class="note">no rows</p>'
+    names = table.column_names
+    text_cols = {f.name for f in table.schema if pa.types.is_string(f.type)}
+    head = "".join(f'<th class="{"t" if n in text_cols else ""}">{html.escape(n)}</th>' for n in names)
+    body = []
+    for row in table.slice(0, limit).to_pylist():
+        cells = []
+        for n in names:
+            v = row[n]
+            text = "–" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))
+            cells.append(f'<td class="{"t" if n in text_cols else ""}">{html.escape(text)}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    more = f'<p class="note">{table.num_rows - limit} more rows in --output / --json</p>' if table.num_rows > limit else ""
+    return f"{title}<table><tr>{head}</tr>{''.join(body)}</table>{more}"
+
+
+# -- the page --------------------------------------------------------------------------------
+def render_report(results: dict[str, AnalysisResult], stores: list[str], at_ms: int,
+                  lateness_values: pa.Table | None = None) -> str:
+    """The page for the analyses that ran. ``lateness_values`` (level, lateness_ms) stands in
+    for the lateness per-message table when that was written elsewhere."""
+    sections = []
+    if "lateness" in results:
+        result = results["lateness"]
+        values = lateness_values if lateness_values is not None else result.messages.select(["level", "lateness_ms"])
+        values = values.filter(values.column("lateness_ms").is_valid())
+        bands = lateness_bands(values.column("level").to_numpy(), values.column("lateness_ms").to_numpy())
+        chart = _heat_svg(bands) if bands else '<p class="note">no delivered delay message</p>'
+        sections.append("<h2>Lateness per level</h2><p class=\"note\">Delivered messages by lateness "
+                        "(store time of the delivered copy − deliver time of its schedule unit); "
+                        "early deliveries in orange.</p>" + chart
+                        + _table_html("lateness: levels", result.tables["levels"]) + _table_html("lateness: topics", result.tables["topics"]))
+    if "backlog" in results:
+        result = results["backlog"]
+        due = drain_curve(result.tables["drain"])
+        labels = ["now"] + [f"+{m}m" for m in range(1, len(due))]
+        if len(due) > MAX_DRAIN_MINUTES + 1:
+            labels[-1] = f">{MAX_DRAIN_MINUTES}m"
+        chart = (_bars_svg(due, labels, horizontal=False, color="#2f7fc1")
+                 if any(due) else '<p class="note">nothing pending</p>')
+        sections.append("<h2>Backlog drain curve</h2><p class=\"note\">Pending delay messages falling due "
+                        "per minute ahead of the analysis time (first bar: due now).</p>" + chart
+                        + _table_html("backlog: levels", result.tables["levels"]) + _table_html("backlog: retry_lag", result.tables["retry_lag"]))
+    if "retries" in results:
+        result = results["retries"]
+        funnel = retry_funnel(result.tables["attempts"], result.tables["groups"])
+        chart = (_bars_svg([n for _, n in funnel], [label for label, _ in funnel], horizontal=True, color="#7a4fb0")
+                 if funnel[0][1] or funnel[-1][1] else '<p class="note">no message entered the retry path</p>')
+        sections.append("<h2>Retry funnel</h2><p class=\"note\">Chains that reached each attempt "
+                        "through %RETRY%group, then the dead-letter queue.</p>" + chart
+                        + _table_html("retries: groups", result.tables["groups"]) + _table_html("retries: anomalies", result.tables["anomalies"]))
+    title = "rmqdelay analysis"
+    meta = f"stores: {html.escape(', '.join(stores))} · as of {_fmt_time(at_ms)}"
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
+            f"<style>{_STYLE}</style></head><body><h1>{title}</h1><p class=\"meta\">{meta}</p>"
+            + "".join(sections) + "</body></html>\n")
+

@@ -1,0 +1,82 @@
+"""`rmqdelay analyze` as a user runs it: JSON lines, Parquet, the HTML report, bad input."""
+
+from __future__ import annotations
+
+import re
+
+import pyarrow.parquet as pq
+
+from clirun import run_cli
+from conftest import SAMPLES, load_expected
+from rmqdelay.analysis import StoreRef, analyze
+from test_analysis import corrupt
+
+RETRY = SAMPLES / "retry" / "store"
+PARTIAL = SAMPLES / "delay-partial" / "store"
+AT = str(max(m["storeTimestamp"] for m in load_expected("retry")["msg"]) + 5_000)
+
+
+def test_json_lines_carry_every_row_of_every_table(capsys):
+    result = run_cli(capsys, "analyze", "retries", f"r={RETRY}", "--at", AT, "--json")
+    assert result.code == 0, result.err
+    rows = result.json_lines()
+    groups = [r for r in rows if r["table"] == "groups"]
+    assert groups == [{"analysis": "retries", "table": "groups", "store": "r", "group": "GID_ORDER",
+                       **{k: v for k, v in groups[0].items() if k not in ("analysis", "table", "store", "group")}}]
+    assert (groups[0]["messages"], groups[0]["dlq"], groups[0]["pending"]) == (90, 10, 20)
+    attempts = {r["attempts"]: r["chains"] for r in rows if r["table"] == "attempts"}
+    assert attempts[16] == 10 and sum(attempts.values()) == 90
+
+
+def test_output_writes_each_table_and_the_messages_as_parquet(tmp_path, capsys):
+    out = tmp_path / "out"
+    result = run_cli(capsys, "analyze", "all", str(RETRY), str(PARTIAL), "--at", AT, "--output", out)
+    assert result.code == 0, result.err
+    expected = analyze("backlog", [StoreRef("retry", RETRY), StoreRef("delay-partial", PARTIAL)], int(AT))
+    assert pq.read_table(out / "backlog_levels.parquet").equals(expected.tables["levels"])
+    assert pq.read_table(out / "backlog_messages.parquet").equals(expected.messages)
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(["backlog_drain.parquet", "backlog_levels.parquet", "backlog_messages.parquet",
+                            "backlog_retry_lag.parquet", "lateness_levels.parquet", "lateness_messages.parquet",
+                            "lateness_topics.parquet", "retries_anomalies.parquet", "retries_attempts.parquet",
+                            "retries_groups.parquet", "retries_messages.parquet"])
+    # The rich tables name the stores by the directory above `store`.
+    assert "delay-partial" in result.out and "GID_ORDER" in result.out
+
+
+def test_report_is_one_self_contained_page_with_the_three_charts(tmp_path, capsys):
+    page = tmp_path / "report.html"
+    result = run_cli(capsys, "analyze", "all", str(RETRY), str(PARTIAL), "--at", AT, "--report", page)
+    assert result.code == 0, result.err
+    text = page.read_text(encoding="utf-8")
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text)
+    assert "<script" not in text and "<link" not in text and "@import" not in text
+    for heading in ("Lateness per level", "Backlog drain curve", "Retry funnel"):
+        assert heading in text
+    assert text.count("<svg") == 3
+    # The funnel: every one of the 90 chains reached attempt 1, 10 reached attempt 16 and the DLQ.
+    assert re.search(r">attempt 1</text>.*?>90</text>", text)
+    assert re.search(r">attempt 16</text>.*?>10</text>", text)
+    assert re.search(r">DLQ</text>.*?>10</text>", text)
+
+
+def test_a_corrupt_file_is_one_line_and_keep_going_says_what_it_skipped(store_copy, capsys):
+    path = store_copy("retry")
+    target, offset = corrupt(path, 1, 5)
+    failed = run_cli(capsys, "analyze", "lateness", str(PARTIAL), f"bad={path}", "--at", AT)
+    assert failed.code == 2 and failed.out == ""
+    assert failed.err.strip() == failed.err.strip().splitlines()[0]
+    assert f"{target} at byte {offset}" in failed.err and "Traceback" not in failed.err
+    kept = run_cli(capsys, "analyze", "lateness", str(PARTIAL), f"bad={path}", "--at", AT, "--keep-going", "--json")
+    assert kept.code == 1
+    size = target.stat().st_size
+    assert f"skipped {size - offset} bytes in 1 file(s)" in kept.err
+    assert f"{target} at byte {offset}" in kept.err
+    assert {r["store"] for r in kept.json_lines()} == {"delay-partial", "bad"}
+
+
+def test_missing_stores_and_clashing_names_are_usage_errors(tmp_path, capsys):
+    missing = run_cli(capsys, "analyze", "backlog", str(tmp_path / "nope"))
+    assert missing.code == 2 and "not found" in missing.err and len(missing.err.strip().splitlines()) == 1
+    clash = run_cli(capsys, "analyze", "backlog", f"a={RETRY}", f"a={PARTIAL}")
+    assert clash.code == 2 and "two stores named 'a'" in clash.err
