@@ -44,7 +44,7 @@ def analyze(
     output: Path = typer.Option(None, "--output", help="Write every result table and the per-message table as Parquet into this directory."),
     report: Path = typer.Option(None, "--report", help="Write one self-contained HTML page with the charts of the analyses run."),
     spark: bool = typer.Option(False, "--spark", help="Run on Spark instead of in this process."),
-    master: str = typer.Option("local[*]", "--master", help="Spark master URL (with --spark): local[N], local-cluster[...], spark://host:port."),
+    master: str = typer.Option(None, "--master", help="Spark master URL (with --spark): local[N], local-cluster[...], spark://host:port; default local[*], or spark-submit's."),
 ) -> None:
     """Backlog (what waits, when it falls due), lateness (delivered vs due) and retries (the
     16-retry path into the DLQ) over one store or many."""

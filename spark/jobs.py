@@ -26,13 +26,13 @@ from rmqdelay.levels import parse_delay_levels
 from rmqdelay.store import Store
 
 from . import source
-from .session import DEFAULT_MASTER, get_session
+from .session import get_session
 
 MINUTE_MS = 60_000
 
 
 def analyze(kind: str, stores: list[StoreRef], at_ms: int, *, delay_levels: dict[int, int] | None = None,
-            keep_going: bool = False, master: str | None = DEFAULT_MASTER, spark: SparkSession | None = None,
+            keep_going: bool = False, master: str | None = None, spark: SparkSession | None = None,
             messages_to: Path | None = None) -> AnalysisResult:
     """Run one analysis on Spark. ``messages_to``: write the per-message table there as Parquet
     from the executors (result.messages is then empty) instead of collecting it to the driver."""

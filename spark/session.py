@@ -10,9 +10,14 @@ from pyspark.sql import SparkSession
 DEFAULT_MASTER = "local[*]"
 
 
+def under_spark_submit() -> bool:
+    """spark-submit starts Python with the gateway of the JVM it launched."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
 def get_session(master: str | None = None) -> SparkSession:
     """A session for ``master`` (``local[*]``, ``local[2]``, ``local-cluster[2,1,1024]``,
-    ``spark://host:port``), or the active one when run through spark-submit (``master=None``).
+    ``spark://host:port``); ``None``: the master spark-submit gave, else ``local[*]``.
 
     Executors run this interpreter, so they import the same rmqdelay; the UI is off and the
     driver binds to loopback unless the master says otherwise.
@@ -20,6 +25,8 @@ def get_session(master: str | None = None) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName("rmqdelay analyze")
+    if master is None and not under_spark_submit():
+        master = DEFAULT_MASTER
     if master is not None:
         builder = builder.master(master)
     if master is None or master.startswith("local"):
