@@ -1,0 +1,145 @@
+"""Fleet benchmark of `rmqdelay analyze`, measured in one run on the same files:
+
+- raw read MB/s of the record bytes of every commit log file (page cache, 1 MiB reads, after a
+  warm-up pass); all MB/s below count those bytes, not the preallocated zero tail;
+- the embedded engine, Spark ``local[1]`` and Spark ``local[2]``: MB/s of commit log bytes for
+  one store and for all of them, per analysis that scans the commit log (lateness, retries);
+- the ratios: Spark local[1] vs embedded (one core's worth), local[2] vs local[1] (cores),
+  and how the time grows from 1 to N stores; the driver's peak RSS (the commit log is never
+  held in the driver: it streams on the executors).
+
+    python3 benchmarks/bench_analyze.py [--stores 4] [--messages-per-store 2500000] [--dir DIR] [--keep]
+
+The fleet is made with `rmqdelay samples generate` (seeds 1..N) when that command exists,
+else with the scan benchmark's StoreWriter mix of ~500-byte records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rmqdelay.analysis import StoreRef, analyze
+from rmqdelay.scan import commitlog_files
+from rmqdelay.store import Store
+
+HERE = Path(__file__).resolve().parent
+KINDS = ("lateness", "retries")
+
+
+def make_store(path: Path, messages: int, seed: int) -> str:
+    generate = subprocess.run([sys.executable, "-m", "rmqdelay", "samples", "generate", "--help"],
+                              capture_output=True)
+    if generate.returncode == 0:
+        subprocess.run([sys.executable, "-m", "rmqdelay", "samples", "generate", str(path),
+                        "--messages", str(messages), "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
+        return "samples generate"
+    sys.path.insert(0, str(HERE))
+    from bench_scan import build_store
+
+    build_store(path, messages, seed)
+    return "StoreWriter mix"
+
+
+def data_extents(store: Path) -> list[tuple[Path, int]]:
+    """(file, bytes holding records) of each commit log file: the preallocated zero tail of
+    the last file is not data."""
+    with Store(store) as opened:
+        end = opened.end_offset()
+    return [(p, max(0, min(p.stat().st_size, end - int(p.name)))) for p in commitlog_files(store)]
+
+
+def store_bytes(path: Path) -> int:
+    return sum(n for _, n in data_extents(path))
+
+
+def raw_read_seconds(stores: list[Path]) -> float:
+    started = time.perf_counter()
+    for store in stores:
+        for path, nbytes in data_extents(store):
+            with open(path, "rb", buffering=0) as fh:
+                while nbytes > 0:
+                    nbytes -= len(fh.read(min(1 << 20, nbytes)))
+    return time.perf_counter() - started
+
+
+def timed(fn) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stores", type=int, default=4)
+    parser.add_argument("--messages-per-store", type=int, default=2_500_000)
+    parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--keep", action="store_true", help="keep the fleet afterwards")
+    args = parser.parse_args()
+
+    root = args.dir or Path(tempfile.mkdtemp(prefix="rmqdelay-fleet-"))
+    paths = [root / f"broker-{i}" / "store" for i in range(args.stores)]
+    started = time.perf_counter()
+    how = ""
+    for i, path in enumerate(paths):
+        if not (path / "commitlog").is_dir():
+            how = make_store(path, args.messages_per_store, seed=i + 1)
+    sizes = [store_bytes(p) for p in paths]
+    total = sum(sizes)
+    print(f"fleet: {args.stores} stores, {total / 1e9:.2f} GB of commit log ({how or 'existing'}; "
+          f"made in {time.perf_counter() - started:.0f} s) in {root}")
+
+    refs = [StoreRef(p.parent.name, p) for p in paths]
+    at_ms = 1_900_000_000_000
+    raw_read_seconds(paths)  # warm the page cache as far as it goes
+    raw = raw_read_seconds(paths)
+    raw_one = raw_read_seconds(paths[:1])
+    print(f"raw read: {total / raw / 1e6:,.0f} MB/s (all), {sizes[0] / raw_one / 1e6:,.0f} MB/s (one store)")
+
+    from rmqdelay.spark.jobs import analyze as spark_analyze
+    from rmqdelay.spark.session import get_session
+
+    results = {}
+    for kind in KINDS:
+        results[("embedded", kind, 1)] = timed(lambda: analyze(kind, refs[:1], at_ms))
+        results[("embedded", kind, len(refs))] = timed(lambda: analyze(kind, refs, at_ms))
+    for cores in (1, 2):
+        spark = get_session(f"local[{cores}]")
+        spark_analyze("backlog", refs[:1], at_ms, spark=spark)  # start the executors' Python workers
+        for kind in KINDS:
+            for n in (1, len(refs)):
+                # The per-message table stays on the executors (written as Parquet), as the CLI does.
+                out = root / f"messages-{kind}-{cores}-{n}"
+                results[(f"spark local[{cores}]", kind, n)] = timed(
+                    lambda: spark_analyze(kind, refs[:n], at_ms, spark=spark, messages_to=out))
+                shutil.rmtree(out, ignore_errors=True)
+        spark.stop()
+
+    print(f"{'engine':18} {'analysis':9} {'stores':>6} {'seconds':>8} {'MB/s':>8} {'vs raw':>7}")
+    for (engine, kind, n), seconds in results.items():
+        nbytes = sum(sizes[:n])
+        print(f"{engine:18} {kind:9} {n:>6} {seconds:8.2f} {nbytes / seconds / 1e6:8.1f} "
+              f"{(nbytes / seconds) / (total / raw):7.1%}")
+    n = len(refs)
+    for kind in KINDS:
+        emb1, emb_n = results[("embedded", kind, 1)], results[("embedded", kind, n)]
+        s1, s2 = results[("spark local[1]", kind, n)], results[("spark local[2]", kind, n)]
+        s2_1 = results[("spark local[2]", kind, 1)]
+        print(f"{kind}: spark local[1] / embedded (same {n} stores) = {s1 / emb_n:.2f}x time; "
+              f"local[2] speed-up over local[1] = {s1 / s2:.2f}x; "
+              f"1 -> {n} stores: embedded {emb_n / emb1:.2f}x time, spark local[2] {s2 / s2_1:.2f}x time "
+              f"(data {sum(sizes) / sizes[0]:.2f}x)")
+    print(f"driver peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB "
+          f"(largest commit log file {max(p.stat().st_size for s in paths for p in commitlog_files(s)) / 1e6:,.0f} MB)")
+    if not args.keep and args.dir is None:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
