@@ -213,3 +213,14 @@ def format_delay_offsets(offsets: DelayOffsets) -> str:
         )
     parts.append(f'\t"offsetTable":{table_text}')
     return "{\n" + ",\n".join(parts) + "\n}"
+
+
+def format_consumer_offsets(table: dict[str, dict[int, int]]) -> str:
+    """config/consumerOffset.json as ConsumerOffsetManager writes it (fastjson, pretty):
+    ``{"offsetTable":{"TOPIC@GROUP":{queueId:offset,...}}}``, same dialect as delayOffset.json."""
+    entries = []
+    for key in table:
+        queues = ",".join(f"{qid}:{table[key][qid]}" for qid in sorted(table[key]))
+        entries.append(f'\t\t"{key}":{{{queues}\n\t\t}}')
+    body = "{\n" + ",\n".join(entries) + "\n\t}" if entries else "{}"
+    return '{\n\t"offsetTable":' + body + "\n}"

@@ -81,6 +81,7 @@ class PutResult:
     storeTimestamp: int
     tagsCode: int
     msgId: str
+    propertiesRaw: str = ""  # as stored (after the delay rewrite)
 
 
 @dataclass(slots=True)
@@ -447,7 +448,7 @@ class StoreWriter:
         if self._pending_bytes >= FLUSH_BYTES:
             self.flush()
         return PutResult(topic, queue_id, queue_offset, offset, size, store_ts, code,
-                         create_message_id(new.storeHost[0], new.storeHost[1], offset))
+                         create_message_id(new.storeHost[0], new.storeHost[1], offset), props_raw)
 
     def _ensure_room(self, size: int) -> None:
         """Roll over to a new file with a BLANK record when the message does not fit."""
