@@ -296,3 +296,34 @@ def test_keep_going_keeps_the_rows_before_the_bad_record(store_copy):
     assert [s.offset for s in result.skipped] == [offset]
     full = analyze("retries", [ref("retry")], last_store_time("retry"))
     assert result.tables["groups"].column("dlq")[0].as_py() < full.tables["groups"].column("dlq")[0].as_py()
+
+
+# -- against the generator's plan -------------------------------------------------------
+def test_generated_sample_figures_match_the_generators_plan():
+    """samples/generated-small was written by `samples generate`, whose plan.json says what it
+    put, delivered (with which lateness), sent back and dead-lettered."""
+    import json
+
+    store = SAMPLES / "generated-small" / "store"
+    plan = json.loads((store / "plan.json").read_text())
+    refs, at_ms = [StoreRef("gen", store)], plan["at_ms"]
+    for row in table_rows(analyze("backlog", refs, at_ms), "levels"):
+        level = plan["levels"][str(row["level"])]
+        assert (row["offset"], row["max_offset"], row["pending"]) == (level["delay_offset"], level["put"], level["pending"])
+    for row in table_rows(analyze("lateness", refs, at_ms), "levels"):
+        late = plan["levels"][str(row["level"])]["lateness"]
+        assert {k: row[k] for k in ("min", "max", "p50", "p90", "p99")} == {k: late[k] for k in ("min", "max", "p50", "p90", "p99")}
+        assert row["delivered"] == late["count"] and row["duplicates"] == 0
+    retries = analyze("retries", refs, at_ms)
+    for row in table_rows(retries, "groups"):
+        group = plan["groups"][row["group"]]
+        assert (row["messages"], row["dlq"], row["pending"]) == (group["chains"], group["dlq"], group["pending"])
+    attempts: dict[str, dict[str, int]] = {}
+    for row in table_rows(retries, "attempts"):
+        attempts.setdefault(row["group"], {})[str(row["attempts"])] = row["chains"]
+    assert attempts == {g: p["attempts"] for g, p in plan["groups"].items() if p["chains"]}
+    assert table_rows(retries, "anomalies") == []
+    lag = {(r["topic"], r["queue_id"]): (r["max_offset"], r["consumer_offset"])
+           for r in table_rows(analyze("backlog", refs, at_ms), "retry_lag")}
+    assert lag == {(t, int(q)): (v["max_offset"], v["consumer_offset"])
+                   for t, queues in plan["retry_queues"].items() for q, v in queues.items()}
