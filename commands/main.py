@@ -33,6 +33,11 @@ def _register() -> None:
 
     app.command("analyze")(analyze.analyze)
 
+    from . import samples, send
+
+    app.command("send")(send.send)
+    app.add_typer(samples.app, name="samples")
+
 
 def main() -> None:
     _register()

@@ -1,35 +1,26 @@
-"""`rmqdelay samples generate`: a deterministic, realistic broker store, and the plan behind it.
+"""`rmqdelay samples generate`: a deterministic, realistic broker store, written through the
+one writer in store-time order, as a broker would have written it over a few hours.
 
-The store is a broker's life replayed on a simulated clock that starts at a fixed instant
-(the seed moves it, never the wall clock), so one seed always gives the same bytes:
+What happens in it (every time comes from the seed, none from the wall clock):
+- producers on several hosts send to four topics and their queues; a share of the messages
+  asks for a delay level (1..18, all of them);
+- the scheduler delivers each delay message when it is due, with a small lateness and a few
+  early and late outliers; within a level delivery is in queue order, as the broker's one
+  task per level does it, so one late message holds up the ones behind it
+  (``message_timeup`` builds the delivered copy);
+- consumer groups consume their topics; some messages fail and go round the retry path:
+  send-back (``consumer_send_back``) -> SCHEDULE_TOPIC_XXXX level 2 + retry -> ``%RETRY%G``
+  -> consumed again ... up to 16 retries, then ``%DLQ%G``;
+- the run stops at the N-th record; whatever is due later stays pending. ``at`` is the
+  store time of that last record.
 
-- producers put messages on a few topics (4 queues each) over six hours: plain ones, delay
-  messages on all 18 levels, and messages consumer group ``GID_<TOPIC>`` fails;
-- a due delay message is delivered (ScheduleMessageService.messageTimeup, through the one
-  writer) at its deliver time plus a small lateness, in queue order per level;
-- a failed message goes the consumer retry path: send-back to ``%RETRY%GROUP`` (delayed at
-  level 3 + reconsume times), its delivery, the next failure ... and after 16 retries the
-  ``%DLQ%GROUP``;
-- whatever is due after the end stays pending; ``config/delayOffset.json`` holds the offsets
-  of what was delivered, ``config/consumerOffset.json`` the consumers' offsets (some lag on
-  the retry queues).
+Events wait in a heap ordered by (time, sequence); memory grows with the number of
+messages in flight (delay messages not yet due, retries not yet sent back), not with N.
 
-Records reach the commit log in store-time order, as on a broker. Memory grows with what is
-in flight (delay and retry messages not yet delivered), not with the number of messages.
-
-``plan.json`` holds what the generator knows by construction, for checking analyses:
-
-- ``seed``, ``messages`` (records written), ``start_ms``, ``at_ms`` (the end of the clock:
-  the figures below hold at that instant);
-- ``levels``: per level (string key "1".."18"): ``put`` (schedule records, retry send-backs
-  included), ``delivered``, ``pending``, ``delay_offset`` (= delivered), and ``lateness``
-  (store time of the delivered copy − deliver time of its unit, over the delivered):
-  ``count``, ``min``, ``max``, ``p50``, ``p90``, ``p99`` (nearest rank);
-- ``groups``: per consumer group: ``chains`` (messages with a send-back or a DLQ record),
-  ``attempts`` ({"n": chains whose last send-back had reconsume times n}), ``dlq``,
-  ``pending`` (chains whose last send-back is not delivered yet);
-- ``retry_queues``: per ``%RETRY%GROUP`` topic and queue id: ``max_offset`` and
-  ``consumer_offset``.
+After the commit log: config/delayOffset.json (per level, the units delivered),
+config/consumerOffset.json (each group's consumed offsets as last persisted: a 5 s tick),
+config/topics.json (every topic written), and ``DIR/plan.json`` (see ``build_plan``; the
+broker ignores the extra file).
 """
 
 from __future__ import annotations
@@ -37,262 +28,494 @@ from __future__ import annotations
 import heapq
 import json
 import random
-from array import array
-from dataclasses import dataclass, field
+from bisect import bisect_right
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from rmqdelay.formats.commitlog import Message, body_crc
+from rmqdelay.formats.commitlog import Message
 from rmqdelay.formats.constants import (
-    DEFAULT_MAX_RECONSUME_TIMES,
     DLQ_GROUP_TOPIC_PREFIX,
     MESSAGE_MAGIC_CODE,
-    PROPERTY_CLUSTER,
-    PROPERTY_DELAY_TIME_LEVEL,
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    PROPERTY_WAIT_STORE_MSG_OK,
     RETRY_GROUP_TOPIC_PREFIX,
 )
-from rmqdelay.formats.delayoffset import DelayOffsets, format_consumer_offsets, format_delay_offsets
 from rmqdelay.formats.properties import parse_properties
 
+from .brokerconfig import add_topics, write_consumer_offsets
+from .errors import StoreError, UsageError
 from .levels import parse_delay_levels
-from .offsetstore import atomic_write
+from .offsetstore import atomic_write, write_delay_offsets
+from .producer import broker_message, client_properties
 from .redelivery import consumer_send_back, message_timeup
-from .writer import NewMessage, PutResult, StoreWriter
+from .uniqkey import UniqKeyFactory
+from .writer import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CQ_FILE_SIZE, NewMessage, PutResult, StoreWriter
 
-START_MS = 1_790_000_000_000  # 2026-09-21T14:13:20Z
-SPAN_MS = 6 * 3_600_000  # longer than the 16 retries take (about 4 h 46 min)
-TOPICS = ["TopicOrder", "TopicPay", "TopicShip", "TopicNotify"]
-QUEUES = 4
 STORE_HOST = (bytes([10, 10, 0, 5]), 10911)
-WORDS = ["order", "payment", "shipment", "refund", "coupon", "invoice", "delay", "retry", "rocketmq",
-         "queue", "broker", "consumer", "producer", "offset", "订单", "支付", "延迟"]
+BASE_TIME_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z; the seed picks a start in the 30 days after
+OFFSET_PERSIST_MS = 5_000  # the consumer offsets a broker has persisted lag by up to this much
+MAX_RECONSUME_TIMES = 16
 
-# Shares of the produced messages; the rest are plain.
-DELAY_SHARE = 0.30
-FAILING_SHARE = 0.08
+# Event kinds in the heap.
+_DELIVER = 0
+_SEND_BACK = 1
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    queues: int
+    weight: float
+    tags: tuple[str | None, ...]
+    key_prefix: str
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    name: str
+    topics: tuple[str, ...]
+    fail_rate: float  # share of the messages it consumes that fail the first time
+    lag_ms: int  # from store (or delivery) to consumption
+
+
+TOPICS = (
+    TopicSpec("TopicOrder", 8, 0.4, ("TagCreate", "TagPay", "TagCancel"), "ORDER_"),
+    TopicSpec("TopicPay", 4, 0.25, ("pay", "refund"), "PAY_"),
+    TopicSpec("TopicLogistics", 4, 0.2, ("ship", "sign", "return"), "WAYBILL_"),
+    TopicSpec("TopicNotify", 2, 0.15, ("sms", "mail", None), "NOTE_"),
+)
+GROUPS = (
+    GroupSpec("GID_ORDER", ("TopicOrder",), 0.04, 40),
+    GroupSpec("GID_PAY", ("TopicPay",), 0.07, 25),
+    GroupSpec("GID_LOGISTICS", ("TopicLogistics", "TopicOrder"), 0.03, 120),
+)
+REGIONS = ("cn-hangzhou", "cn-shanghai", "cn-beijing", "ap-southeast-1", "eu-central-1")
+WORDS = ("order", "payment", "delay", "retry", "queue", "offset", "commitlog", "schedule",
+         "消息", "订单", "延迟", "支付成功", "Ünïcödé", "emoji✓", "alpha", "beta", "gamma")
 
 
 @dataclass
-class _LevelPlan:
-    put: int = 0
-    delivered: int = 0
-    lateness: array = field(default_factory=lambda: array("q"))
-    last_delivery_ms: int = 0
+class GenerateOptions:
+    messages: int
+    seed: int = 1
+    hours: float = 8.0  # roughly the store-time span: the 16 retries alone take 4 h 46 min
+    delay_share: float = 0.4  # share of the producers' messages that ask for a delay level
+    dlq_share: float = 0.2  # share of the failing messages that never succeed
+    commitlog_file_size: int = DEFAULT_COMMITLOG_FILE_SIZE
+    cq_file_size: int = DEFAULT_CQ_FILE_SIZE
+
+
+class _Chain:
+    """One message's way round the retry path for one group."""
+
+    __slots__ = ("group", "target", "sendbacks", "copied", "dlq", "folded")
+
+    def __init__(self, group: int, target: int) -> None:
+        self.group = group
+        self.target = target  # send-backs it will need; MAX_RECONSUME_TIMES + 1 ends in the DLQ
+        self.sendbacks = 0  # reconsumeTimes of the last send-back written
+        self.copied = 0  # reconsumeTimes of the last %RETRY% copy written
+        self.dlq = False
+        self.folded = False
+
+
+class _Arrivals:
+    """Non-decreasing times of one queue's messages; counts those up to a limit at the end
+    while keeping only the last few minutes in memory."""
+
+    __slots__ = ("old", "recent")
+    KEEP_MS = 600_000
+
+    def __init__(self) -> None:
+        self.old = 0
+        self.recent: deque[int] = deque()
+
+    def add(self, t: int) -> None:
+        recent = self.recent
+        recent.append(t)
+        if len(recent) > 4096:
+            cut = t - self.KEEP_MS
+            while recent[0] < cut:
+                recent.popleft()
+                self.old += 1
+
+    def count_upto(self, limit: int) -> int:
+        return self.old + bisect_right(list(self.recent), limit)
 
 
 @dataclass
-class _GroupPlan:
-    chains: int = 0
-    attempts: dict[int, int] = field(default_factory=dict)
-    dlq: int = 0
-    pending: int = 0
-
-    def ended(self, attempts: int) -> None:
-        self.attempts[attempts] = self.attempts.get(attempts, 0) + 1
+class _Producer:
+    host: tuple[bytes, int]
+    uniq: UniqKeyFactory
 
 
-@dataclass(slots=True)
-class _Retry:
-    """Where a failing message stands on its retry path."""
-
-    group: str
-    failures_left: int  # how many more times the group fails it
-
-
-def unique_key(born_ms: int, counter: int, pid: int, loader_hash: int) -> str:
-    """MessageClientIDSetter's layout: IP, pid, class loader hash, ms since the month began
-    (here: since the start of the simulated clock), counter."""
-    since = (born_ms - START_MS) & 0xFFFFFFFF
-    return f"7F000001{pid & 0xFFFF:04X}{loader_hash & 0xFFFFFFFF:08X}{since:08X}{counter & 0xFFFF:04X}"
-
-
-def stored_message(new: NewMessage, put: PutResult) -> Message:
-    """The record ``put`` wrote for ``new``, as a reader decodes it."""
-    return Message(put.storeSize, MESSAGE_MAGIC_CODE, body_crc(new.body), put.queueId, new.flag, put.queueOffset,
-                   put.commitLogOffset, new.sysFlag, new.bornTimestamp, new.bornHost[0], new.bornHost[1],
-                   put.storeTimestamp, new.storeHost[0], new.storeHost[1], new.reconsumeTimes, 0, new.body,
-                   put.topic, put.propertiesRaw, parse_properties(put.propertiesRaw))
+def _bodies(rng: random.Random, count: int = 256) -> list[bytes]:
+    """A pool of bodies (shared by reference), mostly a few hundred bytes, some larger."""
+    pool = []
+    for i in range(count):
+        size = rng.choice((40, 120, 300, 300, 450, 600, 900, 2000, 6000))
+        words = []
+        length = 0
+        while length < size:
+            w = rng.choice(WORDS)
+            words.append(w)
+            length += len(w.encode("utf-8")) + 1
+        pool.append(f"msg-{i}: {' '.join(words)}".encode("utf-8")[:size])
+    return pool
 
 
-def nearest_rank(values, num: int, den: int) -> int | None:
-    """value[ceil(num/den · n) − 1] of the sorted values."""
-    if not len(values):
+def _percentile(counts: Counter, n: int, num: int, den: int) -> int:
+    """Nearest rank over a histogram: the value at sorted position ceil(num/den * n) - 1."""
+    rank = -(-num * n // den)
+    seen = 0
+    for value in sorted(counts):
+        seen += counts[value]
+        if seen >= rank:
+            return value
+    raise ValueError("empty")
+
+
+def lateness_summary(counts: Counter) -> dict | None:
+    n = sum(counts.values())
+    if n == 0:
         return None
-    return sorted(values)[-(-num * len(values) // den) - 1]
+    return {
+        "count": n,
+        "min": min(counts),
+        "max": max(counts),
+        "p50": _percentile(counts, n, 1, 2),
+        "p90": _percentile(counts, n, 9, 10),
+        "p99": _percentile(counts, n, 99, 100),
+        "early": sum(c for v, c in counts.items() if v < 0),
+    }
 
 
-class Generator:
-    # Event kinds; at one instant a delivery goes before a consumption.
-    DELIVER, CONSUME = 0, 1
+class SampleGenerator:
+    """Writes one sample store; ``run()`` returns the plan (also written to plan.json)."""
 
-    def __init__(self, path: Path, messages: int, seed: int, *, commitlog_file_size: int,
-                 cq_file_size: int) -> None:
-        self.path = Path(path)
-        self.target = messages
-        self.seed = seed
-        self.rng = random.Random(seed)
-        self.levels = parse_delay_levels()
-        self.start_ms = START_MS + seed % 1000 * 1000
-        self.now = self.start_ms
-        self.writer = StoreWriter(self.path, create=True, commitlog_file_size=commitlog_file_size,
-                                  cq_file_size=cq_file_size, clock=lambda: self.now, sync=False)
-        self.written = 0
-        self.events: list[tuple] = []
-        self.seq = 0
-        self.level_plans = {level: _LevelPlan() for level in self.levels}
-        self.group_plans = {"GID_" + t[5:].upper(): _GroupPlan() for t in TOPICS}
-        self.pid = self.rng.randrange(1 << 16)
-        self.loader_hash = self.rng.randrange(1 << 32)
-        self.bodies = [self._body(i) for i in range(256)]
-
-    def _body(self, i: int) -> bytes:
-        words = [self.rng.choice(WORDS) for _ in range(self.rng.randint(8, 70))]
-        return f"msg-{i}: {' '.join(words)}".encode()
-
-    def _later(self, at_ms: int, kind: int, payload: tuple) -> None:
-        self.seq += 1
-        heapq.heappush(self.events, (at_ms, kind, self.seq, payload))
-
-    def _put(self, new: NewMessage, at_ms: int) -> PutResult:
-        self.now = max(self.now, at_ms)
-        self.written += 1
-        return self.writer.put(new)
-
-    def run(self) -> dict:
-        """Write the store; return the plan."""
-        produced = 0
-        end_ms = self.start_ms + SPAN_MS
-        # Deliveries and send-backs count towards the target too: producers put about
-        # target / (1 + what each one brings along) messages, spread over the span.
-        step = SPAN_MS / max(self.target, 1) * (1 + DELAY_SHARE + FAILING_SHARE * 6)
-        next_produce = float(self.start_ms)
-        with self.writer:
-            while self.written < self.target:
-                if self.events and self.events[0][0] <= next_produce:
-                    at_ms, kind, _, payload = heapq.heappop(self.events)
-                    (self._deliver if kind == self.DELIVER else self._consume)(at_ms, *payload)
-                    continue
-                if next_produce > end_ms:
-                    break
-                self._produce(produced, int(next_produce))
-                produced += 1
-                next_produce += step * (0.5 + self.rng.random())
-            self.writer.flush()
-            self._write_config()
-        return self._plan()
-
-    def _produce(self, i: int, at_ms: int) -> None:
+    def __init__(self, directory: Path | str, options: GenerateOptions,
+                 on_put: Callable[[NewMessage, PutResult], None] | None = None) -> None:
+        if options.messages < 1:
+            raise UsageError(f"--messages: at least 1, found {options.messages}")
+        self.dir = Path(directory)
+        self.opt = options
+        self.on_put = on_put
+        self.rng = random.Random(options.seed)
         rng = self.rng
-        topic = TOPICS[i % len(TOPICS)]
-        born = at_ms - rng.randint(0, 30)
-        props = {PROPERTY_KEYS: f"{topic[5:].lower()}-{i}", PROPERTY_TAGS: ("TagA", "TagB", "TagC")[i % 3],
-                 PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: unique_key(born, i, self.pid, self.loader_hash),
-                 PROPERTY_CLUSTER: "DefaultCluster", PROPERTY_WAIT_STORE_MSG_OK: "true"}
+        self.start_ms = BASE_TIME_MS + rng.randrange(30 * 86_400_000)
+        self.delays = parse_delay_levels()
+        self.max_level = max(self.delays)
+        self.bodies = _bodies(rng)
+        self.producers = []
+        for i in range(6):
+            ip = bytes([192, 168, 1 + i // 3, 20 + i])
+            port = 40000 + rng.randrange(20000)
+            # One producer connects over IPv6; its UNIQ_KEY still carries its IPv4 address,
+            # as UtilAll.getIP prefers one.
+            host = (bytes(15) + b"\x01", port) if i == 5 else (ip, port)
+            self.producers.append(_Producer(host, UniqKeyFactory(ip, rng.randrange(1, 65536), rng.getrandbits(32))))
+        self.topic_names = [t.name for t in TOPICS]
+        self.topic_weights = [t.weight for t in TOPICS]
+        self.topic_specs = {t.name: t for t in TOPICS}
+        self.groups_of_topic: dict[str, list[int]] = {t.name: [] for t in TOPICS}
+        for gi, g in enumerate(GROUPS):
+            for topic in g.topics:
+                self.groups_of_topic[topic].append(gi)
+        self.arrivals = {(t.name, q): _Arrivals() for t in TOPICS for q in range(t.queues)}
+        self.retry_consumed = [_Arrivals() for _ in GROUPS]
+        self.retry_last_consume = [0] * len(GROUPS)
+        self.retry_copies = [0] * len(GROUPS)
+        self.dlq_records = [0] * len(GROUPS)
+        self.sendback_records = [0] * len(GROUPS)
+        self.level_put = [0] * (self.max_level + 1)
+        self.level_delivered = [0] * (self.max_level + 1)
+        self.level_last_actual = [0] * (self.max_level + 1)
+        self.lateness = [Counter() for _ in range(self.max_level + 1)]
+        self.group_chains = [0] * len(GROUPS)
+        self.group_attempts = [Counter() for _ in GROUPS]
+        self.group_dlq = [0] * len(GROUPS)
+        self.group_pending = [0] * len(GROUPS)
+        self.kinds = Counter()
+        self.heap: list = []
+        self.seq = 0
+        self.serial = 0
+
+    # -- the run -------------------------------------------------------------------------
+    def run(self) -> dict:
+        self._check_dir()
+        opt = self.opt
+        n = opt.messages
+        rng = self.rng
+        # About 1.6 records per producer message (deliveries, retries); spread N over `hours`.
+        mean_gap_ms = opt.hours * 3_600_000 * 1.6 / n
+        with StoreWriter(self.dir, delay_levels=self.delays, commitlog_file_size=opt.commitlog_file_size,
+                         cq_file_size=opt.cq_file_size, sync=False, create=True) as writer:
+            self.writer = writer
+            put = writer.put
+            on_put = self.on_put
+            heap = self.heap
+            heappop = heapq.heappop
+            next_original = self.start_ms
+            gap_rate = 1.0 / mean_gap_ms
+            last_t = self.start_ms
+            for _ in range(n):
+                if heap and heap[0][0] <= next_original:
+                    t, _seq, kind, arg, msg, chain = heappop(heap)
+                    if kind == _DELIVER:
+                        new, result = self._deliver(t, arg, msg, chain, put)
+                    else:
+                        new, result = self._send_back(t, arg, msg, chain, put)
+                else:
+                    t = next_original
+                    new, result = self._original(t, put)
+                    next_original = t + int(rng.expovariate(gap_rate))
+                if on_put is not None:
+                    on_put(new, result)
+                last_t = t
+            writer.sync_to_disk()
+            self.at_ms = last_t
+            for item in heap:
+                chain = item[5]
+                if chain is not None:
+                    self._fold(chain)
+            self._write_config()
+        plan = self.build_plan()
+        atomic_write(self.dir / "plan.json", (json.dumps(plan, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
+        return plan
+
+    def _check_dir(self) -> None:
+        if self.dir.exists() and (not self.dir.is_dir() or any(self.dir.iterdir())):
+            raise StoreError(self.dir, None, "a new or empty directory for the sample store")
+
+    def _push(self, t: int, kind: int, arg: int, msg: Message, chain: _Chain | None) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, arg, msg, chain))
+
+    # -- producers -----------------------------------------------------------------------
+    def _original(self, t: int, put) -> tuple[NewMessage, PutResult]:
+        rng = self.rng
+        spec = self.topic_specs[rng.choices(self.topic_names, self.topic_weights)[0]]
+        queue_id = rng.randrange(spec.queues)
+        producer = self.producers[rng.randrange(len(self.producers))]
+        born = t - 1 - int(rng.expovariate(0.1))  # network and send path, ~10 ms
+        self.serial += 1
+        serial = self.serial
+        user = self._user_properties(spec, serial)
+        level = rng.randint(1, self.max_level) if rng.random() < self.opt.delay_share else 0
+        props = client_properties(rng.choice(spec.tags), f"{spec.key_prefix}{serial}", user, level,
+                                  producer.uniq.create(born))
+        new = broker_message(spec.name, queue_id, self.bodies[rng.randrange(len(self.bodies))], props,
+                             born_timestamp=born, born_host=producer.host, store_host=STORE_HOST,
+                             store_timestamp=t)
+        result = put(new)
+        if level:
+            self.kinds["delay"] += 1
+            self._scheduled(t, new, result, None)
+        else:
+            self.kinds["normal"] += 1
+            self._landed(t, new, result)
+        return new, result
+
+    def _user_properties(self, spec: TopicSpec, serial: int) -> dict[str, str]:
+        rng = self.rng
+        if spec.name == "TopicOrder":
+            return {"orderId": f"OID-{100000 + serial}", "region": rng.choice(REGIONS)}
+        if spec.name == "TopicPay":
+            return {"amount": str(rng.randrange(100, 100000)), "备注": f"订单-{serial}"}
+        if spec.name == "TopicLogistics":
+            return {"carrier": rng.choice(("SF", "YTO", "ZTO", "DHL"))}
+        return {}
+
+    # -- the scheduler -------------------------------------------------------------------
+    def _scheduled(self, t: int, new: NewMessage, result: PutResult, chain: _Chain | None) -> None:
+        """A record just landed in SCHEDULE_TOPIC_XXXX: plan its delivery."""
+        level = result.queueId + 1
+        due = result.tagsCode
+        rng = self.rng
         roll = rng.random()
-        level = 1 + rng.randrange(len(self.levels)) if roll < DELAY_SHARE else 0
-        if level:
-            props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
-        new = NewMessage(topic=topic, queueId=rng.randrange(QUEUES), body=self.bodies[i % len(self.bodies)],
-                         properties=props, bornTimestamp=born, storeHost=STORE_HOST)
-        put = self._put(new, at_ms)
-        if level:
-            self._schedule(new, put, level, None)
-        elif roll < DELAY_SHARE + FAILING_SHARE:
-            # How often the group fails it: 1..16 retries, 17 = into the DLQ after the 16th.
-            failures = (DEFAULT_MAX_RECONSUME_TIMES + 1 if rng.random() < 0.1
-                        else min(1 + int(rng.expovariate(0.4)), DEFAULT_MAX_RECONSUME_TIMES))
-            group = "GID_" + topic[5:].upper()
-            self._later(at_ms + rng.randint(5, 200), self.CONSUME, (stored_message(new, put), _Retry(group, failures)))
+        if roll < 0.003:
+            jitter = rng.randrange(1_000, 30_000)  # a stalled delivery (GC, disk)
+        elif roll < 0.005:
+            jitter = -rng.randrange(1, 800)  # a clock step: delivered before its time
+        else:
+            jitter = int(rng.expovariate(1 / 30))
+        actual = max(due + jitter, self.level_last_actual[level], t + 1)
+        self.level_last_actual[level] = actual
+        self.level_put[level] += 1
+        # The record as stored (after putMessage's rewrite), as lookMessageByOffset returns it.
+        self._push(actual, _DELIVER, due, self._stored(new, result), chain)
 
-    def _schedule(self, new: NewMessage, put: PutResult, level: int, retry: _Retry | None) -> None:
-        plan = self.level_plans[level]
-        plan.put += 1
-        lateness = self.rng.randint(0, 4) if self.rng.random() < 0.98 else self.rng.randint(50, 3000)
-        # A level is delivered in queue order: never before the unit ahead of it.
-        deliver_at = max(put.tagsCode + lateness, plan.last_delivery_ms)
-        plan.last_delivery_ms = deliver_at
-        self._later(deliver_at, self.DELIVER, (stored_message(new, put), level, put.tagsCode, retry))
+    def _deliver(self, t: int, due: int, msg: Message, chain: _Chain | None, put) -> tuple[NewMessage, PutResult]:
+        new = message_timeup(msg)
+        new.storeTimestamp = t
+        result = put(new)
+        level = msg.queueId + 1
+        self.level_delivered[level] += 1
+        self.lateness[level][t - due] += 1
+        if chain is None:
+            self.kinds["delivered"] += 1
+            self._landed(t, new, result)
+            return new, result
+        self.kinds["retry"] += 1
+        gi = chain.group
+        chain.copied = new.reconsumeTimes
+        self.retry_copies[gi] += 1
+        # Retry topics are pulled less eagerly than the main one: seconds, not milliseconds.
+        consume = max(t + GROUPS[gi].lag_ms + int(self.rng.expovariate(1 / 15_000)), self.retry_last_consume[gi])
+        self.retry_last_consume[gi] = consume
+        self.retry_consumed[gi].add(consume)
+        if chain.sendbacks < chain.target:
+            self._push(consume, _SEND_BACK, gi, self._stored(new, result), chain)
+        else:
+            self._fold(chain)  # consumed successfully at last
+        return new, result
 
-    def _deliver(self, at_ms: int, record: Message, level: int, deliver_ms: int, retry: _Retry | None) -> None:
-        copy = message_timeup(record)
-        put = self._put(copy, at_ms)
-        plan = self.level_plans[level]
-        plan.delivered += 1
-        plan.lateness.append(put.storeTimestamp - deliver_ms)
-        if retry is not None:
-            self._later(at_ms + self.rng.randint(5, 200), self.CONSUME, (stored_message(copy, put), retry))
+    # -- consumers -----------------------------------------------------------------------
+    def _landed(self, t: int, new: NewMessage, result: PutResult) -> None:
+        """A record on a subscribed topic: each group consumes it; some fail and send it back."""
+        self.arrivals[(result.topic, result.queueId)].add(t)
+        rng = self.rng
+        stored = None
+        for gi in self.groups_of_topic[result.topic]:
+            group = GROUPS[gi]
+            if rng.random() < group.fail_rate:
+                if rng.random() < self.opt.dlq_share:
+                    target = MAX_RECONSUME_TIMES + 1
+                else:
+                    target = min(1 + int(rng.expovariate(0.35)), MAX_RECONSUME_TIMES)
+                if stored is None:
+                    stored = self._stored(new, result)
+                self._push(t + group.lag_ms, _SEND_BACK, gi, stored, _Chain(gi, target))
 
-    def _consume(self, at_ms: int, msg: Message, retry: _Retry) -> None:
-        plan = self.group_plans[retry.group]
-        if retry.failures_left == 0:
-            plan.ended(msg.reconsumeTimes)  # consumed at last
+    def _send_back(self, t: int, gi: int, msg: Message, chain: _Chain, put) -> tuple[NewMessage, PutResult]:
+        new = consumer_send_back(msg, GROUPS[gi].name)
+        new.storeTimestamp = t
+        result = put(new)
+        if new.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+            self.kinds["dlq"] += 1
+            self.dlq_records[gi] += 1
+            chain.dlq = True
+            self._fold(chain)
+        else:
+            self.kinds["send_back"] += 1
+            self.sendback_records[gi] += 1
+            chain.sendbacks = new.reconsumeTimes
+            self._scheduled(t, new, result, chain)
+        return new, result
+
+    def _fold(self, chain: _Chain) -> None:
+        """Count a chain in its group's figures once, when nothing more will happen to it
+        (or the run ends). Chains without a written send-back or DLQ record are no chains."""
+        if chain.folded or (chain.sendbacks == 0 and not chain.dlq):
             return
-        if msg.reconsumeTimes == 0:
-            plan.chains += 1
-        back = consumer_send_back(msg, retry.group)
-        put = self._put(back, at_ms)
-        if put.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
-            plan.dlq += 1
-            plan.ended(msg.reconsumeTimes)
-            return
-        level = int(back.properties[PROPERTY_DELAY_TIME_LEVEL])
-        self._schedule(back, put, level, _Retry(retry.group, retry.failures_left - 1))
+        chain.folded = True
+        gi = chain.group
+        self.group_chains[gi] += 1
+        self.group_attempts[gi][chain.sendbacks] += 1
+        if chain.dlq:
+            self.group_dlq[gi] += 1
+        elif chain.copied < chain.sendbacks:
+            self.group_pending[gi] += 1
 
-    # -- the end ---------------------------------------------------------------------------
-    def _write_config(self) -> None:
-        delivered = {level: p.delivered for level, p in self.level_plans.items() if p.put}
-        config = self.path / "config"
-        atomic_write(config / "delayOffset.json", format_delay_offsets(DelayOffsets(delivered)).encode(), keep_bak=True)
+    @staticmethod
+    def _stored(new: NewMessage, result: PutResult) -> Message:
+        """The record as the broker reads it back (properties from the stored string); the
+        body CRC is left 0: redelivery does not read it."""
+        raw = result.propertiesRaw
+        return Message(result.storeSize, MESSAGE_MAGIC_CODE, 0, result.queueId, new.flag, result.queueOffset,
+                       result.commitLogOffset, new.sysFlag, new.bornTimestamp, new.bornHost[0], new.bornHost[1],
+                       result.storeTimestamp, new.storeHost[0], new.storeHost[1], new.reconsumeTimes, 0,
+                       new.body, result.topic, raw, parse_properties(raw))
+
+    # -- config files and the plan -------------------------------------------------------
+    def _persisted_at(self) -> int:
+        return self.at_ms - (self.at_ms - self.start_ms) % OFFSET_PERSIST_MS
+
+    def consumer_offsets(self) -> dict[str, dict[int, int]]:
+        persisted = self._persisted_at()
         table: dict[str, dict[int, int]] = {}
-        for topic in TOPICS:
-            group = "GID_" + topic[5:].upper()
-            table[f"{topic}@{group}"] = {q: self.writer.next_queue_offset(topic, q) for q in range(QUEUES)}
-            retry_topic = RETRY_GROUP_TOPIC_PREFIX + group
-            max_offset = self.writer.next_queue_offset(retry_topic, 0)
-            if max_offset:
-                table[f"{retry_topic}@{group}"] = {0: max(0, max_offset - self.rng.randint(0, 3))}
-        self.consumer_offsets = table
-        atomic_write(config / "consumerOffset.json", format_consumer_offsets(table).encode(), keep_bak=True)
+        for gi, group in enumerate(GROUPS):
+            for topic in group.topics:
+                spec = self.topic_specs[topic]
+                table[f"{topic}@{group.name}"] = {
+                    q: self.arrivals[(topic, q)].count_upto(persisted - group.lag_ms) for q in range(spec.queues)}
+            if self.retry_copies[gi] or self.sendback_records[gi]:
+                table[f"{RETRY_GROUP_TOPIC_PREFIX}{group.name}@{group.name}"] = {
+                    0: self.retry_consumed[gi].count_upto(persisted)}
+        return table
 
-    def _plan(self) -> dict:
-        # What is still in flight: a send-back not delivered is a pending chain; a delivered
-        # retry not consumed yet has its attempts settled.
-        for _, kind, _, payload in self.events:
-            retry = payload[-1]
-            reconsume = payload[0].reconsumeTimes
-            if retry is None or reconsume == 0:
-                continue  # a delay message, or an original not consumed yet: no chain
-            plan = self.group_plans[retry.group]
-            plan.ended(reconsume)
-            plan.pending += kind == self.DELIVER
+    def _write_config(self) -> None:
+        write_delay_offsets(self.dir, {level: self.level_delivered[level] for level in self.delays})
+        write_consumer_offsets(self.dir, self.consumer_offsets())
+        topics = {t.name: t.queues for t in TOPICS}
+        for gi, group in enumerate(GROUPS):
+            if self.sendback_records[gi]:
+                topics[RETRY_GROUP_TOPIC_PREFIX + group.name] = 1
+            if self.dlq_records[gi]:
+                topics[DLQ_GROUP_TOPIC_PREFIX + group.name] = 1
+        add_topics(self.dir, topics, self.at_ms)
+
+    def build_plan(self) -> dict:
+        """The figures known by construction; they hold at ``at_ms``.
+
+        - ``seed``; ``messages`` (records written); ``start_ms`` (the first record's store
+          time); ``at_ms`` (the last record's store time: run analyses ``--at`` this);
+        - ``records``: records by kind: ``normal`` and ``delay`` (the producers' messages;
+          delay ones sit in SCHEDULE_TOPIC_XXXX), ``delivered`` (copies of delay messages on
+          their real topics), ``send_back`` (consumer send-backs, in SCHEDULE_TOPIC_XXXX),
+          ``retry`` (copies delivered to %RETRY% topics), ``dlq`` (records in %DLQ% topics);
+        - ``levels``: {"1".."18": ...}: ``delay_ms``; ``put`` (units of its schedule queue:
+          delay messages and send-backs); ``delivered`` (units with a delivered copy, a
+          prefix of the queue); ``pending`` (put - delivered); ``delay_offset`` (written to
+          config/delayOffset.json, = delivered); ``lateness`` over the delivered units, in
+          ms, store time of the copy - the unit's tagsCode: ``count``, ``min``, ``max``,
+          ``p50``, ``p90``, ``p99`` (nearest rank: sorted[ceil(p*n) - 1]), ``early`` (how
+          many below 0); min .. p99 are null when count is 0;
+        - ``groups``: {GROUP: ...}: ``retry_topic``; ``chains`` (messages the group sent back
+          at least once: with a send-back or DLQ record); ``attempts`` ({"k": chains whose
+          largest send-back reconsumeTimes is k}); ``dlq`` (chains in the DLQ); ``pending``
+          (chains not in the DLQ whose last send-back has no %RETRY% copy yet);
+          ``send_backs``, ``retry_copies``, ``dlq_records`` (records of each kind);
+        - ``retry_queues``: {"%RETRY%GROUP": {"0": {``max_offset``, ``consumer_offset``,
+          ``lag``}}} (consumer offsets as in config/consumerOffset.json);
+        - ``consumer_offsets``: the whole table written to config/consumerOffset.json.
+        """
         levels = {}
-        for level, p in self.level_plans.items():
+        for level, delay in self.delays.items():
+            late = lateness_summary(self.lateness[level])
             levels[str(level)] = {
-                "put": p.put, "delivered": p.delivered, "pending": p.put - p.delivered, "delay_offset": p.delivered,
-                "lateness": {"count": len(p.lateness), "min": min(p.lateness, default=None),
-                             "max": max(p.lateness, default=None), "p50": nearest_rank(p.lateness, 1, 2),
-                             "p90": nearest_rank(p.lateness, 9, 10), "p99": nearest_rank(p.lateness, 99, 100)},
+                "delay_ms": delay, "put": self.level_put[level], "delivered": self.level_delivered[level],
+                "pending": self.level_put[level] - self.level_delivered[level],
+                "delay_offset": self.level_delivered[level],
+                "lateness": late or {"count": 0, "min": None, "max": None, "p50": None, "p90": None,
+                                     "p99": None, "early": 0},
             }
+        offsets = self.consumer_offsets()
         groups = {}
-        for group, g in self.group_plans.items():
-            attempts = {str(a): n for a, n in sorted(g.attempts.items())}
-            groups[group] = {"chains": g.chains, "attempts": attempts, "dlq": g.dlq, "pending": g.pending}
         retry_queues = {}
-        for key, queues in self.consumer_offsets.items():
-            topic, _, _ = key.rpartition("@")
-            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                retry_queues[topic] = {str(q): {"max_offset": self.writer.next_queue_offset(topic, q),
-                                                "consumer_offset": offset} for q, offset in queues.items()}
-        return {"seed": self.seed, "messages": self.written, "start_ms": self.start_ms, "at_ms": self.now,
-                "levels": levels, "groups": groups, "retry_queues": retry_queues}
+        for gi, group in enumerate(GROUPS):
+            retry_topic = RETRY_GROUP_TOPIC_PREFIX + group.name
+            groups[group.name] = {
+                "retry_topic": retry_topic, "chains": self.group_chains[gi],
+                "attempts": {str(k): v for k, v in sorted(self.group_attempts[gi].items())},
+                "dlq": self.group_dlq[gi], "pending": self.group_pending[gi],
+                "send_backs": self.sendback_records[gi], "retry_copies": self.retry_copies[gi],
+                "dlq_records": self.dlq_records[gi],
+            }
+            key = f"{retry_topic}@{group.name}"
+            if key in offsets:
+                consumed = offsets[key][0]
+                retry_queues[retry_topic] = {"0": {"max_offset": self.retry_copies[gi], "consumer_offset": consumed,
+                                                   "lag": self.retry_copies[gi] - consumed}}
+        return {
+            "seed": self.opt.seed, "messages": self.opt.messages, "start_ms": self.start_ms, "at_ms": self.at_ms,
+            "records": {k: self.kinds[k] for k in ("normal", "delay", "delivered", "send_back", "retry", "dlq")},
+            "levels": levels, "groups": groups, "retry_queues": retry_queues,
+            "consumer_offsets": {key: {str(q): v for q, v in value.items()} for key, value in offsets.items()},
+        }
 
 
-def generate(path: Path, messages: int, seed: int = 1, *, commitlog_file_size: int = 1 << 30,
-             cq_file_size: int = 300_000 * 20) -> dict:
-    """Write a store of ``messages`` records into ``path`` (new) and ``plan.json`` beside it."""
-    plan = Generator(path, messages, seed, commitlog_file_size=commitlog_file_size, cq_file_size=cq_file_size).run()
-    atomic_write(Path(path) / "plan.json", (json.dumps(plan, indent=1, ensure_ascii=False) + "\n").encode())
-    return plan
+def generate(directory: Path | str, options: GenerateOptions,
+             on_put: Callable[[NewMessage, PutResult], None] | None = None) -> dict:
+    """Write a sample store into ``directory`` (new or empty); returns the plan."""
+    return SampleGenerator(directory, options, on_put).run()

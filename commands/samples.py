@@ -1,0 +1,69 @@
+"""`rmqdelay samples generate DIR`: a deterministic, realistic store to try every command on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rmqdelay.errors import UsageError
+from rmqdelay.samples import GenerateOptions, generate
+from rmqdelay.writer import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CQ_FILE_SIZE
+
+from .common import console, emit_json, format_time_ms
+
+app = typer.Typer(help="Sample stores.", no_args_is_help=True)
+
+
+def _int(name: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"{name}: an integer, found {text!r}") from None
+
+
+@app.command("generate")
+def generate_command(
+    directory: Path = typer.Argument(..., help="New (or empty) directory for the store; plan.json goes in it too."),
+    messages: str = typer.Option(None, "--messages", help="Number of records to write."),
+    seed: str = typer.Option("1", "--seed", help="Same seed, same bytes."),
+    hours: str = typer.Option("8", "--hours", help="About how many hours of store time to span."),
+    commitlog_file_size: str = typer.Option(str(DEFAULT_COMMITLOG_FILE_SIZE), "--commitlog-file-size",
+                                            help="Bytes per commit log file."),
+    cq_file_size: str = typer.Option(str(DEFAULT_CQ_FILE_SIZE), "--cq-file-size",
+                                     help="Bytes per consume queue file (a multiple of 20)."),
+    json_out: bool = typer.Option(False, "--json", help="The plan as one JSON object."),
+) -> None:
+    """Write a deterministic, realistic store: several topics, all 18 delay levels (some
+    delivered, some pending), consumer retry chains through %RETRY% to the DLQ, consumer
+    offsets; and DIR/plan.json, the figures it holds by construction."""
+    if messages is None:
+        raise UsageError("--messages: required")
+    count = _int("--messages", messages)
+    if count < 1:
+        raise UsageError(f"--messages: at least 1, found {count}")
+    try:
+        span = float(hours)
+    except ValueError:
+        raise UsageError(f"--hours: a number, found {hours!r}") from None
+    if not span > 0:
+        raise UsageError(f"--hours: more than 0, found {hours!r}")
+    cl_size = _int("--commitlog-file-size", commitlog_file_size)
+    cq_size = _int("--cq-file-size", cq_file_size)
+    if cl_size < 4096:
+        raise UsageError(f"--commitlog-file-size: at least 4096 bytes, found {cl_size}")
+    if cq_size < 20 or cq_size % 20:
+        raise UsageError(f"--cq-file-size: a positive multiple of 20 bytes, found {cq_size}")
+    plan = generate(directory, GenerateOptions(messages=count, seed=_int("--seed", seed), hours=span,
+                                               commitlog_file_size=cl_size, cq_file_size=cq_size))
+    if json_out:
+        emit_json(plan)
+        return
+    r = plan["records"]
+    pending = sum(level["pending"] for level in plan["levels"].values())
+    console.print(
+        f"{directory}: {plan['messages']} records from {format_time_ms(plan['start_ms'])} to "
+        f"{format_time_ms(plan['at_ms'])} (at_ms {plan['at_ms']}): {r['normal']} normal, {r['delay']} delay, "
+        f"{r['delivered']} delivered, {r['send_back']} send-backs, {r['retry']} retries, {r['dlq']} in DLQ; "
+        f"{pending} delay units pending; plan in {Path(directory) / 'plan.json'}",
+        markup=False, highlight=False, soft_wrap=True)

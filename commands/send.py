@@ -1,0 +1,110 @@
+"""`rmqdelay send STORE --topic T ...`: put messages as a producer would, through the one writer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rmqdelay.errors import UsageError
+from rmqdelay.formats.constants import RMQ_SYS_SCHEDULE_TOPIC
+from rmqdelay.formats.msgid import parse_host
+from rmqdelay.send import DEFAULT_STORE_HOST, SendRequest, Sent, send_messages
+from rmqdelay.writer import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CQ_FILE_SIZE
+
+from .common import console, emit_json, format_time_ms
+
+
+def _int(name: str, text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"{name}: an integer, found {text!r}") from None
+
+
+def _properties(items: list[str]) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--property: KEY=VALUE, found {item!r}")
+        if any(c in key + value for c in "\x01\x02"):
+            raise UsageError(f"--property {key}: the separators \\x01 and \\x02 cannot appear in a property")
+        props[key] = value
+    return props
+
+
+def _body(body: str | None, body_file: Path | None) -> bytes:
+    if body is not None and body_file is not None:
+        raise UsageError("--body and --body-file: give one of them")
+    if body_file is not None:
+        try:
+            return body_file.read_bytes()
+        except OSError as exc:
+            raise UsageError(f"--body-file {body_file}: a readable file ({exc.strerror})") from None
+    return (body if body is not None else "Hello RocketMQ").encode("utf-8")
+
+
+def _json(sent: Sent) -> dict:
+    r = sent.result
+    obj = {"msgId": r.msgId, "uniqKey": sent.uniqKey, "topic": r.topic, "queueId": r.queueId,
+           "queueOffset": r.queueOffset, "commitLogOffset": r.commitLogOffset, "storeSize": r.storeSize,
+           "bornTimestamp": sent.bornTimestamp, "storeTimestamp": r.storeTimestamp}
+    if r.topic == RMQ_SYS_SCHEDULE_TOPIC:
+        obj.update(realTopic=sent.realTopic, realQueueId=sent.realQueueId, delayLevel=sent.delayLevel,
+                   deliverTimestamp=r.tagsCode)
+    return obj
+
+
+def send(
+    store: Path = typer.Argument(..., help="Broker store directory (created when it does not exist)."),
+    topic: str = typer.Option(None, "--topic", help="Topic to send to."),
+    queue: str = typer.Option(None, "--queue", help="Queue id (default: round robin over the write queues)."),
+    tags: str = typer.Option(None, "--tags", help="TAGS property."),
+    keys: str = typer.Option(None, "--keys", help="KEYS property (space-separated keys)."),
+    delay_level: str = typer.Option("0", "--delay-level", help="Delay level (0: none; above the maximum: capped)."),
+    prop: list[str] = typer.Option([], "--property", help="User property KEY=VALUE (repeatable)."),
+    body: str = typer.Option(None, "--body", help="Body text (UTF-8). Default: 'Hello RocketMQ'."),
+    body_file: Path = typer.Option(None, "--body-file", help="Body bytes from a file."),
+    count: str = typer.Option("1", "--count", help="Number of messages."),
+    store_host: str = typer.Option("127.0.0.1:10911", "--store-host", help="The broker's address (storeHost, msgId)."),
+    commitlog_file_size: str = typer.Option(None, "--commitlog-file-size",
+                                            help="Bytes per commit log file, for a new store (default 1 GiB)."),
+    cq_file_size: str = typer.Option(None, "--cq-file-size",
+                                     help="Bytes per consume queue file, for a new store (default 6,000,000)."),
+    json_out: bool = typer.Option(False, "--json", help="One JSON object per message."),
+) -> None:
+    """Put messages into STORE as a producer and the broker would (UNIQ_KEY, CLUSTER, the delay
+    rewrite into SCHEDULE_TOPIC_XXXX); creates the store if missing; adds the topic to
+    config/topics.json. Refused while a broker holds STORE/lock."""
+    if topic is None:
+        raise UsageError("--topic: required")
+    try:
+        host = parse_host(store_host) if store_host else DEFAULT_STORE_HOST
+    except ValueError:
+        raise UsageError(f"--store-host: ip:port, found {store_host!r}") from None
+    request = SendRequest(topic=topic, body=_body(body, body_file), queue_id=_int("--queue", queue),
+                          tags=tags or None, keys=keys or None, delay_level=_int("--delay-level", delay_level),
+                          properties=_properties(prop), count=_int("--count", count), store_host=host)
+    sizes = {}
+    for name, text, default in (("--commitlog-file-size", commitlog_file_size, DEFAULT_COMMITLOG_FILE_SIZE),
+                                ("--cq-file-size", cq_file_size, DEFAULT_CQ_FILE_SIZE)):
+        value = _int(name, text)
+        if value is not None and (value <= 0 or (name == "--cq-file-size" and value % 20)):
+            raise UsageError(f"{name}: a positive size{' (a multiple of 20)' if name == '--cq-file-size' else ''}, found {value}")
+        sizes[name] = value if value is not None else default
+    sent = send_messages(store, request, commitlog_file_size=sizes["--commitlog-file-size"],
+                         cq_file_size=sizes["--cq-file-size"])
+    for item in sent:
+        if json_out:
+            emit_json(_json(item))
+            continue
+        r = item.result
+        line = (f"{r.topic} queue {r.queueId} queueOffset {r.queueOffset} commitLogOffset {r.commitLogOffset} "
+                f"msgId {r.msgId} uniqKey {item.uniqKey}")
+        if r.topic == RMQ_SYS_SCHEDULE_TOPIC:
+            line += (f" -> {item.realTopic} queue {item.realQueueId} level {item.delayLevel} "
+                     f"due {format_time_ms(r.tagsCode)}")
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
