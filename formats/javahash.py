@@ -1,5 +1,7 @@
 """Java's String.hashCode and what RocketMQ derives from it."""
 
+from functools import lru_cache
+
 
 def java_string_hash(text: str) -> int:
     """String.hashCode(): over UTF-16 code units, as a signed 32-bit int."""
@@ -10,6 +12,7 @@ def java_string_hash(text: str) -> int:
     return h - 0x100000000 if h & 0x80000000 else h
 
 
+@lru_cache(maxsize=4096)  # a store repeats a few tags millions of times
 def tags_code(tags: str | None) -> int:
     """MessageExtBrokerInner.tagsString2tagsCode: the CQ tagsCode of a normal message."""
     if not tags:

@@ -62,3 +62,26 @@ def _java_key_order(keys: tuple[str, ...]) -> tuple[str, ...]:
         return (h ^ (h >> 16)) & (capacity - 1)
 
     return tuple(k for _, k in sorted(enumerate(keys), key=lambda item: (bucket(item[1]), item[0])))
+
+
+def property_value(text: str, key: str) -> str | None:
+    """``parse_properties(text).get(key)`` without building the map (one key of a stored
+    string on a hot path): the last well-formed ``key\\x01value`` entry wins, as there."""
+    needle = key + NAME_VALUE_SEPARATOR
+    if not key or NAME_VALUE_SEPARATOR in key or PROPERTY_SEPARATOR in key:
+        return parse_properties(text).get(key)
+    result = None
+    start = 0
+    while True:
+        i = text.find(needle, start)
+        if i < 0:
+            return result
+        if i == 0 or text[i - 1] == PROPERTY_SEPARATOR:
+            end = text.find(PROPERTY_SEPARATOR, i)
+            if end < 0:
+                end = len(text)
+            if end > i + len(needle):  # an empty value is skipped by the parser
+                result = text[i + len(needle):end]
+            start = end
+        else:
+            start = i + 1

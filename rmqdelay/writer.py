@@ -9,6 +9,7 @@ prefix of them, and a tail that ``recover`` (run on every open) finishes or wipe
 from __future__ import annotations
 
 import os
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from rmqdelay.formats.constants import (
 from rmqdelay.formats.consumequeue import CQ_UNIT_DTYPE
 from rmqdelay.formats.javahash import tags_code
 from rmqdelay.formats.msgid import create_message_id
-from rmqdelay.formats.properties import format_properties, java_order
+from rmqdelay.formats.properties import format_properties, java_order, property_value
 
 from .commitlog import END_FILE_MIN_BLANK_LENGTH, Blank
 from .errors import StoreError, UsageError
@@ -181,6 +182,7 @@ class StoreWriter:
         self._lock = BrokerLock(self.path)
         self._created_abort = False
         self._opened = False
+        self._valid_topics: set[str] = set()  # checked once each: put() is a hot path
         self.recovery = RecoveryReport()
 
     # -- open / close --------------------------------------------------------------------
@@ -400,7 +402,9 @@ class StoreWriter:
         if not self._opened:
             raise UsageError("the store writer is not open")
         topic, queue_id = new.topic, new.queueId
-        validate_topic(topic)
+        if topic not in self._valid_topics:
+            validate_topic(topic)
+            self._valid_topics.add(topic)
         props = new.properties
         props_raw = new.propertiesRaw
         tran = _tran_type(new.sysFlag)
@@ -569,13 +573,26 @@ def _int_or_zero(text: str | None) -> int:
         return 0  # Message.getDelayTimeLevel: a non-number is no delay
 
 
+_UNIT = struct.Struct(">qiq")
+
+
 def _unit_bytes(offset: int, size: int, tags_code_value: int) -> bytes:
-    import struct
-
-    return struct.pack(">qiq", offset, size, tags_code_value)
+    return _UNIT.pack(offset, size, tags_code_value)
 
 
-def _props_of(raw: str) -> dict[str, str]:
-    from rmqdelay.formats.properties import parse_properties
+class _StoredProperties:
+    """The few properties put() reads (TAGS, DELAY) straight from a stored string, without
+    parsing all of it: same answers as parse_properties(raw).get(key)."""
 
-    return parse_properties(raw)
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: str) -> None:
+        self.raw = raw
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        value = property_value(self.raw, key)
+        return default if value is None else value
+
+
+def _props_of(raw: str) -> _StoredProperties:
+    return _StoredProperties(raw)

@@ -1,0 +1,118 @@
+"""Sample generator throughput against the writer it stands on and the disk under both.
+
+In one run, on the same machine and disk:
+1. `samples generate` of N records: records/s and MB/s of commit log written;
+2. StoreWriter.put of N plain prebuilt messages (same count, ~ the generator's mean size):
+   records/s and MB/s;
+3. a raw sequential write of as many bytes as the generator's commit log (4 MiB writes,
+   one fsync at the end): MB/s;
+and the ratios between them. Everything written is deleted afterwards.
+
+    python3 benchmarks/bench_generate.py [--messages N] [--dir DIR] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rmqdelay.samples import GenerateOptions, generate
+from rmqdelay.writer import NewMessage, StoreWriter
+
+
+def commitlog_bytes(store: Path) -> int:
+    """Bytes of records (up to the end of the last record), from the writer's own view."""
+    with StoreWriter(store) as writer:
+        return writer.end_offset
+
+
+def bench_generator(directory: Path, messages: int, profile: bool) -> tuple[float, int]:
+    store = directory / "gen"
+    options = GenerateOptions(messages=messages, seed=7)
+    start = time.perf_counter()
+    if profile:
+        prof = cProfile.Profile()
+        prof.runcall(generate, store, options)
+        elapsed = time.perf_counter() - start
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(20)
+    else:
+        generate(store, options)
+        elapsed = time.perf_counter() - start
+    size = commitlog_bytes(store)
+    shutil.rmtree(store)
+    return elapsed, size
+
+
+def bench_put(directory: Path, messages: int, mean_size: int) -> tuple[float, int]:
+    store = directory / "put"
+    props = {"TAGS": "TagA", "KEYS": "ORDER_1", "UNIQ_KEY": "C0A8011401F4A1B2C3D40001000A0000",
+             "CLUSTER": "DefaultCluster", "region": "cn-hangzhou"}
+    base = 61 + 9 + 1 + 2 + sum(len(k) + len(v) + 2 for k, v in props.items())  # header, topic, props
+    body = b"x" * max(1, mean_size - base)
+    prebuilt = [NewMessage(topic="TopicTest", queueId=i % 8, body=body, properties=props,
+                           bornTimestamp=1_767_225_600_000 + i, storeTimestamp=1_767_225_600_000 + i)
+                for i in range(min(messages, 100_000))]
+    start = time.perf_counter()
+    with StoreWriter(store, create=True, sync=False) as writer:
+        put = writer.put
+        for i in range(messages):
+            put(prebuilt[i % len(prebuilt)])
+        writer.sync_to_disk()
+        size = writer.end_offset
+    elapsed = time.perf_counter() - start
+    shutil.rmtree(store)
+    return elapsed, size
+
+
+def bench_raw(directory: Path, size: int) -> float:
+    path = directory / "raw"
+    chunk = bytes(range(256)) * (4 * 1024 * 1024 // 256)
+    start = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        written = 0
+        while written < size:
+            written += os.write(fd, chunk[:min(len(chunk), size - written)])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    elapsed = time.perf_counter() - start
+    path.unlink()
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir)")
+    parser.add_argument("--profile", action="store_true", help="cProfile the generator (to stderr)")
+    args = parser.parse_args()
+    directory = Path(tempfile.mkdtemp(prefix="bench-generate-", dir=args.dir))
+    try:
+        n = args.messages
+        gen_s, gen_bytes = bench_generator(directory, n, args.profile)
+        put_s, put_bytes = bench_put(directory, n, gen_bytes // n)
+        raw_s = bench_raw(directory, gen_bytes)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    mb = 1024 * 1024
+    gen_rate, put_rate = n / gen_s, n / put_s
+    gen_mbs, put_mbs, raw_mbs = gen_bytes / mb / gen_s, put_bytes / mb / put_s, gen_bytes / mb / raw_s
+    print(f"records: {n:,}  commit log: {gen_bytes / mb:,.1f} MiB (mean {gen_bytes // n} B/record)")
+    print(f"samples generate : {gen_s:8.2f} s  {gen_rate:10,.0f} records/s  {gen_mbs:7.1f} MiB/s")
+    print(f"StoreWriter.put  : {put_s:8.2f} s  {put_rate:10,.0f} records/s  {put_mbs:7.1f} MiB/s  (plain prebuilt)")
+    print(f"raw write        : {raw_s:8.2f} s  {'':>10}            {raw_mbs:7.1f} MiB/s  (sequential, fsync)")
+    print(f"generator / put  : {gen_rate / put_rate:.2f}  (records/s)")
+    print(f"generator / raw  : {gen_mbs / raw_mbs:.3f}  (MiB/s)")
+    print(f"put / raw        : {put_mbs / raw_mbs:.3f}  (MiB/s)")
+
+
+if __name__ == "__main__":
+    main()
