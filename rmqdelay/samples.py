@@ -79,6 +79,7 @@ class GroupSpec:
     topics: tuple[str, ...]
     fail_rate: float  # share of the messages it consumes that fail the first time
     lag_ms: int  # from store (or delivery) to consumption
+    retry_lag_ms: int  # mean extra wait before a %RETRY% copy is consumed (pulled less eagerly)
 
 
 TOPICS = (
@@ -88,9 +89,10 @@ TOPICS = (
     TopicSpec("TopicNotify", 2, 0.15, ("sms", "mail", None), "NOTE_"),
 )
 GROUPS = (
-    GroupSpec("GID_ORDER", ("TopicOrder",), 0.04, 40),
-    GroupSpec("GID_PAY", ("TopicPay",), 0.07, 25),
-    GroupSpec("GID_LOGISTICS", ("TopicLogistics",), 0.05, 120),
+    GroupSpec("GID_ORDER", ("TopicOrder",), 0.04, 40, 15_000),
+    GroupSpec("GID_PAY", ("TopicPay",), 0.07, 25, 5_000),
+    # A consumer short of instances: its retries wait minutes, so its retry queue lags.
+    GroupSpec("GID_LOGISTICS", ("TopicLogistics",), 0.05, 120, 300_000),
 )
 CARRIERS = ("SF", "YTO", "ZTO", "DHL")
 REGIONS = ("cn-hangzhou", "cn-shanghai", "cn-beijing", "ap-southeast-1", "eu-central-1")
@@ -104,7 +106,7 @@ class GenerateOptions:
     seed: int = 1
     hours: float = 8.0  # roughly the store-time span: the 16 retries alone take 4 h 46 min
     delay_share: float = 0.4  # share of the producers' messages that ask for a delay level
-    dlq_share: float = 0.2  # share of the failing messages that never succeed
+    dlq_share: float = 0.3  # share of the failing messages that never succeed
     commitlog_file_size: int = DEFAULT_COMMITLOG_FILE_SIZE
     cq_file_size: int = DEFAULT_CQ_FILE_SIZE
 
@@ -124,21 +126,22 @@ class _Chain:
 
 
 class _Arrivals:
-    """Non-decreasing times of one queue's messages; counts those up to a limit at the end
-    while keeping only the last few minutes in memory."""
+    """Non-decreasing times (of storing, or of consuming) of one queue's messages; counts
+    those up to a limit at the end while keeping only the last half hour in memory: what
+    lies further back than that from the simulated now is below any limit asked for."""
 
     __slots__ = ("old", "recent")
-    KEEP_MS = 600_000
+    KEEP_MS = 1_800_000
 
     def __init__(self) -> None:
         self.old = 0
         self.recent: deque[int] = deque()
 
-    def add(self, t: int) -> None:
+    def add(self, t: int, now: int) -> None:
         recent = self.recent
         recent.append(t)
         if len(recent) > 4096:
-            cut = t - self.KEEP_MS
+            cut = now - self.KEEP_MS
             while recent[0] < cut:
                 recent.popleft()
                 self.old += 1
@@ -366,16 +369,17 @@ class SampleGenerator:
         self.lateness[level][t - due] += 1
         if chain is None:
             self.kinds["delivered"] += 1
-            self.arrivals[(result.topic, result.queueId)].add(t)
+            self.arrivals[(result.topic, result.queueId)].add(t, t)
             return new, result
         self.kinds["retry"] += 1
         gi = chain.group
         chain.copied = new.reconsumeTimes
         self.retry_copies[gi] += 1
-        # Retry topics are pulled less eagerly than the main one: seconds, not milliseconds.
-        consume = max(t + GROUPS[gi].lag_ms + int(self.rng.expovariate(1 / 15_000)), self.retry_last_consume[gi])
+        group = GROUPS[gi]
+        consume = max(t + group.lag_ms + int(self.rng.expovariate(1 / group.retry_lag_ms)),
+                      self.retry_last_consume[gi])
         self.retry_last_consume[gi] = consume
-        self.retry_consumed[gi].add(consume)
+        self.retry_consumed[gi].add(consume, t)
         if chain.sendbacks < chain.target:
             self._push(consume, _SEND_BACK, gi, self._stored(new, result), chain)
         else:
@@ -388,7 +392,7 @@ class SampleGenerator:
         send it back. (Delivered delay copies are consumed without failing, and each topic
         has one group: so UNIQ_KEY + DELAY names one schedule record, which keeps the
         scheduler's exactly-once check on this sample simple.)"""
-        self.arrivals[(result.topic, result.queueId)].add(t)
+        self.arrivals[(result.topic, result.queueId)].add(t, t)
         rng = self.rng
         stored = None
         for gi in self.groups_of_topic[result.topic]:
