@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
@@ -12,7 +13,7 @@ from rmqdelay.formats.msgid import parse_host
 from rmqdelay.send import DEFAULT_STORE_HOST, SendRequest, Sent, send_messages
 from rmqdelay.writer import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CQ_FILE_SIZE
 
-from .common import console, emit_json, format_time_ms
+from .common import emit_json, format_time_ms
 
 
 def _int(name: str, text: str | None) -> int | None:
@@ -107,4 +108,4 @@ def send(
         if r.topic == RMQ_SYS_SCHEDULE_TOPIC:
             line += (f" -> {item.realTopic} queue {item.realQueueId} level {item.delayLevel} "
                      f"due {format_time_ms(r.tagsCode)}")
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
+        sys.stdout.write(line + "\n")  # plain lines: --count can be large

@@ -173,3 +173,14 @@ def test_reading_one_property_of_a_stored_string_agrees_with_the_parser(raw):
 @given(strategies.text(alphabet="TAGSB\x01\x02x", max_size=40), strategies.sampled_from(["TAGS", "B", "T", "x"]))
 def test_reading_one_property_agrees_with_the_parser_on_any_string(raw, key):
     assert property_value(raw, key) == parse_properties(raw).get(key)
+
+
+def test_each_message_is_printed_with_where_it_went(tmp_path, capsys):
+    store = tmp_path / "store"
+    plain = send(capsys, store, "--topic", "TopicA", "--queue", "2", "--count", "2", "--store-host", "10.0.0.1:10911")
+    lines = plain.out.splitlines()
+    assert len(lines) == 2
+    assert re.match(r"^TopicA queue 2 queueOffset 1 commitLogOffset \d+ msgId 0A00000100002A9F[0-9A-F]{16} "
+                    r"uniqKey 7F000001[0-9A-F]{24}$", lines[1])
+    delayed = send(capsys, store, "--topic", "TopicA", "--queue", "2", "--delay-level", "1")
+    assert re.match(r"^SCHEDULE_TOPIC_XXXX queue 0 queueOffset 0 .* -> TopicA queue 2 level 1 due \d{4}-", delayed.out)
