@@ -10,7 +10,7 @@ from rmqdelay.errors import UsageError
 from rmqdelay.samples import GenerateOptions, generate
 from rmqdelay.writer import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CQ_FILE_SIZE
 
-from .common import console, emit_json, format_time_ms
+from .common import console, emit_json, format_time_ms, progress
 
 app = typer.Typer(help="Sample stores.", no_args_is_help=True)
 
@@ -54,8 +54,10 @@ def generate_command(
         raise UsageError(f"--commitlog-file-size: at least 4096 bytes, found {cl_size}")
     if cq_size < 20 or cq_size % 20:
         raise UsageError(f"--cq-file-size: a positive multiple of 20 bytes, found {cq_size}")
-    plan = generate(directory, GenerateOptions(messages=count, seed=_int("--seed", seed), hours=span,
-                                               commitlog_file_size=cl_size, cq_file_size=cq_size))
+    options = GenerateOptions(messages=count, seed=_int("--seed", seed), hours=span,
+                              commitlog_file_size=cl_size, cq_file_size=cq_size)
+    with progress("generating", count) as advance:
+        plan = generate(directory, options, on_progress=advance)
     if json_out:
         emit_json(plan)
         return

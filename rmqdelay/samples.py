@@ -58,6 +58,7 @@ STORE_HOST = (bytes([10, 10, 0, 5]), 10911)
 BASE_TIME_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z; the seed picks a start in the 30 days after
 OFFSET_PERSIST_MS = 5_000  # the consumer offsets a broker has persisted lag by up to this much
 MAX_RECONSUME_TIMES = 16
+PROGRESS_STEP = 65_536
 
 # Event kinds in the heap.
 _DELIVER = 0
@@ -202,12 +203,14 @@ class SampleGenerator:
     """Writes one sample store; ``run()`` returns the plan (also written to plan.json)."""
 
     def __init__(self, directory: Path | str, options: GenerateOptions,
-                 on_put: Callable[[NewMessage, PutResult], None] | None = None) -> None:
+                 on_put: Callable[[NewMessage, PutResult], None] | None = None,
+                 on_progress: Callable[[int], None] | None = None) -> None:
         if options.messages < 1:
             raise UsageError(f"--messages: at least 1, found {options.messages}")
         self.dir = Path(directory)
         self.opt = options
-        self.on_put = on_put
+        self.on_put = on_put  # sees every record put (tests compare the store with it)
+        self.on_progress = on_progress  # told how many records were written, every so often
         self.rng = random.Random(options.seed)
         rng = self.rng
         self.start_ms = BASE_TIME_MS + rng.randrange(30 * 86_400_000)
@@ -266,20 +269,26 @@ class SampleGenerator:
             next_original = self.start_ms
             gap_rate = 1.0 / mean_gap_ms
             last_t = self.start_ms
-            for _ in range(n):
-                if heap and heap[0][0] <= next_original:
-                    t, _seq, kind, arg, msg, chain = heappop(heap)
-                    if kind == _DELIVER:
-                        new, result = self._deliver(t, arg, msg, chain, put)
+            done = 0
+            while done < n:
+                step = min(PROGRESS_STEP, n - done)
+                for _ in range(step):
+                    if heap and heap[0][0] <= next_original:
+                        t, _seq, kind, arg, msg, chain = heappop(heap)
+                        if kind == _DELIVER:
+                            new, result = self._deliver(t, arg, msg, chain, put)
+                        else:
+                            new, result = self._send_back(t, arg, msg, chain, put)
                     else:
-                        new, result = self._send_back(t, arg, msg, chain, put)
-                else:
-                    t = next_original
-                    new, result = self._original(t, put)
-                    next_original = t + int(rng.expovariate(gap_rate))
-                if on_put is not None:
-                    on_put(new, result)
-                last_t = t
+                        t = next_original
+                        new, result = self._original(t, put)
+                        next_original = t + int(rng.expovariate(gap_rate))
+                    if on_put is not None:
+                        on_put(new, result)
+                    last_t = t
+                done += step
+                if self.on_progress is not None:
+                    self.on_progress(step)
             writer.sync_to_disk()
             self.at_ms = last_t
             for item in heap:
@@ -535,6 +544,7 @@ class SampleGenerator:
 
 
 def generate(directory: Path | str, options: GenerateOptions,
-             on_put: Callable[[NewMessage, PutResult], None] | None = None) -> dict:
+             on_put: Callable[[NewMessage, PutResult], None] | None = None,
+             on_progress: Callable[[int], None] | None = None) -> dict:
     """Write a sample store into ``directory`` (new or empty); returns the plan."""
-    return SampleGenerator(directory, options, on_put).run()
+    return SampleGenerator(directory, options, on_put, on_progress).run()
