@@ -11,11 +11,12 @@ What happens in it (every time comes from the seed, none from the wall clock):
 - consumer groups consume their topics; some plain messages fail and go round the retry path:
   send-back (``consumer_send_back``) -> SCHEDULE_TOPIC_XXXX level 2 + retry -> ``%RETRY%G``
   -> consumed again ... up to 16 retries, then ``%DLQ%G``;
-- the run stops at the N-th record; whatever is due later stays pending. ``at`` is the
+- the run stops at the N-th record; whatever is due later stays pending. ``at_ms`` is the
   store time of that last record.
 
-Events wait in a heap ordered by (time, sequence); memory grows with the number of
-messages in flight (delay messages not yet due, retries not yet sent back), not with N.
+Events wait in a heap ordered by (time, sequence). Memory holds what is in flight (delay
+messages not yet due, retries not yet sent back: about the message rate times the longest
+delay, 2 h) and a few minutes of each queue's times, never the records already written.
 
 After the commit log: config/delayOffset.json (per level, the units delivered),
 config/consumerOffset.json (each group's consumed offsets as last persisted: a 5 s tick),
@@ -36,6 +37,7 @@ from pathlib import Path
 
 from rmqdelay.formats.commitlog import Message
 from rmqdelay.formats.constants import (
+    DEFAULT_MAX_RECONSUME_TIMES,
     DLQ_GROUP_TOPIC_PREFIX,
     MESSAGE_MAGIC_CODE,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -57,7 +59,6 @@ from .writer import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CQ_FILE_SIZE, NewMessag
 STORE_HOST = (bytes([10, 10, 0, 5]), 10911)
 BASE_TIME_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z; the seed picks a start in the 30 days after
 OFFSET_PERSIST_MS = 5_000  # the consumer offsets a broker has persisted lag by up to this much
-MAX_RECONSUME_TIMES = 16
 PROGRESS_STEP = 65_536
 
 # Event kinds in the heap.
@@ -119,7 +120,7 @@ class _Chain:
 
     def __init__(self, group: int, target: int) -> None:
         self.group = group
-        self.target = target  # send-backs it will need; MAX_RECONSUME_TIMES + 1 ends in the DLQ
+        self.target = target  # send-backs it will need; 17 (16 retries + 1) ends in the DLQ
         self.sendbacks = 0  # reconsumeTimes of the last send-back written
         self.copied = 0  # reconsumeTimes of the last %RETRY% copy written
         self.dlq = False
@@ -261,7 +262,6 @@ class SampleGenerator:
         mean_gap_ms = opt.hours * 3_600_000 * 1.6 / n
         with StoreWriter(self.dir, delay_levels=self.delays, commitlog_file_size=opt.commitlog_file_size,
                          cq_file_size=opt.cq_file_size, sync=False, create=True) as writer:
-            self.writer = writer
             put = writer.put
             on_put = self.on_put
             heap = self.heap
@@ -408,9 +408,9 @@ class SampleGenerator:
             group = GROUPS[gi]
             if rng.random() < group.fail_rate:
                 if rng.random() < self.opt.dlq_share:
-                    target = MAX_RECONSUME_TIMES + 1
+                    target = DEFAULT_MAX_RECONSUME_TIMES + 1
                 else:
-                    target = min(1 + int(rng.expovariate(0.35)), MAX_RECONSUME_TIMES)
+                    target = min(1 + int(rng.expovariate(0.35)), DEFAULT_MAX_RECONSUME_TIMES)
                 if stored is None:
                     stored = self._stored(new, result)
                 self._push(t + group.lag_ms, _SEND_BACK, gi, stored, _Chain(gi, target))
