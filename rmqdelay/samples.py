@@ -26,6 +26,7 @@ broker ignores the extra file).
 
 from __future__ import annotations
 
+import gc
 import heapq
 import json
 import random
@@ -256,42 +257,21 @@ class SampleGenerator:
     def run(self) -> dict:
         self._check_dir()
         opt = self.opt
-        n = opt.messages
-        rng = self.rng
         # About 1.6 records per producer message (deliveries, retries); spread N over `hours`.
-        mean_gap_ms = opt.hours * 3_600_000 * 1.6 / n
+        gap_rate = 1.0 / (opt.hours * 3_600_000 * 1.6 / opt.messages)  # producer messages per ms
         with StoreWriter(self.dir, delay_levels=self.delays, commitlog_file_size=opt.commitlog_file_size,
                          cq_file_size=opt.cq_file_size, sync=False, create=True) as writer:
-            put = writer.put
-            on_put = self.on_put
-            heap = self.heap
-            heappop = heapq.heappop
-            next_original = self.start_ms
-            gap_rate = 1.0 / mean_gap_ms
-            last_t = self.start_ms
-            done = 0
-            while done < n:
-                step = min(PROGRESS_STEP, n - done)
-                for _ in range(step):
-                    if heap and heap[0][0] <= next_original:
-                        t, _seq, kind, arg, msg, chain = heappop(heap)
-                        if kind == _DELIVER:
-                            new, result = self._deliver(t, arg, msg, chain, put)
-                        else:
-                            new, result = self._send_back(t, arg, msg, chain, put)
-                    else:
-                        t = next_original
-                        new, result = self._original(t, put)
-                        next_original = t + int(rng.expovariate(gap_rate))
-                    if on_put is not None:
-                        on_put(new, result)
-                    last_t = t
-                done += step
-                if self.on_progress is not None:
-                    self.on_progress(step)
+            # The heap holds hundreds of thousands of long-lived events and nothing in it forms
+            # a reference cycle: the cyclic collector would only rescan them, again and again.
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                self._loop(opt.messages, writer.put, self.start_ms, gap_rate)
+            finally:
+                if collecting:
+                    gc.enable()
             writer.sync_to_disk()
-            self.at_ms = last_t
-            for item in heap:
+            for item in self.heap:
                 chain = item[5]
                 if chain is not None:
                     self._fold(chain)
@@ -299,6 +279,36 @@ class SampleGenerator:
         plan = self.build_plan()
         atomic_write(self.dir / "plan.json", (json.dumps(plan, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
         return plan
+
+    def _loop(self, n: int, put, next_original: int, gap_rate: float) -> None:
+        """Write ``n`` records: at each step the earliest of the next producer message and the
+        first event in the heap."""
+        rng = self.rng
+        heap = self.heap
+        heappop = heapq.heappop
+        on_put = self.on_put
+        last_t = next_original
+        done = 0
+        while done < n:
+            step = min(PROGRESS_STEP, n - done)
+            for _ in range(step):
+                if heap and heap[0][0] <= next_original:
+                    t, _seq, kind, arg, msg, chain = heappop(heap)
+                    if kind == _DELIVER:
+                        new, result = self._deliver(t, arg, msg, chain, put)
+                    else:
+                        new, result = self._send_back(t, arg, msg, chain, put)
+                else:
+                    t = next_original
+                    new, result = self._original(t, put)
+                    next_original = t + int(rng.expovariate(gap_rate))
+                if on_put is not None:
+                    on_put(new, result)
+                last_t = t
+            done += step
+            if self.on_progress is not None:
+                self.on_progress(step)
+        self.at_ms = last_t
 
     def _check_dir(self) -> None:
         if self.dir.exists() and (not self.dir.is_dir() or any(self.dir.iterdir())):
