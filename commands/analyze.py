@@ -16,7 +16,7 @@ from rich.table import Table
 
 from rmqdelay.analysis import KINDS, AnalysisResult, Skipped, store_ref
 from rmqdelay.errors import EXIT_PROBLEMS, UsageError
-from rmqdelay.report import render_report
+from rmqdelay.report import TIME_COLUMNS, render_report
 
 from .common import console, emit_json, err_console, format_time_ms, parse_time_ms
 from .run import resolve_delay_levels
@@ -29,8 +29,6 @@ class Kind(str, Enum):
     all = "all"
 
 
-_TIME_COLUMNS = {"oldest_due_ms", "oldest_undelivered_ms", "first_failure_ms", "last_attempt_ms", "dlq_ms",
-                 "deliver_ms", "effective_ms", "intended_ms", "actual_ms"}
 
 
 def analyze(
@@ -144,7 +142,7 @@ def _rich_table(title: str, table: pa.Table) -> Table:
 def _cell(name: str, value) -> str:
     if value is None:
         return "-"
-    if name in _TIME_COLUMNS:
+    if name in TIME_COLUMNS:
         return format_time_ms(value)
     if isinstance(value, float):
         return f"{value:.4f}"

@@ -29,10 +29,15 @@ h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #d8dee6;padding-bott
 p.meta{color:#5b6878;margin:0 0 12px;font-size:13px}
 table{border-collapse:collapse;font-size:12px;margin:6px 0 14px}
 th,td{border:1px solid #d8dee6;padding:3px 7px;text-align:right}th{background:#f1f4f8}
-td.t,th.t{text-align:left}
+td.t,th.t{text-align:left;white-space:nowrap}
 svg text{font-size:11px;fill:#1d2733}
 .note{color:#5b6878;font-size:12px}
 """
+
+
+# Columns holding epoch milliseconds: shown as UTC times.
+TIME_COLUMNS = frozenset({"oldest_due_ms", "oldest_undelivered_ms", "first_failure_ms", "last_attempt_ms", "dlq_ms",
+                          "deliver_ms", "effective_ms", "intended_ms", "actual_ms"})
 
 
 def _fmt_time(ms: int) -> str:
@@ -75,54 +80,102 @@ def retry_funnel(attempts: pa.Table, groups: pa.Table) -> list[tuple[str, int]]:
 def _heat_svg(rows: dict[int, list[int]]) -> str:
     cell_w, cell_h, left, top = 96, 20, 70, 24
     peak = max((c for counts in rows.values() for c in counts), default=0) or 1
-    width = left + cell_w * len(BANDS) + 10
+    width = left + cell_w * len(BANDS) + 70
     height = top + cell_h * len(rows) + 10
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">']
+    parts = [f'<svg id="lateness-chart" width="{width}" height="{height}" role="img">']
     for i, (_, label) in enumerate(BANDS):
         parts.append(f'<text x="{left + i * cell_w + cell_w / 2}" y="16" text-anchor="middle">{html.escape(label)}</text>')
+    parts.append(f'<text x="{left + cell_w * len(BANDS) + 8}" y="16">n</text>')
     for r, (level, counts) in enumerate(sorted(rows.items())):
         y = top + r * cell_h
         parts.append(f'<text x="{left - 8}" y="{y + 14}" text-anchor="end">level {level}</text>')
+        parts.append(f'<text x="{left + cell_w * len(BANDS) + 8}" y="{y + 14}">{sum(counts)}</text>')
         for i, count in enumerate(counts):
             shade = 0.08 + 0.92 * (count / peak) if count else 0
             fill = f"rgba(214,96,39,{shade:.3f})" if i == 0 else f"rgba(40,110,180,{shade:.3f})"
             x = left + i * cell_w
             parts.append(f'<rect x="{x}" y="{y}" width="{cell_w - 2}" height="{cell_h - 2}" fill="{fill}" stroke="#d8dee6"/>')
             if count:
-                parts.append(f'<text x="{x + cell_w / 2}" y="{y + 14}" text-anchor="middle">{count}</text>')
+                ink = ' style="fill:#fff"' if shade > 0.6 else ""
+                parts.append(f'<text x="{x + cell_w / 2}" y="{y + 14}" text-anchor="middle"{ink}>{count}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
 
-def _bars_svg(values: list[int], labels: list[str], *, horizontal: bool, color: str) -> str:
-    peak = max(values, default=0) or 1
-    if horizontal:
-        bar_h, left, width = 18, 90, 760
-        height = bar_h * len(values) + 10
-        parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 60}" height="{height}" role="img">']
-        for i, (value, label) in enumerate(zip(values, labels)):
-            y = 4 + i * bar_h
-            w = width * value / peak
-            parts.append(f'<text x="{left - 8}" y="{y + 13}" text-anchor="end">{html.escape(label)}</text>')
-            parts.append(f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar_h - 4}" fill="{color}"/>')
-            parts.append(f'<text x="{left + w + 6:.1f}" y="{y + 13}">{value}</text>')
-        parts.append("</svg>")
-        return "".join(parts)
-    plot_h, left, bottom = 200, 50, 30
-    bar_w = max(2, min(24, 900 // max(len(values), 1)))
-    width = left + bar_w * len(values) + 20
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{plot_h + bottom + 10}" role="img">',
-             f'<text x="{left - 6}" y="14" text-anchor="end">{peak}</text>',
-             f'<text x="{left - 6}" y="{plot_h + 4}" text-anchor="end">0</text>',
-             f'<line x1="{left}" y1="{plot_h + 4}" x2="{width - 10}" y2="{plot_h + 4}" stroke="#8795a6"/>']
-    step = max(1, len(values) // 12)
-    for i, (value, label) in enumerate(zip(values, labels)):
-        h = plot_h * value / peak
-        x = left + i * bar_w
-        parts.append(f'<rect x="{x}" y="{plot_h + 4 - h:.1f}" width="{bar_w - 1}" height="{h:.1f}" fill="{color}">'
-                     f'<title>{html.escape(label)}: {value}</title></rect>')
-        if i % step == 0:
-            parts.append(f'<text x="{x + bar_w / 2}" y="{plot_h + 20}" text-anchor="middle">{html.escape(label)}</text>')
+def _nice_step(count: int, most: int = 12) -> int:
+    """A tick step (1, 2, 5, 10, 15, 30, 60, ...) giving at most ``most`` ticks over ``count``."""
+    for step in (1, 2, 5, 10, 15, 30, 60, 120, 240):
+        if count / step <= most:
+            return step
+    return max(1, count // most)
+
+
+def _drain_svg(due: list[int], beyond: bool) -> str:
+    """Bars: pending messages falling due per minute ahead (bar 0 = due now). A line: what is
+    not yet due after each minute, against the right axis. The minutes ahead set the bars'
+    scale; a "due now" bar taller than that is drawn broken, with its count, so one large
+    overdue pile does not flatten the rest of the curve."""
+    plot_w, plot_h, left, right, top, bottom = 880, 200, 56, 64, 22, 40
+    ahead_peak = max(due[1:], default=0)
+    peak = ahead_peak or due[0] or 1
+    bar_w = plot_w / max(len(due), 1)
+    base = top + plot_h
+    later = sum(due[1:])
+    width, height = left + plot_w + right, top + plot_h + bottom
+    parts = [f'<svg id="drain-chart" width="{width}" height="{height}" role="img">',
+             f'<text x="{left - 6}" y="{top + 4}" text-anchor="end">{peak}</text>',
+             f'<text x="{left - 6}" y="{base + 4}" text-anchor="end">0</text>',
+             f'<text x="{left + plot_w + 6}" y="{top + 4}">{later}</text>',
+             f'<text x="{left + plot_w + 6}" y="{base + 4}">0</text>',
+             f'<text x="14" y="{top + plot_h / 2}" transform="rotate(-90 14 {top + plot_h / 2})" '
+             f'text-anchor="middle">due in the minute</text>',
+             f'<text x="{left + plot_w + 50}" y="{top + plot_h / 2}" '
+             f'transform="rotate(90 {left + plot_w + 50} {top + plot_h / 2})" text-anchor="middle" '
+             f'fill="#c0392b">not yet due</text>',
+             f'<line x1="{left}" y1="{base}" x2="{left + plot_w}" y2="{base}" stroke="#8795a6"/>',
+             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{base}" stroke="#8795a6"/>']
+    step = _nice_step(len(due))
+    for minute, value in enumerate(due):
+        x = left + minute * bar_w
+        label = "now" if minute == 0 else (f">{MAX_DRAIN_MINUTES}m" if beyond and minute == len(due) - 1
+                                           else f"+{minute}m")
+        broken = value > peak
+        h = plot_h if broken else plot_h * value / peak
+        fill = "#1f5f99" if minute == 0 else "#5b9bd5"
+        parts.append(f'<rect x="{x + 0.5:.1f}" y="{base - h:.1f}" width="{max(bar_w - 1, 1):.1f}" height="{h:.1f}" '
+                     f'fill="{fill}"><title>{html.escape(label)}: {value}</title></rect>')
+        if broken:
+            # Two white slashes across the bar: its height is not to scale.
+            y = top + plot_h * 0.3
+            parts.append(f'<path d="M{x - 2:.1f} {y + 6:.1f} L{x + bar_w + 2:.1f} {y:.1f} M{x - 2:.1f} {y + 12:.1f} '
+                         f'L{x + bar_w + 2:.1f} {y + 6:.1f}" stroke="#fff" stroke-width="3"/>')
+            parts.append(f'<text x="{x + 2:.1f}" y="{top - 6}">{value} due now</text>')
+        if minute % step == 0 or (beyond and minute == len(due) - 1):
+            parts.append(f'<text x="{x + bar_w / 2:.1f}" y="{base + 16}" text-anchor="middle">{html.escape(label)}</text>')
+    remaining, points = later, []
+    for minute, value in enumerate(due[1:], start=1):
+        remaining -= value
+        points.append(f"{left + (minute + 1) * bar_w:.1f},{base - plot_h * remaining / (later or 1):.1f}")
+    if later:
+        parts.append(f'<polyline points="{left + bar_w:.1f},{top} {" ".join(points)}" fill="none" stroke="#c0392b" '
+                     f'stroke-width="2"/>')
+    parts.append(f'<text x="{left + plot_w / 2}" y="{base + 34}" text-anchor="middle">minutes ahead of the analysis time</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _funnel_svg(funnel: list[tuple[str, int]]) -> str:
+    bar_h, left, width = 18, 90, 760
+    peak = max((n for _, n in funnel), default=0) or 1
+    height = bar_h * len(funnel) + 10
+    parts = [f'<svg id="retry-funnel" width="{left + width + 60}" height="{height}" role="img">']
+    for i, (label, value) in enumerate(funnel):
+        y = 4 + i * bar_h
+        w = width * value / peak
+        fill = "#b03a2e" if label == "DLQ" else "#7a4fb0"
+        parts.append(f'<text x="{left - 8}" y="{y + 13}" text-anchor="end">{html.escape(label)}</text>')
+        parts.append(f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar_h - 4}" fill="{fill}"/>')
+        parts.append(f'<text x="{left + w + 6:.1f}" y="{y + 13}">{value}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -139,7 +192,12 @@ def _table_html(caption: str, table: pa.Table, limit: int = 200) -> str:
         cells = []
         for n in names:
             v = row[n]
-            text = "–" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))
+            if v is None:
+                text = "–"
+            elif n in TIME_COLUMNS:
+                text = _fmt_time(v)
+            else:
+                text = f"{v:.4f}" if isinstance(v, float) else str(v)
             cells.append(f'<td class="{"t" if n in text_cols else ""}">{html.escape(text)}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
     more = f'<p class="note">{table.num_rows - limit} more rows in --output / --json</p>' if table.num_rows > limit else ""
@@ -160,24 +218,21 @@ def render_report(results: dict[str, AnalysisResult], stores: list[str], at_ms: 
         chart = _heat_svg(bands) if bands else '<p class="note">no delivered delay message</p>'
         sections.append("<h2>Lateness per level</h2><p class=\"note\">Delivered messages by lateness "
                         "(store time of the delivered copy − deliver time of its schedule unit); "
-                        "early deliveries in orange.</p>" + chart
+                        "all stores together; early deliveries in orange, n = delivered.</p>" + chart
                         + _table_html("lateness: levels", result.tables["levels"]) + _table_html("lateness: topics", result.tables["topics"]))
     if "backlog" in results:
         result = results["backlog"]
         due = drain_curve(result.tables["drain"])
-        labels = ["now"] + [f"+{m}m" for m in range(1, len(due))]
-        if len(due) > MAX_DRAIN_MINUTES + 1:
-            labels[-1] = f">{MAX_DRAIN_MINUTES}m"
-        chart = (_bars_svg(due, labels, horizontal=False, color="#2f7fc1")
-                 if any(due) else '<p class="note">nothing pending</p>')
+        chart = _drain_svg(due, len(due) > MAX_DRAIN_MINUTES + 1) if any(due) else '<p class="note">nothing pending</p>'
+
         sections.append("<h2>Backlog drain curve</h2><p class=\"note\">Pending delay messages falling due "
-                        "per minute ahead of the analysis time (first bar: due now).</p>" + chart
+                        "per minute ahead of the analysis time, all stores together (first bar: due now, overdue included); "
+                        "the line: how many of those not yet due are still waiting after each minute.</p>" + chart
                         + _table_html("backlog: levels", result.tables["levels"]) + _table_html("backlog: retry_lag", result.tables["retry_lag"]))
     if "retries" in results:
         result = results["retries"]
         funnel = retry_funnel(result.tables["attempts"], result.tables["groups"])
-        chart = (_bars_svg([n for _, n in funnel], [label for label, _ in funnel], horizontal=True, color="#7a4fb0")
-                 if funnel[0][1] or funnel[-1][1] else '<p class="note">no message entered the retry path</p>')
+        chart = (_funnel_svg(funnel) if funnel[0][1] or funnel[-1][1] else '<p class="note">no message entered the retry path</p>')
         sections.append("<h2>Retry funnel</h2><p class=\"note\">Chains that reached each attempt "
                         "through %RETRY%group, then the dead-letter queue.</p>" + chart
                         + _table_html("retries: groups", result.tables["groups"]) + _table_html("retries: anomalies", result.tables["anomalies"]))

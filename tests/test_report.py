@@ -1,0 +1,114 @@
+"""The HTML report: one page that opens without a network, whose charts show the figures the
+samples are known to hold (generated-small's plan.json, the retry fixture's ground truth)."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from datetime import datetime, timezone
+
+import pytest
+
+from conftest import SAMPLES
+from rmqdelay.analysis import StoreRef, analyze
+from rmqdelay.report import BANDS, drain_curve, lateness_bands, render_report, retry_funnel
+
+GENERATED = SAMPLES / "generated-small" / "store"
+RETRY = SAMPLES / "retry" / "store"
+
+
+@pytest.fixture(scope="module")
+def plan() -> dict:
+    return json.loads((GENERATED / "plan.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def generated(plan) -> dict:
+    stores = [StoreRef("generated-small", GENERATED)]
+    return {kind: analyze(kind, stores, plan["at_ms"]) for kind in ("backlog", "lateness", "retries")}
+
+
+def charts(page: str) -> dict[str, ET.Element]:
+    """Each inline SVG of the page by its id, parsed (so it must be well-formed)."""
+    return {svg.get("id"): svg for svg in (ET.fromstring(m) for m in re.findall(r"<svg\b.*?</svg>", page, re.S))}
+
+
+def texts(svg: ET.Element) -> list[str]:
+    return [t.text for t in svg.iter("text")]
+
+
+def test_the_page_needs_no_network_and_holds_the_three_charts(generated, plan):
+    page = render_report(generated, ["generated-small"], plan["at_ms"])
+    assert not re.search(r"https?:|//[\w.-]+\.\w", page)
+    assert not re.search(r"<(script|link|img|iframe|object|embed)\b|@import|url\(", page)
+    assert set(charts(page)) == {"lateness-chart", "drain-chart", "retry-funnel"}
+    for heading in ("Lateness per level", "Backlog drain curve", "Retry funnel"):
+        assert f"<h2>{heading}</h2>" in page
+
+
+def test_lateness_chart_counts_every_delivered_message_in_the_band_of_its_lateness(generated, plan):
+    messages = generated["lateness"].messages
+    delivered = messages.filter(messages.column("lateness_ms").is_valid())
+    bands = lateness_bands(delivered.column("level").to_numpy(), delivered.column("lateness_ms").to_numpy())
+    edges = [edge for edge, _ in BANDS]
+    for level, known in plan["levels"].items():
+        figures = known["lateness"]
+        counts = bands.get(int(level), [0] * len(BANDS))
+        assert sum(counts) == figures["count"], level
+        assert counts[0] == figures["early"], level
+        if figures["count"]:
+            # The plan's smallest and largest lateness sit in the first and last band used.
+            used = [i for i, c in enumerate(counts) if c]
+            for i, value in ((used[0], figures["min"]), (used[-1], figures["max"])):
+                low = edges[i - 1] if i else None
+                assert (low is None or value >= low) and (edges[i] is None or value < edges[i]), (level, value)
+    heat = texts(charts(render_report(generated, ["g"], plan["at_ms"]))["lateness-chart"])
+    assert [t for t in heat if t.startswith("level ")] == [f"level {n}" for n in sorted(map(int, plan["levels"]))
+                                                           if plan["levels"][str(n)]["lateness"]["count"]]
+
+
+def test_drain_curve_holds_every_pending_message_once(generated, plan):
+    due = drain_curve(generated["backlog"].tables["drain"])
+    assert sum(due) == sum(level["pending"] for level in plan["levels"].values())
+    # Nothing can fall due later than the longest delay ahead of the analysis time.
+    longest = max(level["delay_ms"] for level in plan["levels"].values())
+    assert len(due) - 1 <= -(-longest // 60_000)
+    svg = charts(render_report(generated, ["g"], plan["at_ms"]))["drain-chart"]
+    bars = [r for r in svg.iter("rect")]
+    assert [int(r.find("title").text.rsplit(": ", 1)[1]) for r in bars] == due
+    assert "now" in texts(svg)
+
+
+def test_retry_funnel_follows_the_plan_from_attempt_1_to_the_dlq(generated, plan):
+    funnel = retry_funnel(generated["retries"].tables["attempts"], generated["retries"].tables["groups"])
+    attempts = [(int(a), n) for group in plan["groups"].values() for a, n in group["attempts"].items()]
+    expected = [(f"attempt {k}", sum(n for a, n in attempts if a >= k)) for k in range(1, 17)]
+    expected.append(("DLQ", sum(group["dlq"] for group in plan["groups"].values())))
+    assert funnel == expected
+    svg = charts(render_report(generated, ["g"], plan["at_ms"]))["retry-funnel"]
+    shown = texts(svg)
+    assert list(zip(shown[0::2], map(int, shown[1::2]))) == expected
+
+
+def test_retry_funnel_of_the_real_broker_sample(tmp_path):
+    """90 chains were retried; 10 went through all 16 attempts into the DLQ."""
+    at_ms = 1_900_000_000_000
+    result = analyze("retries", [StoreRef("retry", RETRY)], at_ms)
+    funnel = dict(retry_funnel(result.tables["attempts"], result.tables["groups"]))
+    assert (funnel["attempt 1"], funnel["attempt 16"], funnel["DLQ"]) == (90, 10, 10)
+    assert all(a >= b for a, b in zip(list(funnel.values())[:16], list(funnel.values())[1:16]))
+
+
+def test_only_the_charts_of_the_analyses_run_and_names_are_escaped(plan):
+    at_ms = plan["at_ms"]
+    backlog = analyze("backlog", [StoreRef("<b>broker</b>", RETRY)], at_ms)
+    oldest = [t for t in backlog.tables["levels"].column("oldest_due_ms").to_pylist() if t is not None]
+    assert oldest  # the retry sample still has due send-backs then
+    page = render_report({"backlog": backlog}, ["<b>broker</b>"], at_ms)
+    assert set(charts(page)) == {"drain-chart"}
+    assert "<b>broker</b>" not in page and "&lt;b&gt;broker&lt;/b&gt;" in page
+    # Times in the tables are shown as UTC times, not epoch milliseconds.
+    assert str(oldest[0]) not in page
+    assert "<td>" + datetime.fromtimestamp(oldest[0] / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") in \
+        page.replace('<td class="">', "<td>")
