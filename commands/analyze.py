@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import time
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
 
@@ -14,11 +15,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from rmqdelay.analysis import KINDS, AnalysisResult, Skipped, store_ref
-from rmqdelay.errors import EXIT_PROBLEMS, UsageError
+from rmqdelay.analysis import KINDS, AnalysisResult, Skipped, StoreRef, store_ref
+from rmqdelay.errors import EXIT_PROBLEMS, RmqDelayError, UsageError
 from rmqdelay.report import TIME_COLUMNS, render_report
 
-from .common import console, emit_json, err_console, format_time_ms, parse_time_ms
+from rmqdelay.scan import commitlog_files
+
+from .common import console, emit_json, err_console, format_time_ms, parse_time_ms, progress
 from .run import resolve_delay_levels
 
 
@@ -56,9 +59,19 @@ def analyze(
     if output is not None:
         output.mkdir(parents=True, exist_ok=True)
 
+    names = [ref.name for ref in refs]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        raise UsageError(f"two stores named {clash[0]!r}; name them NAME=PATH")
+
     results: dict[str, AnalysisResult] = {}
     session = None
-    with _status(f"analyzing {len(refs)} store(s)"):
+    weights = {ref.name: _commitlog_bytes(ref) for ref in refs}
+    with contextlib.ExitStack() as stack:
+        if spark:
+            stack.enter_context(_status(f"analyzing {len(refs)} store(s) on Spark"))
+        else:
+            advance = stack.enter_context(progress(f"analyzing {len(refs)} store(s)", sum(weights.values()) * len(kinds)))
         for name in kinds:
             messages_path = output / f"{name}_messages.parquet" if output is not None else None
             if spark:
@@ -71,9 +84,8 @@ def analyze(
                 results[name] = spark_analyze(name, refs, at_ms, delay_levels=levels, keep_going=keep_going,
                                               spark=session, messages_to=messages_path)
             else:
-                from rmqdelay.analysis import analyze as embedded_analyze
-
-                results[name] = embedded_analyze(name, refs, at_ms, delay_levels=levels, keep_going=keep_going)
+                results[name] = _embedded(name, refs, at_ms, levels, keep_going,
+                                          lambda ref: advance(weights[ref.name]))
                 if messages_path is not None:
                     pq.write_table(results[name].messages, messages_path)
             if output is not None:
@@ -107,6 +119,30 @@ def analyze(
             err_console.print(f"  {s.file} at byte {s.offset}: {s.reason} ({s.bytes} bytes skipped)",
                               markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_PROBLEMS)
+
+
+def _embedded(kind: str, refs: list[StoreRef], at_ms: int, levels: dict[int, int], keep_going: bool,
+              done: Callable[[StoreRef], None]) -> AnalysisResult:
+    """The embedded engine, one store at a time so the progress bar moves per store. Every
+    result table is keyed by store first, so the stores' tables, taken in name order, joined
+    end to end, are the tables of one run over all of them."""
+    from rmqdelay.analysis import analyze as embedded_analyze
+
+    parts: dict[str, AnalysisResult] = {}
+    for ref in sorted(refs, key=lambda r: r.name):
+        parts[ref.name] = embedded_analyze(kind, [ref], at_ms, delay_levels=levels, keep_going=keep_going)
+        done(ref)
+    ordered = list(parts.values())
+    tables = {t: pa.concat_tables([p.tables[t] for p in ordered]) for t in ordered[0].tables}
+    messages = pa.concat_tables([p.messages for p in ordered])
+    return AnalysisResult(kind, tables, messages, [s for ref in refs for s in parts[ref.name].skipped])
+
+
+def _commitlog_bytes(ref: StoreRef) -> int:
+    try:
+        return sum(path.stat().st_size for path in commitlog_files(ref.path))
+    except (OSError, RmqDelayError):
+        return 0  # the analysis itself names what is wrong with the store
 
 
 def _unique_skips(results: dict[str, AnalysisResult]) -> list[Skipped]:

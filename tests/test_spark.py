@@ -3,6 +3,8 @@ input is named and skipped the same way; the CLI runs on Spark."""
 
 from __future__ import annotations
 
+import json
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -11,12 +13,14 @@ from conftest import SAMPLES, load_expected
 from rmqdelay.analysis import KINDS, StoreRef, analyze
 from rmqdelay.errors import StoreError
 from rmqdelay.redelivery import consumer_send_back
+from rmqdelay.scan import commitlog_files
 from rmqdelay.store import Store
 from rmqdelay.writer import StoreWriter
 from test_analysis import corrupt
 
 pytest.importorskip("pyspark")
 from rmqdelay.spark.jobs import analyze as spark_analyze  # noqa: E402
+from rmqdelay.spark import source  # noqa: E402
 from rmqdelay.spark.session import get_session  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -24,9 +28,11 @@ pytestmark = pytest.mark.spark
 SAMPLE_NAMES = sorted(p.name for p in SAMPLES.iterdir() if (p / "store").is_dir())
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def spark():
+    """One session for the whole run: starting the JVM is most of a small job's time."""
     session = get_session("local[2]")
+    session.conf.set("spark.sql.shuffle.partitions", "2")
     yield session
     session.stop()
 
@@ -51,6 +57,28 @@ def test_spark_and_embedded_agree_on_every_sample_in_one_job(spark, kind):
     embedded = analyze(kind, stores, at_ms)
     assert sum(t.num_rows for t in embedded.tables.values()) > 0
     assert_same(embedded, spark_analyze(kind, stores, at_ms, spark=spark))
+
+
+def test_backlog_agrees_at_the_generated_samples_own_time(spark):
+    """At plan.json's at_ms generated-small has units due now, overdue and due minutes ahead."""
+    plan = json.loads((SAMPLES / "generated-small" / "store" / "plan.json").read_text())
+    stores = [StoreRef(name, SAMPLES / name / "store") for name in SAMPLE_NAMES]
+    embedded = analyze("backlog", stores, plan["at_ms"])
+    minutes = embedded.tables["drain"].column("minute").to_pylist()
+    assert 0 in minutes and max(minutes) > 60
+    assert_same(embedded, spark_analyze("backlog", stores, plan["at_ms"], spark=spark))
+
+
+def test_one_task_per_commit_log_file_of_every_store(spark):
+    stores = [StoreRef(name, SAMPLES / name / "store") for name in SAMPLE_NAMES]
+    files = [p for ref in stores for p in commitlog_files(ref.path)]
+    assert len(files) > len(stores)  # generated-small spreads over several files
+    frame = source.messages(spark, stores, ["store", "file", "commitlog_offset"], None, source.Problems(spark))
+    assert frame.rdd.getNumPartitions() == len(files)
+    per_task = frame.rdd.mapPartitions(lambda rows: [sorted({(r.store, r.file) for r in rows})]).collect()
+    assert all(len(task) <= 1 for task in per_task)
+    assert sorted(t[0] for t in per_task if t) == sorted((ref.name, p.name) for ref in stores
+                                                          for p in commitlog_files(ref.path) if p.stat().st_size)
 
 
 def test_anomalies_agree(spark, store_copy):
