@@ -17,6 +17,7 @@ else with the scan benchmark's StoreWriter mix of ~500-byte records.
 from __future__ import annotations
 
 import argparse
+import json
 import resource
 import shutil
 import subprocess
@@ -69,6 +70,17 @@ def raw_read_seconds(stores: list[Path]) -> float:
     return time.perf_counter() - started
 
 
+def _peak_rss_kb(pid: int) -> int:
+    """VmHWM of a process (Linux), kB; 0 when it cannot be read."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def timed(fn) -> float:
     started = time.perf_counter()
     fn()
@@ -96,7 +108,9 @@ def main() -> None:
           f"made in {time.perf_counter() - started:.0f} s) in {root}")
 
     refs = [StoreRef(p.parent.name, p) for p in paths]
-    at_ms = 1_900_000_000_000
+    plans = [p / "plan.json" for p in paths if (p / "plan.json").exists()]
+    # The generator's own "now" (as its plan says), so some delays are pending and most delivered.
+    at_ms = max((json.loads(p.read_text())["at_ms"] for p in plans), default=1_900_000_000_000)
     raw_read_seconds(paths)  # warm the page cache as far as it goes
     raw = raw_read_seconds(paths)
     raw_one = raw_read_seconds(paths[:1])
@@ -106,9 +120,8 @@ def main() -> None:
     from rmqdelay.spark.session import get_session
 
     results = {}
-    for kind in KINDS:
-        results[("embedded", kind, 1)] = timed(lambda: analyze(kind, refs[:1], at_ms))
-        results[("embedded", kind, len(refs))] = timed(lambda: analyze(kind, refs, at_ms))
+    jvm_peak = 0
+    # Spark first: the peak RSS of this process then is the Spark driver's alone.
     for cores in (1, 2):
         spark = get_session(f"local[{cores}]")
         spark_analyze("backlog", refs[:1], at_ms, spark=spark)  # start the executors' Python workers
@@ -119,7 +132,13 @@ def main() -> None:
                 results[(f"spark local[{cores}]", kind, n)] = timed(
                     lambda: spark_analyze(kind, refs[:n], at_ms, spark=spark, messages_to=out))
                 shutil.rmtree(out, ignore_errors=True)
+        jvm_peak = max(jvm_peak, _peak_rss_kb(spark.sparkContext._gateway.proc.pid))
         spark.stop()
+    driver_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for kind in KINDS:
+        results[("embedded", kind, 1)] = timed(lambda: analyze(kind, refs[:1], at_ms))
+        results[("embedded", kind, len(refs))] = timed(lambda: analyze(kind, refs, at_ms))
+    embedded_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
     print(f"{'engine':18} {'analysis':9} {'stores':>6} {'seconds':>8} {'MB/s':>8} {'vs raw':>7}")
     for (engine, kind, n), seconds in results.items():
@@ -131,12 +150,15 @@ def main() -> None:
         emb1, emb_n = results[("embedded", kind, 1)], results[("embedded", kind, n)]
         s1, s2 = results[("spark local[1]", kind, n)], results[("spark local[2]", kind, n)]
         s2_1 = results[("spark local[2]", kind, 1)]
-        print(f"{kind}: spark local[1] / embedded (same {n} stores) = {s1 / emb_n:.2f}x time; "
+        print(f"{kind}: spark local[1] / embedded (same {n} stores, one core each) = {s1 / emb_n:.2f}x time; "
+              f"spark local[2] / embedded = {s2 / emb_n:.2f}x time; "
               f"local[2] speed-up over local[1] = {s1 / s2:.2f}x; "
               f"1 -> {n} stores: embedded {emb_n / emb1:.2f}x time, spark local[2] {s2 / s2_1:.2f}x time "
               f"(data {sum(sizes) / sizes[0]:.2f}x)")
-    print(f"driver peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB "
-          f"(largest commit log file {max(p.stat().st_size for s in paths for p in commitlog_files(s)) / 1e6:,.0f} MB)")
+    largest = max(p.stat().st_size for s in paths for p in commitlog_files(s))
+    print(f"peak RSS: Spark driver Python {driver_peak / 1024:,.0f} MB, Spark JVM (driver + local executors) "
+          f"{jvm_peak / 1024:,.0f} MB; embedded engine process {embedded_peak / 1024:,.0f} MB "
+          f"(fleet {total / 1e6:,.0f} MB, largest commit log file {largest / 1e6:,.0f} MB)")
     if not args.keep and args.dir is None:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -4,10 +4,25 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 from pyspark.sql import SparkSession
 
 DEFAULT_MASTER = "local[*]"
+
+# The JVM's own logging: errors only, to stderr. Spark otherwise prints its start-up chatter
+# before any setLogLevel call can reach it.
+_LOG4J2 = """\
+rootLogger.level = error
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = error
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+"""
 
 
 def under_spark_submit() -> bool:
@@ -33,13 +48,22 @@ def get_session(master: str | None = None) -> SparkSession:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = (builder.config("spark.driver.host", "127.0.0.1")
                    .config("spark.driver.bindAddress", "127.0.0.1"))
-    session = (builder
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.shuffle.partitions", "8")
-               .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-               .config("spark.python.worker.reuse", "true")
-               .getOrCreate())
+    with tempfile.TemporaryDirectory(prefix="rmqdelay-spark-") as tmp:
+        # Read once by the JVM as it starts (inside getOrCreate), so the file can go after.
+        log_config = os.path.join(tmp, "log4j2.properties")
+        with open(log_config, "w") as fh:
+            fh.write(_LOG4J2)
+        session = _configured(builder, log_config).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def _configured(builder: SparkSession.Builder, log_config: str) -> SparkSession.Builder:
+    return (builder
+            .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log_config}")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.sql.shuffle.partitions", "8")
+            .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+            .config("spark.python.worker.reuse", "true"))
