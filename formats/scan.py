@@ -88,16 +88,22 @@ DEFAULT_BATCH_ROWS = 65_536
 
 _HEAD = struct.Struct(">ii")
 
-# totalSize .. bornTimestamp: 48 bytes at the same place in every record.
-_HEAD_DTYPE = np.dtype([
+# totalSize .. bodyLength when both hosts are IPv4 (nearly every record): 88 bytes at the
+# same place in every record, so one gather per batch reads all of them.
+_V4_DTYPE = np.dtype([
     ("totalSize", ">i4"), ("magicCode", ">i4"), ("bodyCRC", ">i4"), ("queueId", ">i4"),
     ("flag", ">i4"), ("queueOffset", ">i8"), ("physicalOffset", ">i8"), ("sysFlag", ">i4"),
-    ("bornTimestamp", ">i8"),
+    ("bornTimestamp", ">i8"), ("bornHost", "V8"), ("storeTimestamp", ">i8"), ("storeHost", "V8"),
+    ("reconsumeTimes", ">i4"), ("preparedTransactionOffset", ">i8"), ("bodyLength", ">i4"),
 ])
-assert _HEAD_DTYPE.itemsize == 48
+assert _V4_DTYPE.itemsize == 88
+_V4_STORE_HOST = _V4_DTYPE.fields["storeHost"][1]
+_V4_PHYSICAL = _V4_DTYPE.fields["physicalOffset"][1]
 # reconsumeTimes, preparedTransactionOffset, bodyLength: after the store host.
 _TAIL_DTYPE = np.dtype([("reconsumeTimes", ">i4"), ("preparedTransactionOffset", ">i8"), ("bodyLength", ">i4")])
 
+# Two upper-case hex digits of every byte value, as one uint16 each (bytes in memory order).
+_HEX = np.frombuffer(b"".join(f"{i:02X}".encode() for i in range(256)), dtype=np.uint16)
 _HEX = np.frombuffer(b"".join(f"{i:02X}".encode() for i in range(256)), dtype=np.uint8).reshape(256, 2)
 
 
@@ -153,16 +159,13 @@ def _error_at(buf, pos: int, limit: int) -> FormatError:
     return FormatError(pos, "a message record the fast path can decode")
 
 
-def _gather(arr: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
-    """``width`` bytes at each start as an (n, width) array; starts clipped into the buffer
-    so that garbage positions of bad records read garbage instead of failing."""
-    starts = np.clip(starts, 0, len(arr) - width)
-    return arr[starts[:, None] + np.arange(width)]
-
-
 class _Views:
-    """The buffer seen through unaligned, byte-strided views: ``view[p]`` is the value whose
-    first byte is at ``p``, so one fancy index gathers a field of every record at once."""
+    """The buffer seen through unaligned, byte-strided views: ``view[p]`` is the ``width``
+    bytes starting at ``p``, so one fancy index gathers a field of every record at once.
+
+    The views hold raw bytes (numpy void) and the result is reinterpreted afterwards:
+    gathering plain bytes is many times faster than gathering unaligned big-endian numbers.
+    """
 
     def __init__(self, buf) -> None:
         self.bytes = np.frombuffer(buf, dtype=np.uint8)
@@ -174,56 +177,46 @@ class _Views:
 
     def take(self, dtype, positions: np.ndarray) -> np.ndarray:
         dtype = np.dtype(dtype)
-        view = self._views.get(dtype)
+        width = dtype.itemsize
+        view = self._views.get(width)
         if view is None:
-            count = max(len(self.bytes) - dtype.itemsize + 1, 0)
-            view = np.ndarray(shape=(count,), dtype=dtype, buffer=self._buf, strides=(1,))
-            self._views[dtype] = view
+            count = max(len(self.bytes) - width + 1, 0)
+            view = np.ndarray(shape=(count,), dtype=f"V{width}", buffer=self.bytes, strides=(1,))
+            self._views[width] = view
         # Clipped: positions computed from a bad record's garbage must not fail here.
-        return view[np.clip(positions, 0, len(view) - 1)]
+        return view[np.clip(positions, 0, len(view) - 1)].view(dtype)
+
+    def byte_at(self, positions: np.ndarray) -> np.ndarray:
+        """The byte at each position as int64 (clipped like ``take``)."""
+        return self.bytes[np.clip(positions, 0, len(self.bytes) - 1)].astype(np.int64)
+
+    def arrow_buffer(self) -> pa.Buffer:
+        buf = self._buf
+        return buf if isinstance(buf, pa.Buffer) else pa.py_buffer(buf)
 
 
-def _join(mv: memoryview, starts: np.ndarray, ends: np.ndarray) -> bytes:
-    # One slice per record; the copy itself is a single join.
-    return b"".join([mv[s:e] for s, e in zip(starts.tolist(), ends.tolist())])
+def _ranges(data: pa.Buffer, size: int, starts: np.ndarray, ends: np.ndarray,
+            valid: np.ndarray | None = None) -> pa.Array:
+    """The byte ranges [start, end) of ``data`` (ascending, not overlapping) as strings.
 
-
-def _byte_ranges(views: _Views, starts: np.ndarray, lengths: np.ndarray,
-                 valid: np.ndarray | None = None) -> pa.Array:
-    """The byte ranges as a string array, copied out of the buffer by Arrow.
-
-    Built as Arrow string views pointing into the buffer (no Python per record), then cast
-    to plain strings, which gathers the bytes in C++. Views hold int32 offsets, so beyond
-    2 GiB the ranges are joined in Python instead.
+    The ranges and the gaps between them become one string array over ``data`` without a
+    copy (offsets s0, e0, s1, e1, ...); taking every other element gathers the bytes in
+    C++. The result is not checked for UTF-8 here.
     """
     n = len(starts)
-    if valid is not None:
-        lengths = np.where(valid, lengths, 0)
-    if len(views) >= 2**31:
-        ends = starts + lengths
-        return _string_array(_join(memoryview(views._buf).cast("B"), starts, ends), _offsets(lengths), valid)
-    # A view: length int32, then either the bytes inline (length <= 12, zero padded) or
-    # a 4-byte prefix, buffer index int32 and offset int32.
-    raw = np.zeros((n, 16), dtype=np.uint8)
-    raw[:, 4:16] = views.take("V12", starts).view(np.uint8).reshape(n, 12)
-    near_end = np.flatnonzero(starts > len(views) - 12)
-    if len(near_end):
-        # The 12-byte view cannot start there: those few bytes one by one.
-        idx = np.minimum(starts[near_end, None] + np.arange(12), len(views) - 1)
-        raw[near_end, 4:16] = views.bytes[idx]
-    lengths32 = lengths.astype(np.int32)
-    inline = lengths32 <= 12
-    raw[inline, 4:16] *= (np.arange(12) < lengths32[inline, None])
-    ints = raw.view(np.int32)
-    ints[:, 0] = lengths32
-    ints[~inline, 2] = 0
-    ints[~inline, 3] = starts[~inline].astype(np.int32)
-    data = views._buf if isinstance(views._buf, pa.Buffer) else pa.py_buffer(views._buf)
-    bitmap = None
-    if valid is not None and not valid.all():
-        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    viewed = pa.Array.from_buffers(pa.string_view(), n, [bitmap, pa.py_buffer(raw), data])
-    strings = viewed.cast(pa.string())
+    offset_type = np.int32 if size < 2**31 else np.int64
+    offsets = np.empty(2 * n + 1, dtype=offset_type)
+    offsets[0:2 * n:2] = starts
+    offsets[1:2 * n:2] = ends
+    offsets[2 * n] = ends[-1] if n else 0
+    kind = pa.string() if offset_type is np.int32 else pa.large_string()
+    both = pa.Array.from_buffers(kind, 2 * n, [None, pa.py_buffer(offsets), data])
+    mask = None if valid is None or valid.all() else ~valid
+    picked = both.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int64), mask=mask))
+    return picked if kind == pa.string() else picked.cast(pa.string())
+
+
+def _checked_utf8(strings: pa.Array) -> pa.Array:
     try:
         strings.validate(full=True)
     except pa.ArrowInvalid:
@@ -245,21 +238,10 @@ def _offsets(lengths: np.ndarray) -> np.ndarray:
     return offsets
 
 
-def _string_array(data, offsets: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+def _string_array(data, offsets: np.ndarray) -> pa.Array:
+    """ASCII text already laid out with its offsets (no check needed)."""
     n = len(offsets) - 1
-    bitmap = None
-    null_count = 0
-    if valid is not None:
-        null_count = int(n - valid.sum())
-        if null_count:
-            bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    arr = pa.Array.from_buffers(pa.string(), n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)],
-                                null_count=null_count)
-    try:
-        arr.validate(full=True)
-    except pa.ArrowInvalid:
-        arr = _replace_invalid_utf8(arr)
-    return arr
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def _constant_strings(text: str, n: int) -> pa.Array:
@@ -269,97 +251,146 @@ def _constant_strings(text: str, n: int) -> pa.Array:
                                                   pa.py_buffer(data)])
 
 
-def _message_ids(views: _Views, host_pos: np.ndarray, v6: np.ndarray, physical: np.ndarray) -> pa.Array:
-    """MessageDecoder.createMessageId: store address + port + physical offset, upper hex."""
+def _message_ids(views: _Views, host_pos: np.ndarray, v6: np.ndarray, physical: np.ndarray,
+                 ipv4: np.ndarray | None = None) -> pa.Array:
+    """MessageDecoder.createMessageId: store address + port + physical offset, upper hex.
+
+    ``ipv4``: the (n, 16) bytes already at hand when no store host is IPv6.
+    """
     n = len(host_pos)
-    phys = physical.astype(">i8").view(np.uint8).reshape(n, 8)
     if not v6.any():
         # IPv4: address 4 + port 4 + offset 8 = 16 bytes, 32 hex digits.
-        raw = np.empty((n, 16), dtype=np.uint8)
-        raw[:, :8] = views.take(">u8", host_pos).astype(">u8").view(np.uint8).reshape(n, 8)
-        raw[:, 8:] = phys
-        return _string_array(_HEX[raw].tobytes(), np.arange(n + 1, dtype=np.int32) * 32)
+        if ipv4 is None:
+            ipv4 = np.empty((n, 16), dtype=np.uint8)
+            ipv4[:, :8] = views.take("V8", host_pos).view(np.uint8).reshape(n, 8)
+            ipv4[:, 8:] = physical.astype(">i8").view(np.uint8).reshape(n, 8)
+        return _string_array(_HEX[ipv4].tobytes(), np.arange(n + 1, dtype=np.int32) * 32)
     # IPv6: 16 + 4 + 8 = 28 bytes, 56 hex digits.
+    phys = physical.astype(">i8").view(np.uint8).reshape(n, 8)
     raw = np.zeros((n, 28), dtype=np.uint8)
-    host = _gather(views.bytes, host_pos, 20)
+    host = views.take("V20", host_pos).view(np.uint8).reshape(n, 20)
     raw[:, :8] = host[:, :8]
     raw[:, 8:16] = phys
     raw[v6, :20] = host[v6]
     raw[v6, 20:28] = phys[v6]
     lengths = np.where(v6, 56, 32)
-    hexed = _HEX[raw].reshape(n, 56)
+    hexed = _HEX[raw].view(np.uint8).reshape(n, 56)
     data = hexed[np.arange(56) < lengths[:, None]]
     return _string_array(data.tobytes(), _offsets(lengths))
 
 
-def _next_at_or_after(positions: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """For each start, the first of the sorted ``positions`` at or after it (or a huge value)."""
-    padded = np.append(positions, np.iinfo(np.int64).max)
-    return padded[np.searchsorted(positions, starts, side="left")]
-
-
 class _Properties:
-    """The properties bytes of a batch, split into name/value segments once."""
+    """The properties strings of a batch, cut into name/value pairs once, read the way
+    MessageDecoder.string2messageProperties reads them.
+
+    That reader takes each segment between 0x02 separators (and the row's ends), finds the
+    first 0x01 at or after the segment's start, and keeps the pair only when the name and the
+    value are both non-empty and the 0x01 lies inside the segment; a later pair with the same
+    name overwrites an earlier one. 0x01 and 0x02 never occur inside a multi-byte UTF-8
+    character, so byte positions serve as well as character positions.
+    """
 
     def __init__(self, strings: pa.Array) -> None:
         n = len(strings)
         _, offsets_buf, data_buf = strings.buffers()
-        offsets = np.frombuffer(offsets_buf, dtype=np.int32)[strings.offset:strings.offset + n + 1]
-        if data_buf is None or data_buf.size == 0:
-            data_buf = pa.py_buffer(b"\0" * 16)
+        offsets = np.frombuffer(offsets_buf, dtype=np.int32)[strings.offset:strings.offset + n + 1].astype(np.int64)
+        if data_buf is None:
+            data_buf = pa.py_buffer(b"")
+        self.data_buf = data_buf
         self.data = np.frombuffer(data_buf, dtype=np.uint8)
-        self.views = _Views(data_buf)
         self.n = n
-        seps = np.flatnonzero(self.data == 2)
-        # Segments start at each row start and after each 0x02, and end at the next 0x02
-        # or the row end. 0x01 and 0x02 never occur inside a multi-byte UTF-8 character,
-        # so byte positions serve as well as character positions.
-        seg_starts = np.concatenate([offsets[:-1].astype(np.int64), seps + 1])
-        seg_rows = np.concatenate([np.arange(n), np.searchsorted(offsets, seps, side="right") - 1])
-        order = np.argsort(seg_starts, kind="stable")
-        seg_starts = seg_starts[order]
-        seg_rows = seg_rows[order]
-        seg_ends = np.minimum(_next_at_or_after(seps, seg_starts), offsets[1:][seg_rows])
-        kv = _next_at_or_after(np.flatnonzero(self.data == 1), seg_starts)
-        # string2messageProperties: a non-empty name, then 0x01, then a non-empty value.
-        ok = (kv > seg_starts) & (kv < seg_ends - 1)
-        self.seg_starts = seg_starts[ok]
-        self.seg_rows = seg_rows[ok]
-        self.seg_ends = seg_ends[ok]
-        self.kv = kv[ok]
-        self.key_len = self.kv - self.seg_starts
+        self.offsets = offsets
+        # Every 0x01 and 0x02, in order, and the row each one is in.
+        small = np.flatnonzero(self.data <= 2)
+        kinds = self.data[small]
+        if not kinds.all():
+            keep = kinds != 0
+            small, kinds = small[keep], kinds[keep]
+        before = np.searchsorted(small, offsets)  # events before each row start (and the end)
+        rows = np.repeat(np.arange(n), np.diff(before))
+        first = np.zeros(len(small), dtype=bool)
+        first[before[:-1][before[:-1] < before[1:]]] = True
+        prev_two = np.empty(len(small), dtype=bool)
+        prev_two[0:1] = False
+        prev_two[1:] = kinds[:-1] == 2
+        # The 0x01 that is a segment's first: at the row's first event or right after a 0x02.
+        kv = np.flatnonzero((kinds == 1) & (first | prev_two))
+        kv_rows = rows[kv]
+        seg_start = np.where(first[kv], offsets[kv_rows], small[np.maximum(kv - 1, 0)] + 1)
+        # The segment ends at the next 0x02 of the row, else at the row's end.
+        following = kv + 1
+        inside = following < before[kv_rows + 1]
+        following_kind = kinds[np.minimum(following, len(kinds) - 1)] if len(kinds) else kinds
+        if np.any(inside & (following_kind == 1)):
+            # Some value holds a 0x01: find the next 0x02 the long way.
+            twos = np.where(kinds == 2, np.arange(len(kinds)), len(kinds))
+            following = np.minimum.accumulate(twos[::-1])[::-1][np.minimum(following, len(kinds) - 1)]
+            following = np.where(kv + 1 < len(kinds), following, len(kinds))
+            inside = following < before[kv_rows + 1]
+        seg_end = np.where(inside, small[np.minimum(following, len(small) - 1)], offsets[kv_rows + 1])
+        where = small[kv]
+        ok = (where > seg_start) & (seg_end > where + 1)
+        self.rows = kv_rows[ok]
+        self.name_start = seg_start[ok]
+        self.value_start = where[ok] + 1
+        self.value_end = seg_end[ok]
+        self.name_len = where[ok] - seg_start[ok]
+        self._views = _Views(self.data)
 
     def value_ranges(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(valid, value starts, value ends) per row for property ``name``; the last wins."""
         key = np.frombuffer(name.encode("utf-8"), dtype=np.uint8)
-        candidates = np.flatnonzero(self.key_len == len(key))
+        candidates = np.flatnonzero(self.name_len == len(key))
         if len(candidates):
-            names = _gather(self.data, self.seg_starts[candidates], len(key))
-            candidates = candidates[(names == key).all(axis=1)]
+            names = self._views.take(f"V{len(key)}", self.name_start[candidates]).view(np.uint8)
+            candidates = candidates[(names.reshape(-1, len(key)) == key).all(axis=1)]
         valid = np.zeros(self.n, dtype=bool)
-        starts = np.zeros(self.n, dtype=np.int64)
-        ends = np.zeros(self.n, dtype=np.int64)
+        # Absent values are empty ranges at the row's start, keeping the ranges in order.
+        starts = self.offsets[:-1].copy()
+        ends = starts.copy()
         if len(candidates):
-            rows = self.seg_rows[candidates]
-            # The last segment of each row wins (a HashMap put overwrites).
-            rev_rows, first = np.unique(rows[::-1], return_index=True)
-            chosen = candidates[::-1][first]
-            valid[rev_rows] = True
-            starts[rev_rows] = self.kv[chosen] + 1
-            ends[rev_rows] = self.seg_ends[chosen]
+            rows = self.rows[candidates]
+            # The last pair of each row wins (a HashMap put overwrites); pairs are in row order.
+            last = np.ones(len(rows), dtype=bool)
+            last[:-1] = rows[1:] != rows[:-1]
+            chosen = candidates[last]
+            rows = rows[last]
+            valid[rows] = True
+            starts[rows] = self.value_start[chosen]
+            ends[rows] = self.value_end[chosen]
         return valid, starts, ends
 
     def strings(self, name: str) -> pa.Array:
+        # Whole segments of valid UTF-8 text cut at ASCII separators: valid UTF-8 again.
         valid, starts, ends = self.value_ranges(name)
-        return _byte_ranges(self.views, starts, ends - starts, valid)
+        return _ranges(self.data_buf, len(self.data), starts, ends, valid)
 
     def ints(self, name: str) -> pa.Array:
-        """Integer.parseInt of the value; null when absent or not an int."""
-        values = self.strings(name)
-        ok = pc.fill_null(pc.match_substring_regex(values, r"^[+-]?[0-9]{1,10}$"), False)
-        numbers = pc.cast(pc.replace_substring_regex(pc.if_else(ok, values, "0"), r"^\+", ""), pa.int64())
-        ok = pc.and_(ok, pc.and_(pc.greater_equal(numbers, -2**31), pc.less(numbers, 2**31)))
-        return pc.if_else(ok, pc.cast(numbers, pa.int32(), safe=False), pa.scalar(None, pa.int32()))
+        """Integer.parseInt of the value (an optional sign and 1 to 10 ASCII digits within
+        the int range); null when absent or not such an int."""
+        valid, starts, ends = self.value_ranges(name)
+        rows = np.flatnonzero(valid)
+        starts, lengths = starts[rows], ends[rows] - starts[rows]
+        width = 11
+        idx = np.minimum(starts[:, None] + np.arange(width), max(len(self.data) - 1, 0))
+        chars = self.data[idx].astype(np.int64) if len(self.data) else np.zeros((len(rows), width), np.int64)
+        signed = (chars[:, 0] == ord("+")) | (chars[:, 0] == ord("-"))
+        column = np.arange(width)
+        is_digit_place = (column >= signed[:, None]) & (column < lengths[:, None])
+        digits = chars - ord("0")
+        digits_ok = ((digits >= 0) & (digits <= 9)) | ~is_digit_place
+        count = lengths - signed
+        ok = digits_ok.all(axis=1) & (count >= 1) & (count <= 10)
+        # Place value of each digit: 10 ** (digits after it).
+        power = np.where(is_digit_place, lengths[:, None] - 1 - column, 0)
+        numbers = (np.where(is_digit_place, digits, 0) * (10 ** power)).sum(axis=1)
+        numbers = np.where(chars[:, 0] == ord("-"), -numbers, numbers)
+        ok &= (numbers >= -2**31) & (numbers < 2**31)
+        values = np.zeros(self.n, dtype=np.int32)
+        present = np.zeros(self.n, dtype=bool)
+        values[rows[ok]] = numbers[ok]
+        present[rows[ok]] = True
+        return pa.array(values, type=pa.int32(), mask=~present)
 
 
 def _empty_batch() -> pa.RecordBatch:
@@ -378,35 +409,45 @@ def decode_batch(buf, positions: list[int] | np.ndarray, limit: int, *, store: s
     n = len(pos)
     if n == 0:
         return _empty_batch(), None
-    head = views.take(_HEAD_DTYPE, pos)
+    # walk_records checked totalSize >= MIN_MESSAGE_SIZE (> 88) within the buffer.
+    head = views.take(_V4_DTYPE, pos)
     total = head["totalSize"].astype(np.int64)
     sys_flag = head["sysFlag"].astype(np.int64)
     v2 = head["magicCode"] == MESSAGE_MAGIC_CODE_V2
-    born_len = np.where(sys_flag & BORNHOST_V6_FLAG, 20, 8)
+    born_v6 = (sys_flag & BORNHOST_V6_FLAG) != 0
     store_v6 = (sys_flag & STOREHOSTADDRESS_V6_FLAG) != 0
-    store_len = np.where(store_v6, 20, 8)
+    store_ts = head["storeTimestamp"].astype(np.int64)
+    reconsume = head["reconsumeTimes"].astype(np.int32)
+    body_len = head["bodyLength"].astype(np.int64)
+    host_pos = pos + _V4_STORE_HOST
+    body_pos = pos + _V4_DTYPE.itemsize
+    shifted = np.flatnonzero(born_v6 | store_v6)
+    if len(shifted):
+        # IPv6 hosts move every field after them: those records one field at a time.
+        ts_pos = pos[shifted] + 56 + 12 * born_v6[shifted]
+        store_ts[shifted] = views.take(">i8", ts_pos)
+        host_pos[shifted] = ts_pos + 8
+        tail_pos = ts_pos + 16 + 12 * store_v6[shifted]
+        tail = views.take(_TAIL_DTYPE, tail_pos)
+        reconsume[shifted] = tail["reconsumeTimes"]
+        body_len[shifted] = tail["bodyLength"]
+        body_pos[shifted] = tail_pos + 16
     end = pos + total
     # The checks decode_message makes, for every record at once.
-    fixed = 48 + born_len + 8 + store_len + 4 + 8 + 4 + np.where(v2, 2, 1) + 2
+    fixed = 91 + v2 + 12 * (born_v6.astype(np.int64) + store_v6)
     bad = total < fixed
-    store_ts_pos = pos + 48 + born_len
-    host_pos = store_ts_pos + 8
-    tail_pos = host_pos + store_len
-    store_ts = views.take(">i8", store_ts_pos).astype(np.int64)
-    tail = views.take(_TAIL_DTYPE, tail_pos)
-    body_len = tail["bodyLength"].astype(np.int64)
-    body_pos = tail_pos + 16
     bad |= (body_len < 0) | (body_pos + body_len > end)
     tlen_pos = body_pos + np.maximum(body_len, 0)
+    first_byte = views.byte_at(tlen_pos)
+    topic_len = np.where(first_byte >= 128, first_byte - 256, first_byte)  # signed
     if v2.any():
-        topic_len = np.where(v2, views.take(">i2", tlen_pos), views.take("i1", tlen_pos)).astype(np.int64)
-    else:
-        topic_len = views.take("i1", tlen_pos).astype(np.int64)
-    topic_pos = tlen_pos + np.where(v2, 2, 1)
+        topic_len = np.where(v2, (topic_len << 8) | views.byte_at(tlen_pos + 1), topic_len)
+    topic_pos = tlen_pos + 1 + v2
     topic_len = np.where(topic_pos <= end, topic_len, -1)
     bad |= (topic_len < 0) | (topic_pos + topic_len + 2 > end)
     plen_pos = topic_pos + np.maximum(topic_len, 0)
-    props_len = views.take(">i2", plen_pos).astype(np.int64)
+    props_len = (views.byte_at(plen_pos) << 8) | views.byte_at(plen_pos + 1)
+    props_len = np.where(props_len >= 2**15, props_len - 2**16, props_len)  # signed short
     props_pos = plen_pos + 2
     bad |= (props_len < 0) | (props_pos + props_len != end)
 
@@ -417,28 +458,45 @@ def decode_batch(buf, positions: list[int] | np.ndarray, limit: int, *, store: s
         n = first
         if n == 0:
             return _empty_batch(), error
-        head, store_ts, tail, store_v6, host_pos = head[:n], store_ts[:n], tail[:n], store_v6[:n], host_pos[:n]
-        topic_pos, topic_len, props_pos, props_len = topic_pos[:n], topic_len[:n], props_pos[:n], props_len[:n]
-        total, sys_flag = total[:n], sys_flag[:n]
+        head, store_ts, reconsume, body_len, host_pos = head[:n], store_ts[:n], reconsume[:n], body_len[:n], host_pos[:n]
+        topic_pos, topic_len, props_pos, end = topic_pos[:n], topic_len[:n], props_pos[:n], end[:n]
+        total, sys_flag, store_v6, born_v6 = total[:n], sys_flag[:n], store_v6[:n], born_v6[:n]
 
-    properties_raw = _byte_ranges(views, props_pos, props_len)
+    # Topic and properties of every record in one gather: ranges topic, properties, topic, ...
+    data = views.arrow_buffer()
+    starts = np.empty(2 * n, dtype=np.int64)
+    starts[0::2] = topic_pos
+    starts[1::2] = props_pos
+    ends = np.empty(2 * n, dtype=np.int64)
+    ends[0::2] = topic_pos + topic_len
+    ends[1::2] = end
+    both = _ranges(data, len(views), starts, ends)
+    topic = _checked_utf8(both.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int64))))
+    properties_raw = _checked_utf8(both.take(pa.array(np.arange(1, 2 * n, 2, dtype=np.int64))))
     props = _Properties(properties_raw)
     physical = head["physicalOffset"].astype(np.int64)
+    ipv4 = None
+    if not (store_v6.any() or born_v6.any()):
+        # Both hosts IPv4 everywhere: store host + port and the physical offset, as the big-endian bytes of the record.
+        raw = head.view(np.uint8).reshape(n, _V4_DTYPE.itemsize)
+        ipv4 = np.empty((n, 16), dtype=np.uint8)
+        ipv4[:, :8] = raw[:, _V4_STORE_HOST:_V4_STORE_HOST + 8]
+        ipv4[:, 8:] = raw[:, _V4_PHYSICAL:_V4_PHYSICAL + 8]
     columns = {
         "store": _constant_strings(store, n),
         "file": _constant_strings(file, n),
         "commitlog_offset": pa.array(physical, type=pa.int64()),
         "store_size": pa.array(total.astype(np.int32), type=pa.int32()),
-        "topic": _byte_ranges(views, topic_pos, topic_len),
+        "topic": topic,
         "queue_id": pa.array(head["queueId"].astype(np.int32), type=pa.int32()),
         "queue_offset": pa.array(head["queueOffset"].astype(np.int64), type=pa.int64()),
         "flag": pa.array(head["flag"].astype(np.int32), type=pa.int32()),
         "sys_flag": pa.array(sys_flag.astype(np.int32), type=pa.int32()),
         "born_timestamp": pa.array(head["bornTimestamp"].astype(np.int64), type=pa.int64()),
         "store_timestamp": pa.array(store_ts, type=pa.int64()),
-        "reconsume_times": pa.array(tail["reconsumeTimes"].astype(np.int32), type=pa.int32()),
-        "body_length": pa.array(tail["bodyLength"].astype(np.int32), type=pa.int32()),
-        "msg_id": _message_ids(views, host_pos, store_v6, physical),
+        "reconsume_times": pa.array(reconsume, type=pa.int32()),
+        "body_length": pa.array(body_len.astype(np.int32), type=pa.int32()),
+        "msg_id": _message_ids(views, host_pos, store_v6, physical, ipv4),
         "properties_raw": properties_raw,
     }
     for column, name in STRING_PROPERTIES.items():
@@ -447,8 +505,6 @@ def decode_batch(buf, positions: list[int] | np.ndarray, limit: int, *, store: s
         columns[column] = props.ints(name)
     batch = pa.RecordBatch.from_arrays([columns[f.name] for f in MESSAGE_SCHEMA], schema=MESSAGE_SCHEMA)
     return batch, error
-
-
 def decode_records(buf, *, store: str, file: str, start: int = 0, limit: int | None = None,
                    batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
     """Every message record of one commit log file's bytes, in batches of at most ``batch_rows``.
