@@ -300,64 +300,88 @@ class _Properties:
         self.data = np.frombuffer(data_buf, dtype=np.uint8)
         self.n = n
         self.offsets = offsets
-        # Every 0x01 and 0x02, in order, and the row each one is in.
+        # Every 0x01 and 0x02 ("events"), in order; row r holds events before[r]:before[r + 1].
         small = np.flatnonzero(self.data <= 2)
         kinds = self.data[small]
         if not kinds.all():
             keep = kinds != 0
             small, kinds = small[keep], kinds[keep]
-        before = np.searchsorted(small, offsets)  # events before each row start (and the end)
-        rows = np.repeat(np.arange(n), np.diff(before))
-        first = np.zeros(len(small), dtype=bool)
-        first[before[:-1][before[:-1] < before[1:]]] = True
-        prev_two = np.empty(len(small), dtype=bool)
-        prev_two[0:1] = False
-        prev_two[1:] = kinds[:-1] == 2
-        # The 0x01 that is a segment's first: at the row's first event or right after a 0x02.
-        kv = np.flatnonzero((kinds == 1) & (first | prev_two))
-        kv_rows = rows[kv]
-        seg_start = np.where(first[kv], offsets[kv_rows], small[np.maximum(kv - 1, 0)] + 1)
-        # The segment ends at the next 0x02 of the row, else at the row's end.
-        following = kv + 1
-        inside = following < before[kv_rows + 1]
-        following_kind = kinds[np.minimum(following, len(kinds) - 1)] if len(kinds) else kinds
-        if np.any(inside & (following_kind == 1)):
-            # Some value holds a 0x01: find the next 0x02 the long way.
-            twos = np.where(kinds == 2, np.arange(len(kinds)), len(kinds))
-            following = np.minimum.accumulate(twos[::-1])[::-1][np.minimum(following, len(kinds) - 1)]
-            following = np.where(kv + 1 < len(kinds), following, len(kinds))
-            inside = following < before[kv_rows + 1]
-        seg_end = np.where(inside, small[np.minimum(following, len(small) - 1)], offsets[kv_rows + 1])
-        where = small[kv]
-        ok = (where > seg_start) & (seg_end > where + 1)
-        self.rows = kv_rows[ok]
-        self.name_start = seg_start[ok]
-        self.value_start = where[ok] + 1
-        self.value_end = seg_end[ok]
-        self.name_len = where[ok] - seg_start[ok]
+        before = np.searchsorted(small, offsets)
+        # Where the segment of each event starts: after the previous event, or at the row's
+        # start for a row's first event.
+        seg_start = np.empty(len(small), dtype=np.int64)
+        seg_start[1:] = small[:-1] + 1
+        filled = np.flatnonzero(before[:-1] < before[1:])
+        first = before[filled]
+        seg_start[first] = offsets[filled]
+        # A pair's 0x01 is the first 0x01 of its segment: its row's first event or right
+        # after a 0x02. name_len 0 = no pair there (or an empty name).
+        starts_segment = np.zeros(len(small), dtype=bool)
+        starts_segment[first] = True
+        starts_segment[1:] |= kinds[:-1] == 2
+        self.name_len = np.where(starts_segment & (kinds == 1), small - seg_start, 0)
+        self.small, self.kinds, self.before, self.seg_start = small, kinds, before, seg_start
+        self._next_two: np.ndarray | None = None
         self._views = _Views(self.data)
+        self._pairs: dict[str, np.ndarray] = {}
+
+    def pairs_named(self, names: list[str]) -> None:
+        """Find the pairs of each of ``names`` at once: one gather per name length."""
+        by_length: dict[int, list[bytes]] = {}
+        for name in names:
+            raw = name.encode("utf-8")
+            by_length.setdefault(len(raw), []).append(raw)
+        for length, keys in by_length.items():
+            candidates = np.flatnonzero(self.name_len == length)
+            got = self._views.take(f"V{length}", self.seg_start[candidates])
+            if length in (1, 2, 4, 8):
+                got = got.view(f"u{length}")
+                for key in keys:
+                    self._pairs[key.decode("utf-8")] = candidates[got == np.frombuffer(key, f"u{length}")[0]]
+            else:
+                got = got.view(np.uint8).reshape(-1, length)
+                for key in keys:
+                    match = (got == np.frombuffer(key, np.uint8)).all(axis=1)
+                    self._pairs[key.decode("utf-8")] = candidates[match]
+
+    def _segment_ends(self, events: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Where the segment of each pair's 0x01 ends: the row's next 0x02, else the row's end."""
+        small, kinds = self.small, self.kinds
+        following = np.minimum(events + 1, len(small) - 1)
+        inside = events + 1 < self.before[rows + 1]
+        if np.any(inside & (kinds[following] == 1)):
+            # Some value holds a 0x01: the next 0x02 the long way.
+            if self._next_two is None:
+                twos = np.where(kinds == 2, np.arange(len(kinds)), len(kinds))
+                self._next_two = np.minimum.accumulate(twos[::-1])[::-1]
+            nxt = np.where(events + 1 < len(small), self._next_two[following], len(small))
+            inside = nxt < self.before[rows + 1]
+            following = np.minimum(nxt, len(small) - 1)
+        return np.where(inside, small[following], self.offsets[rows + 1])
 
     def value_ranges(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(valid, value starts, value ends) per row for property ``name``; the last wins."""
-        key = np.frombuffer(name.encode("utf-8"), dtype=np.uint8)
-        candidates = np.flatnonzero(self.name_len == len(key))
-        if len(candidates):
-            names = self._views.take(f"V{len(key)}", self.name_start[candidates]).view(np.uint8)
-            candidates = candidates[(names.reshape(-1, len(key)) == key).all(axis=1)]
+        if name not in self._pairs:
+            self.pairs_named([name])
+        events = self._pairs[name]
         valid = np.zeros(self.n, dtype=bool)
         # Absent values are empty ranges at the row's start, keeping the ranges in order.
         starts = self.offsets[:-1].copy()
         ends = starts.copy()
-        if len(candidates):
-            rows = self.rows[candidates]
+        if len(events):
+            rows = np.searchsorted(self.before, events, side="right") - 1
+            value_start = self.small[events] + 1
+            value_end = self._segment_ends(events, rows)
+            # An empty value is skipped (an earlier pair of the name stays).
+            nonempty = value_end > value_start
+            rows, value_start, value_end = rows[nonempty], value_start[nonempty], value_end[nonempty]
             # The last pair of each row wins (a HashMap put overwrites); pairs are in row order.
             last = np.ones(len(rows), dtype=bool)
             last[:-1] = rows[1:] != rows[:-1]
-            chosen = candidates[last]
             rows = rows[last]
             valid[rows] = True
-            starts[rows] = self.value_start[chosen]
-            ends[rows] = self.value_end[chosen]
+            starts[rows] = value_start[last]
+            ends[rows] = value_end[last]
         return valid, starts, ends
 
     def strings(self, name: str) -> pa.Array:
@@ -369,28 +393,26 @@ class _Properties:
         """Integer.parseInt of the value (an optional sign and 1 to 10 ASCII digits within
         the int range); null when absent or not such an int."""
         valid, starts, ends = self.value_ranges(name)
-        rows = np.flatnonzero(valid)
-        starts, lengths = starts[rows], ends[rows] - starts[rows]
-        width = 11
-        idx = np.minimum(starts[:, None] + np.arange(width), max(len(self.data) - 1, 0))
-        chars = self.data[idx].astype(np.int64) if len(self.data) else np.zeros((len(rows), width), np.int64)
-        signed = (chars[:, 0] == ord("+")) | (chars[:, 0] == ord("-"))
-        column = np.arange(width)
-        is_digit_place = (column >= signed[:, None]) & (column < lengths[:, None])
-        digits = chars - ord("0")
-        digits_ok = ((digits >= 0) & (digits <= 9)) | ~is_digit_place
-        count = lengths - signed
-        ok = digits_ok.all(axis=1) & (count >= 1) & (count <= 10)
-        # Place value of each digit: 10 ** (digits after it).
-        power = np.where(is_digit_place, lengths[:, None] - 1 - column, 0)
-        numbers = (np.where(is_digit_place, digits, 0) * (10 ** power)).sum(axis=1)
-        numbers = np.where(chars[:, 0] == ord("-"), -numbers, numbers)
-        ok &= (numbers >= -2**31) & (numbers < 2**31)
-        values = np.zeros(self.n, dtype=np.int32)
+        values = np.zeros(self.n, dtype=np.int64)
         present = np.zeros(self.n, dtype=bool)
-        values[rows[ok]] = numbers[ok]
-        present[rows[ok]] = True
-        return pa.array(values, type=pa.int32(), mask=~present)
+        lengths = ends - starts
+        # One pass per value length (a few distinct ones: "3", "17", ...); 11 = sign + 10 digits.
+        for length in np.unique(lengths[valid]).tolist():
+            if length > 11:
+                continue
+            rows = np.flatnonzero(valid & (lengths == length))
+            chars = self._views.take(f"V{length}", starts[rows]).view(np.uint8).reshape(-1, length).astype(np.int64)
+            negative = chars[:, 0] == ord("-")
+            signed = negative | (chars[:, 0] == ord("+"))
+            digits = chars - ord("0")
+            digits[:, 0] = np.where(signed, 0, digits[:, 0])
+            ok = ((digits >= 0) & (digits <= 9)).all(axis=1) & (length - signed >= 1) & (length - signed <= 10)
+            numbers = digits @ (10 ** np.arange(length - 1, -1, -1, dtype=np.int64))
+            numbers = np.where(negative, -numbers, numbers)
+            ok &= (numbers >= -2**31) & (numbers < 2**31)
+            values[rows[ok]] = numbers[ok]
+            present[rows[ok]] = True
+        return pa.array(values.astype(np.int32), type=pa.int32(), mask=~present)
 
 
 def _empty_batch() -> pa.RecordBatch:
@@ -474,6 +496,7 @@ def decode_batch(buf, positions: list[int] | np.ndarray, limit: int, *, store: s
     topic = _checked_utf8(both.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int64))))
     properties_raw = _checked_utf8(both.take(pa.array(np.arange(1, 2 * n, 2, dtype=np.int64))))
     props = _Properties(properties_raw)
+    props.pairs_named([*STRING_PROPERTIES.values(), *INT_PROPERTIES.values()])
     physical = head["physicalOffset"].astype(np.int64)
     ipv4 = None
     if not (store_v6.any() or born_v6.any()):
