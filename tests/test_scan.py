@@ -278,3 +278,32 @@ def test_a_store_written_by_the_writer_scans_back(tmp_path):
     log.close()
     assert table.to_pylist() == expected
     assert table.num_rows == 400
+
+
+def test_properties_read_the_broker_way(tmp_path):
+    """Later duplicates win, empty names and values are skipped, 0x01 may sit in a value,
+    integers read as Integer.parseInt (sign, 1..10 digits, int range) or null."""
+    raws = [
+        ("TAGS\x01a\x02TAGS\x01b", None), ("TAGS\x01a\x02TAGS\x01", None), ("\x01x\x02KEYS\x01k", None),
+        ("KEYS\x01a\x01b\x02UNIQ_KEY\x01u", None), ("XTAGS\x01no\x02AGS\x01no", None), ("TAGS", None),
+        ("", None), ("TAGS\x02\x01v", None), ("ü\x01x\x02TAGS\x01ä\x02", None),
+        ("REAL_QID\x01+7", 7), ("REAL_QID\x01-0", 0), ("REAL_QID\x012147483648", None),
+        ("REAL_QID\x01-2147483648", -2147483648), ("REAL_QID\x012147483647", 2147483647),
+        ("REAL_QID\x01 5", None), ("REAL_QID\x0112a", None), ("REAL_QID\x01+", None),
+        ("REAL_QID\x0100000000001", None), ("REAL_QID\x010000000001", 1), ("REAL_QID\x013\x02REAL_QID\x01x", None),
+        ("REAL_QID\x013\x02REAL_QID\x014", 4), ("REAL_QID\x01٣", None),
+    ]
+    store = tmp_path / "s"
+    with StoreWriter(store, create=True, clock=lambda: 1_700_000_000_000, sync=False) as w:
+        for raw, _ in raws:
+            w.put(NewMessage(topic="T", queueId=0, body=b"x", propertiesRaw=raw))
+    rows = scan_store(store, "p").to_pylist()
+    log = CommitLog(store / "commitlog")
+    messages = list(log.records())
+    log.close()
+    assert len(rows) == len(raws)
+    for row, msg, (raw, real_qid) in zip(rows, messages, raws):
+        assert row["properties_raw"] == raw
+        p = msg.properties
+        assert (row["tags"], row["keys"], row["uniq_key"]) == (p.get("TAGS"), p.get("KEYS"), p.get("UNIQ_KEY")), raw
+        assert row["real_qid"] == real_qid, raw
