@@ -12,7 +12,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from rmqdelay.analysis import KINDS, AnalysisResult, Skipped, StoreRef, store_ref
@@ -92,15 +91,13 @@ def analyze(
                 for table_name, table in results[name].tables.items():
                     pq.write_table(table, output / f"{name}_{table_name}.parquet")
 
-    # A pipe gets whole rows rather than columns squeezed into 80 characters.
-    out = console if console.is_terminal else Console(width=240)
     for name, result in results.items():
         for table_name, table in result.tables.items():
             if json_out:
                 for row in table.to_pylist():
                     emit_json({"analysis": name, "table": table_name, **row})
             else:
-                out.print(_rich_table(f"{name}: {table_name}", table))
+                console.print(_rich_table(f"{name}: {table_name}", table))
     if report is not None:
         lateness_values = None
         if spark and output is not None and "lateness" in results:

@@ -14,6 +14,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rmqdelay.errors import UsageError
 
 console = Console()
+if not console.is_terminal:
+    # A pipe or a file gets whole rows rather than columns squeezed into 80 characters.
+    console = Console(width=max(console.width, 240))
 err_console = Console(stderr=True)
 
 

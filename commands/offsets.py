@@ -48,9 +48,10 @@ def show(
         for st in statuses:
             emit_json({**st.as_json(), "lastPersistedTimestamp": persisted_ms})
         return
-    table = Table("level", "delay", "offset", "min", "max", "pending", "due now", "next due",
-                  title=f"delay offsets of {store} (last persisted {format_time_ms(persisted_ms)})",
-                  title_justify="left")
+    # The heading on a line of its own: a long store path must not wrap it to the table's width.
+    console.print(f"delay offsets of {store} (last persisted {format_time_ms(persisted_ms)})",
+                  soft_wrap=True, highlight=False)
+    table = Table("level", "delay", "offset", "min", "max", "pending", "due now", "next due")
     for st in statuses:
         table.add_row(str(st.level), format_duration_ms(st.delayMs), str(st.offset) + ("" if st.persisted else "*"),
                       str(st.minOffset), str(st.maxOffset), str(st.pending), str(st.dueNow),

@@ -25,12 +25,12 @@ def _int(name: str, text: str) -> int:
 @app.command("generate")
 def generate_command(
     directory: Path = typer.Argument(..., help="New (or empty) directory for the store; plan.json goes in it too."),
-    messages: str = typer.Option(None, "--messages", help="Number of records to write."),
-    seed: str = typer.Option("1", "--seed", help="Same seed, same bytes."),
-    hours: str = typer.Option("8", "--hours", help="About how many hours of store time to span."),
-    commitlog_file_size: str = typer.Option(str(DEFAULT_COMMITLOG_FILE_SIZE), "--commitlog-file-size",
+    messages: str = typer.Option(None, "--messages", metavar="N", help="Number of records to write."),
+    seed: str = typer.Option("1", "--seed", metavar="N", help="Same seed, same bytes."),
+    hours: str = typer.Option("8", "--hours", metavar="HOURS", help="About how many hours of store time to span."),
+    commitlog_file_size: str = typer.Option(str(DEFAULT_COMMITLOG_FILE_SIZE), "--commitlog-file-size", metavar="BYTES",
                                             help="Bytes per commit log file."),
-    cq_file_size: str = typer.Option(str(DEFAULT_CQ_FILE_SIZE), "--cq-file-size",
+    cq_file_size: str = typer.Option(str(DEFAULT_CQ_FILE_SIZE), "--cq-file-size", metavar="BYTES",
                                      help="Bytes per consume queue file (a multiple of 20)."),
     json_out: bool = typer.Option(False, "--json", help="The plan as one JSON object."),
 ) -> None:

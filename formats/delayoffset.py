@@ -170,12 +170,7 @@ def _int_value(value, what: str) -> int:
 
 def parse_delay_offsets(text: str) -> DelayOffsets:
     """Both the 4.x and the 5.x form; keys quoted or not."""
-    parser = _Parser(text)
-    if parser.peek() != "{":
-        raise parser.fail("a JSON object ('{')")
-    doc = parser.obj()
-    if parser.peek() != "":
-        raise parser.fail("the end of the file after the closing '}'")
+    doc = parse_fastjson_object(text)
     table = doc.get("offsetTable")
     if not isinstance(table, dict):
         raise FormatError(0, "an \"offsetTable\" object")
@@ -213,14 +208,3 @@ def format_delay_offsets(offsets: DelayOffsets) -> str:
         )
     parts.append(f'\t"offsetTable":{table_text}')
     return "{\n" + ",\n".join(parts) + "\n}"
-
-
-def format_consumer_offsets(table: dict[str, dict[int, int]]) -> str:
-    """config/consumerOffset.json as ConsumerOffsetManager writes it (fastjson, pretty):
-    ``{"offsetTable":{"TOPIC@GROUP":{queueId:offset,...}}}``, same dialect as delayOffset.json."""
-    entries = []
-    for key in table:
-        queues = ",".join(f"{qid}:{table[key][qid]}" for qid in sorted(table[key]))
-        entries.append(f'\t\t"{key}":{{{queues}\n\t\t}}')
-    body = "{\n" + ",\n".join(entries) + "\n\t}" if entries else "{}"
-    return '{\n\t"offsetTable":' + body + "\n}"

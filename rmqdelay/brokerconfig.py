@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 from rmqdelay.formats.delayoffset import parse_fastjson_object
-from rmqdelay.formats.errors import FormatError
 from rmqdelay.formats.fastjson import format_fastjson_pretty
 
 from .errors import StoreError
 from .offsetstore import atomic_write, config_dir
+from .store import load_config_file
 
 TOPICS_FILE = "topics.json"
 CONSUMER_OFFSET_FILE = "consumerOffset.json"
@@ -27,25 +27,7 @@ DEFAULT_TOPIC_QUEUE_NUMS = 4  # a producer's defaultTopicQueueNums: what auto-cr
 def load_config(path: Path) -> dict | None:
     """The document of a fastjson config file, with the broker's ``.bak`` fallback; None when
     neither exists."""
-    error: StoreError | None = None
-    for candidate in (path, path.with_name(path.name + ".bak")):
-        try:
-            text = candidate.read_bytes().decode("utf-8")
-        except FileNotFoundError:
-            continue
-        except (OSError, UnicodeDecodeError) as exc:
-            error = error or StoreError(candidate, None, f"readable UTF-8 text ({exc})")
-            continue
-        if not text.strip():
-            error = error or StoreError(candidate, 0, "a JSON object; the file is empty")
-            continue
-        try:
-            return parse_fastjson_object(text)
-        except FormatError as exc:
-            error = error or StoreError(candidate, exc.offset, exc.expected)
-    if error is not None:
-        raise error
-    return None
+    return load_config_file(path, parse_fastjson_object)
 
 
 def write_config(path: Path, doc: dict) -> None:

@@ -21,7 +21,7 @@ from rmqdelay.formats.errors import FormatError
 from rmqdelay.formats.scan import DEFAULT_BATCH_ROWS, MESSAGE_SCHEMA, decode_records
 
 from .errors import StoreError
-from .store import Store
+from .store import Store, load_config_file
 
 __all__ = [
     "MESSAGE_SCHEMA", "SCHEDULE_UNIT_SCHEMA", "Skipped", "scan_commitlog_file", "commitlog_files",
@@ -138,27 +138,9 @@ def consumer_offsets(store: Store) -> dict[tuple[str, str], dict[int, int]]:
     Read like ConfigManager.load: the .bak when the file is missing, empty or unparsable;
     {} when neither exists.
     """
-    main = store.config_dir / "consumerOffset.json"
-    error: StoreError | None = None
-    for path in (main, main.with_name(main.name + ".bak")):
-        try:
-            text = path.read_bytes().decode("utf-8")
-        except FileNotFoundError:
-            continue
-        except (OSError, UnicodeDecodeError) as exc:
-            error = error or StoreError(path, None, f"readable UTF-8 text ({exc})")
-            continue
-        if not text.strip():
-            error = error or StoreError(path, 0, "a JSON object; the file is empty")
-            continue
-        try:
-            doc = parse_fastjson_object(text)
-            return _offset_table(doc)
-        except FormatError as exc:
-            error = error or StoreError(path, exc.offset, exc.expected)
-    if error is not None:
-        raise error
-    return {}
+    table = load_config_file(store.config_dir / "consumerOffset.json",
+                             lambda text: _offset_table(parse_fastjson_object(text)))
+    return table if table is not None else {}
 
 
 def _offset_table(doc: dict) -> dict[tuple[str, str], dict[int, int]]:

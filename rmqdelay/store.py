@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from rmqdelay.formats.checkpoint import Checkpoint, parse_checkpoint
 from rmqdelay.formats.commitlog import Message
@@ -23,6 +24,8 @@ from .commitlog import CommitLog
 from .consumequeue import ConsumeQueue
 from .errors import StoreError
 from .lock import lock_holder
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True, frozen=True)
@@ -112,26 +115,7 @@ class Store:
         None when neither exists (a broker that never ran its scheduler). When the file is
         unreadable and the backup too, the error names the main file.
         """
-        main = self.delay_offset_path
-        error: StoreError | None = None
-        for path in (main, main.with_name(main.name + ".bak")):
-            try:
-                text = path.read_bytes().decode("utf-8")
-            except FileNotFoundError:
-                continue
-            except (OSError, UnicodeDecodeError) as exc:
-                error = error or StoreError(path, None, f"readable UTF-8 text ({exc})")
-                continue
-            if not text.strip():
-                error = error or StoreError(path, 0, "a JSON object; the file is empty")
-                continue
-            try:
-                return parse_delay_offsets(text)
-            except FormatError as exc:
-                error = error or StoreError(path, exc.offset, exc.expected)
-        if error is not None:
-            raise error
-        return None
+        return load_config_file(self.delay_offset_path, parse_delay_offsets)
 
     # -- queues -------------------------------------------------------------------------
     def topics(self) -> dict[str, list[int]]:
@@ -197,3 +181,28 @@ class Store:
             if props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) == key or \
                     key in props.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR):
                 yield msg
+
+
+def load_config_file(path: Path, parse: Callable[[str], T]) -> T | None:
+    """A broker config file read as ConfigManager.load does: the ``.bak`` when the file is
+    missing, empty or unparsable; None when neither exists. When both are unusable, the error
+    names the first file that was."""
+    error: StoreError | None = None
+    for candidate in (path, path.with_name(path.name + ".bak")):
+        try:
+            text = candidate.read_bytes().decode("utf-8")
+        except FileNotFoundError:
+            continue
+        except (OSError, UnicodeDecodeError) as exc:
+            error = error or StoreError(candidate, None, f"readable UTF-8 text ({exc})")
+            continue
+        if not text.strip():
+            error = error or StoreError(candidate, 0, "a JSON object; the file is empty")
+            continue
+        try:
+            return parse(text)
+        except FormatError as exc:
+            error = error or StoreError(candidate, exc.offset, exc.expected)
+    if error is not None:
+        raise error
+    return None

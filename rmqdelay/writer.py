@@ -44,6 +44,7 @@ from .errors import StoreError, UsageError
 from .levels import parse_delay_levels
 from .lock import BrokerLock
 from .mappedfiles import list_mapped_files
+from .offsetstore import fsync_dir
 from .store import Store
 from .topics import validate_topic
 
@@ -102,14 +103,6 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class _QueueFiles:
     """Write side of one consume queue: units at logical offsets, files made on demand.
 
@@ -135,7 +128,7 @@ class _QueueFiles:
             if created or os.fstat(fd).st_size < self.file_size:
                 os.ftruncate(fd, self.file_size)
             if created:
-                _fsync_dir(self.directory)
+                fsync_dir(self.directory)
             self._fds[file_start] = fd
         return fd
 
@@ -217,7 +210,7 @@ class StoreWriter:
             if not (self.path / "abort").exists():
                 # The broker's own crash marker: present while writing, gone after a clean close.
                 (self.path / "abort").touch()
-                _fsync_dir(self.path)
+                fsync_dir(self.path)
                 self._created_abort = True
             self._load()
         except BaseException:
@@ -244,7 +237,7 @@ class StoreWriter:
         self._cp_fd and os.close(self._cp_fd)
         if self._created_abort:
             (self.path / "abort").unlink(missing_ok=True)
-            _fsync_dir(self.path)
+            fsync_dir(self.path)
         self._lock.release()
         self._opened = False
 
@@ -358,7 +351,7 @@ class StoreWriter:
             finally:
                 os.close(fd)
         if wiped:
-            _fsync_dir(self.path / "commitlog")
+            fsync_dir(self.path / "commitlog")
         return wiped
 
     def _redispatch(self, msg: Message) -> int:
@@ -560,7 +553,7 @@ class StoreWriter:
             if os.fstat(fd).st_size < self._commitlog_file_size:
                 os.ftruncate(fd, self._commitlog_file_size)  # preallocated, zero-filled
             if created:
-                _fsync_dir(directory)
+                fsync_dir(directory)
             self._cl_fd, self._cl_file_start = fd, file_start
         return self._cl_fd
 

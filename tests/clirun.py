@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from rmqdelay.commands import main as cli_main
@@ -33,3 +35,18 @@ def run_cli(capsys, *args: str) -> CliResult:
         sys.argv = saved
     captured = capsys.readouterr()
     return CliResult(code, captured.out, captured.err)
+
+
+@contextmanager
+def broker_holding_lock(store):
+    """Another process holding STORE/lock the way the broker does (lockf on its first byte)."""
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl,os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR); "
+        "fcntl.lockf(fd, fcntl.LOCK_EX|fcntl.LOCK_NB, 1, 0); print('locked', flush=True); time.sleep(60)"),
+        str(store / "lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()

@@ -1,7 +1,5 @@
 """`rmqdelay offsets show|reset`: read and move the delay offsets, safely."""
 
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,7 +10,7 @@ from rmqdelay.offsetstore import read_scheduler_state
 from rmqdelay.scheduler import Delivered, Scheduler
 from rmqdelay.store import Store
 
-from clirun import run_cli
+from clirun import broker_holding_lock, run_cli
 
 FAR_AHEAD = 4_102_444_800_000
 
@@ -145,21 +143,13 @@ def test_reset_counts_deliveries_a_crashed_run_never_persisted(store_copy, capsy
 
 def test_reset_execute_refuses_while_the_store_is_locked(store_copy, capsys):
     path = store_copy("delay-partial")
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl,os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR); "
-        "fcntl.lockf(fd, fcntl.LOCK_EX|fcntl.LOCK_NB, 1, 0); print('locked', flush=True); time.sleep(60)"),
-        str(path / "lock")], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with broker_holding_lock(path):
         before = delay_offsets_text(path)
         result = run_cli(capsys, "offsets", "reset", path, "--level", "1", "--to-earliest", "--execute")
         assert result.code == 3 and len(result.err.strip().splitlines()) == 1
         assert delay_offsets_text(path) == before
         # A dry run only reads: it works while the broker runs.
         assert run_cli(capsys, "offsets", "reset", path, "--level", "1", "--to-earliest").code == 0
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 @pytest.mark.parametrize("args", [

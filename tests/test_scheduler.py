@@ -18,7 +18,7 @@ from rmqdelay.store import Store
 from rmqdelay.verify import verify_store
 from rmqdelay.writer import NewMessage, StoreWriter
 
-from clirun import run_cli
+from clirun import broker_holding_lock, run_cli
 from conftest import SAMPLES
 
 FAR_AHEAD = 4_102_444_800_000  # 2100-01-01
@@ -200,21 +200,13 @@ def test_bad_real_topics_are_reported_and_skipped_without_stalling_the_level(tmp
 
 def test_a_broker_holding_the_lock_is_refused_in_one_line(store_copy, capsys):
     path = store_copy("delay-fresh")
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl,os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR); "
-        "fcntl.lockf(fd, fcntl.LOCK_EX|fcntl.LOCK_NB, 1, 0); print('locked', flush=True); time.sleep(60)"),
-        str(path / "lock")], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with broker_holding_lock(path):
         with pytest.raises(StoreLockedError):
             drain(path)
         result = run_cli(capsys, "run", path, "--once")
         assert result.code == 3
         assert len(result.err.strip().splitlines()) == 1 and "lock" in result.err
         assert not (path / "config").exists()
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 # -- exactly once across crashes -----------------------------------------------------------

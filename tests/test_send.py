@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from clirun import run_cli
+from clirun import broker_holding_lock, run_cli
 from hypothesis import given
 from hypothesis import strategies
 
@@ -136,18 +134,10 @@ def test_a_broker_holding_the_lock_is_refused_in_one_line(tmp_path, capsys):
     store = tmp_path / "store"
     assert send(capsys, store, "--topic", "TopicA").code == 0
     before = tree_digest(store)
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl,os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR); "
-        "fcntl.lockf(fd, fcntl.LOCK_EX|fcntl.LOCK_NB, 1, 0); print('locked', flush=True); time.sleep(60)"),
-        str(store / "lock")], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with broker_holding_lock(store):
         result = send(capsys, store, "--topic", "TopicA", "--count", "3")
         assert result.code == 3 and result.err.count("\n") == 1 and "lock" in result.err
         assert tree_digest(store) == before
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_many_messages_roll_over_files_with_blank_records(tmp_path, capsys):
