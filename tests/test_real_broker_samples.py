@@ -1,10 +1,14 @@
 """Stores written by the real RocketMQ 4.9.4 store code decode exactly as it read them."""
 
+import pytest
+
 from rmqdelay.commitlog import Blank
+from rmqdelay.formats.constants import CQ_STORE_UNIT_SIZE
+from rmqdelay.formats.consumequeue import CqUnit, decode_units, parse_unit
 from rmqdelay.formats.commitlog import Message
 from rmqdelay.store import Store
 
-from conftest import b64
+from conftest import SAMPLES, b64
 
 MESSAGE_FIELDS = ["msgId", "topic", "queueId", "flag", "queueOffset", "commitLogOffset", "storeSize",
                   "sysFlag", "bornTimestamp", "bornHost", "storeTimestamp", "storeHost", "reconsumeTimes",
@@ -99,3 +103,23 @@ def test_message_look_ups_by_offset_msgid_and_keys(real_sample):
             if uniq:
                 found = {m.commitLogOffset for m in store.messages_by_key(uniq)}
                 assert exp["commitLogOffset"] in found
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in SAMPLES.iterdir() if (p / "store").is_dir()))
+def test_fast_and_construct_paths_agree_on_every_sample(name):
+    """Every record and every consume queue unit of every sample (the real broker's and the
+    generated one) decodes to the same values on the fast path and through construct."""
+    path = SAMPLES / name / "store"
+    with Store(path) as store:
+        fast = list(store.commitlog.records())
+        assert fast == list(store.commitlog.records(reference=True))
+        assert sum(isinstance(r, Message) for r in fast) > 0
+    units = 0
+    for cq_file in sorted((path / "consumequeue").glob("*/*/*")):
+        data = cq_file.read_bytes()
+        array = decode_units(data)
+        by_construct = [parse_unit(data[i:i + CQ_STORE_UNIT_SIZE]) for i in range(0, len(array) * CQ_STORE_UNIT_SIZE,
+                                                                               CQ_STORE_UNIT_SIZE)]
+        assert [CqUnit(int(u["commitLogOffset"]), int(u["size"]), int(u["tagsCode"])) for u in array] == by_construct
+        units += len(array)
+    assert units > 0
