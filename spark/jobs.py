@@ -15,14 +15,12 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from rmqdelay.analysis import KINDS, AnalysisResult, StoreRef
+from rmqdelay.analysis import AnalysisResult, StoreRef, checked_request
 from rmqdelay.analysis import backlog as embedded_backlog
 from rmqdelay.analysis import lateness as embedded_lateness
 from rmqdelay.analysis import retries as embedded_retries
 from rmqdelay.analysis.common import PERCENTILES, sort_table
-from rmqdelay.errors import UsageError
 from rmqdelay.formats.constants import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC
-from rmqdelay.levels import parse_delay_levels
 from rmqdelay.store import Store
 
 from . import source
@@ -36,13 +34,7 @@ def analyze(kind: str, stores: list[StoreRef], at_ms: int, *, delay_levels: dict
             messages_to: Path | None = None) -> AnalysisResult:
     """Run one analysis on Spark. ``messages_to``: write the per-message table there as Parquet
     from the executors (result.messages is then empty) instead of collecting it to the driver."""
-    if kind not in KINDS:
-        raise UsageError(f"unknown analysis {kind!r}; one of {', '.join(KINDS)}")
-    names = [s.name for s in stores]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise UsageError(f"two stores named {dupes[0]!r}; name them NAME=PATH")
-    levels = parse_delay_levels() if delay_levels is None else dict(delay_levels)
+    levels = checked_request(kind, stores, delay_levels)
     spark = spark or get_session(master)
     job = {"backlog": _backlog, "lateness": _lateness, "retries": _retries}[kind]
     return job(spark, stores, at_ms, levels, keep_going, messages_to)
@@ -121,7 +113,9 @@ def _backlog(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: di
 def _lateness(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: dict[int, int],
               keep_going: bool, messages_to: Path | None) -> AnalysisResult:
     problems = source.Problems(spark)
-    rows = source.messages(spark, stores, embedded_lateness._COLUMNS, embedded_lateness._is_schedule_or_copy, problems)
+    # Both sides of the match come from one scan: cached, so each commit log file is decoded once.
+    rows = source.messages(spark, stores, embedded_lateness._COLUMNS, embedded_lateness._is_schedule_or_copy,
+                           problems).cache()
     is_schedule = F.col("topic") == RMQ_SYS_SCHEDULE_TOPIC
     units = source.schedule_unit_rows(spark, stores).select("store", "commitlog_offset", "level", "deliver_ms")
     schedule = rows.where(is_schedule).join(units, ["store", "commitlog_offset"])
@@ -143,6 +137,7 @@ def _lateness(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: d
     }
     messages = _messages_out(matched, embedded_lateness.MESSAGES_SCHEMA, ["store", "level", "schedule_offset"], messages_to)
     matched.unpersist()
+    rows.unpersist()
     skipped = problems.resolve(stores, keep_going)
     return AnalysisResult("lateness", tables, messages, skipped)
 
@@ -171,7 +166,8 @@ def _retries(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: di
     problems = source.Problems(spark)
     rows = (source.messages(spark, stores, embedded_retries._COLUMNS, embedded_retries._on_retry_path, problems)
             .withColumn("chain", F.coalesce("origin_message_id", "uniq_key"))
-            .where(F.col("chain").isNotNull()))
+            .where(F.col("chain").isNotNull())
+            .cache())  # send-backs, DLQ and deliveries all come from this one scan
     topic = F.col("topic")
     retry_len, dlq_len = len(RETRY_GROUP_TOPIC_PREFIX), len(DLQ_GROUP_TOPIC_PREFIX)
     send_backs = (rows.where(topic == RMQ_SYS_SCHEDULE_TOPIC)
@@ -230,5 +226,6 @@ def _retries(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: di
     }
     messages = _messages_out(chains, embedded_retries.MESSAGES_SCHEMA, key, messages_to)
     chains.unpersist()
+    rows.unpersist()
     skipped = problems.resolve(stores, keep_going)
     return AnalysisResult("retries", tables, messages, skipped)

@@ -16,7 +16,7 @@ from rmqdelay.scan import Skipped
 
 KINDS = ("backlog", "lateness", "retries")
 
-__all__ = ["KINDS", "AnalysisResult", "Skipped", "StoreRef", "analyze", "store_ref"]
+__all__ = ["KINDS", "AnalysisResult", "Skipped", "StoreRef", "analyze", "checked_request", "store_ref"]
 
 
 @dataclass(frozen=True)
@@ -46,16 +46,21 @@ def store_ref(arg: str) -> StoreRef:
     return StoreRef(resolved.name or str(path), path)
 
 
-def analyze(kind: str, stores: list[StoreRef], at_ms: int, *, delay_levels: dict[int, int] | None = None,
-            keep_going: bool = False) -> AnalysisResult:
-    """Run one analysis over ``stores`` as of ``at_ms``."""
+def checked_request(kind: str, stores: list[StoreRef], delay_levels: dict[int, int] | None) -> dict[int, int]:
+    """Refuse an unknown analysis or two stores of one name (both engines); the delay levels to use."""
     if kind not in KINDS:
         raise UsageError(f"unknown analysis {kind!r}; one of {', '.join(KINDS)}")
     names = [s.name for s in stores]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise UsageError(f"two stores named {dupes[0]!r}; name them NAME=PATH")
-    levels = parse_delay_levels() if delay_levels is None else dict(delay_levels)
+    return parse_delay_levels() if delay_levels is None else dict(delay_levels)
+
+
+def analyze(kind: str, stores: list[StoreRef], at_ms: int, *, delay_levels: dict[int, int] | None = None,
+            keep_going: bool = False) -> AnalysisResult:
+    """Run one analysis over ``stores`` as of ``at_ms``."""
+    levels = checked_request(kind, stores, delay_levels)
     if kind == "backlog":
         from .backlog import backlog
         return backlog(stores, at_ms, levels, keep_going=keep_going)
