@@ -69,6 +69,9 @@ RECORD_HEAD = struct.Struct(">ii")
 
 # totalSize .. bornTimestamp: the fixed part before the first host.
 _FIXED_HEAD = struct.Struct(">iiiiiqqiq")
+# Everything up to the body of a record whose two hosts are IPv4 (88 bytes, < MIN_MESSAGE_SIZE).
+_IPV4_HEAD = struct.Struct(">iiiiiqqiq4si q4si iqi".replace(" ", ""))
+_V6_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 _FIXED_MID = struct.Struct(">qi")  # port is read with the address; storeTimestamp
 _INT = struct.Struct(">i")
 _QI = struct.Struct(">q")
@@ -238,25 +241,28 @@ def decode_message(buf, pos: int, limit: int) -> Message:
     """The fast decoder: same result as parse_message_construct."""
     total = check_message_bounds(buf, pos, limit)
     end = pos + total
-    (_, magic, crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
-     born_ts) = _FIXED_HEAD.unpack_from(buf, pos)
-    # IPv6 hosts make the fixed part longer than MIN_MESSAGE_SIZE: it must fit the record.
-    fixed = message_size(sys_flag, 0, 0, 0, magic)
-    if total < fixed:
-        raise FormatError(pos, f"a totalSize of at least {fixed} for sysFlag 0x{sys_flag & 0xFFFFFFFF:X}, found {total}")
-    p = pos + 48
-    alen = 16 if sys_flag & BORNHOST_V6_FLAG else 4
-    born_addr = bytes(buf[p:p + alen])
-    born_port = _INT.unpack_from(buf, p + alen)[0]
-    p += alen + 4
-    store_ts = _QI.unpack_from(buf, p)[0]
-    p += 8
-    alen = 16 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 4
-    store_addr = bytes(buf[p:p + alen])
-    store_port, reconsume = struct.unpack_from(">ii", buf, p + alen)
-    p += alen + 8
-    prepared, body_len = struct.unpack_from(">qi", buf, p)
-    p += 12
+    (_, magic, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts, born_addr, born_port,
+     store_ts, store_addr, store_port, reconsume, prepared, body_len) = _IPV4_HEAD.unpack_from(buf, pos)
+    p = pos + _IPV4_HEAD.size
+    if sys_flag & _V6_FLAGS:
+        # IPv6 hosts make the fixed part longer than MIN_MESSAGE_SIZE: it must fit the record.
+        fixed = message_size(sys_flag, 0, 0, 0, magic)
+        if total < fixed:
+            raise FormatError(pos, f"a totalSize of at least {fixed} for sysFlag 0x{sys_flag & 0xFFFFFFFF:X}, "
+                                   f"found {total}")
+        p = pos + 48
+        alen = 16 if sys_flag & BORNHOST_V6_FLAG else 4
+        born_addr = bytes(buf[p:p + alen])
+        born_port = _INT.unpack_from(buf, p + alen)[0]
+        p += alen + 4
+        store_ts = _QI.unpack_from(buf, p)[0]
+        p += 8
+        alen = 16 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 4
+        store_addr = bytes(buf[p:p + alen])
+        store_port, reconsume = struct.unpack_from(">ii", buf, p + alen)
+        p += alen + 8
+        prepared, body_len = struct.unpack_from(">qi", buf, p)
+        p += 12
     if body_len < 0 or p + body_len > end:
         raise FormatError(p - 4, f"a body length within the record, found {body_len}")
     body = bytes(buf[p:p + body_len])

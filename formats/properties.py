@@ -14,18 +14,14 @@ PROPERTY_SEPARATOR = "\x02"
 
 def parse_properties(text: str) -> dict[str, str]:
     """MessageDecoder.string2messageProperties, including what it silently skips."""
+    # Java walks the string from separator to separator and keeps a segment of 3+ chars whose
+    # first NAME_VALUE_SEPARATOR is neither its first nor its last char: the same, per segment.
     result: dict[str, str] = {}
-    length = len(text)
-    index = 0
-    while index < length:
-        new_index = text.find(PROPERTY_SEPARATOR, index)
-        if new_index < 0:
-            new_index = length
-        if new_index - index >= 3:
-            kv = text.find(NAME_VALUE_SEPARATOR, index)
-            if index < kv < new_index - 1:
-                result[text[index:kv]] = text[kv + 1:new_index]
-        index = new_index + 1
+    for segment in text.split(PROPERTY_SEPARATOR):
+        if len(segment) >= 3:
+            kv = segment.find(NAME_VALUE_SEPARATOR)
+            if 0 < kv < len(segment) - 1:
+                result[segment[:kv]] = segment[kv + 1:]
     return result
 
 
@@ -50,6 +46,18 @@ def java_order(properties: dict[str, str]) -> dict[str, str]:
     Buckets long enough to become trees (8+ colliding keys) are not modelled.
     """
     return {k: properties[k] for k in _java_key_order(tuple(properties))}
+
+
+def reformat_properties(properties: dict[str, str], stored: str) -> str:
+    """``format_properties(java_order(properties))`` for a map parsed from ``stored``.
+
+    When ``stored`` already is that text, it is returned as it is: its keys are in HashMap
+    order, and it has one segment per key (so none was dropped or repeated by the parse).
+    """
+    keys = tuple(properties)
+    if keys and stored.count(PROPERTY_SEPARATOR) == len(keys) - 1 and keys == _java_key_order(keys):
+        return stored
+    return format_properties(java_order(properties))
 
 
 @lru_cache(maxsize=4096)

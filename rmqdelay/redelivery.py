@@ -22,7 +22,7 @@ from rmqdelay.formats.constants import (
     PROPERTY_WAIT_STORE_MSG_OK,
     RETRY_GROUP_TOPIC_PREFIX,
 )
-from rmqdelay.formats.properties import format_properties, java_order
+from rmqdelay.formats.properties import reformat_properties
 
 from .writer import NewMessage
 
@@ -35,7 +35,7 @@ def message_timeup(msg: Message) -> NewMessage:
     bytes match the broker's). The map without DELAY is what put() looks at, so the
     message is not delayed again.
     """
-    raw = format_properties(java_order(msg.properties))
+    raw = reformat_properties(msg.properties, msg.propertiesRaw)
     properties = dict(msg.properties)
     properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
     return NewMessage(

@@ -30,7 +30,7 @@ from rmqdelay.formats.consumequeue import CqUnit, build_unit, decode_units, enco
 from rmqdelay.formats.delayoffset import DataVersion, DelayOffsets, format_delay_offsets, parse_delay_offsets
 from rmqdelay.formats.errors import FormatError
 from rmqdelay.formats.msgid import create_message_id, decode_message_id
-from rmqdelay.formats.properties import format_properties, parse_properties
+from rmqdelay.formats.properties import format_properties, java_order, parse_properties, reformat_properties
 
 # Enough examples to find the classic mistakes, few enough to keep these under ~20 s.
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -230,6 +230,21 @@ def test_message_round_trip(msg):
 @given(st.dictionaries(PROP_TEXT, PROP_TEXT, max_size=8))
 def test_properties_round_trip(props):
     assert parse_properties(format_properties(props)) == props
+
+
+@THOROUGH
+@given(st.lists(st.one_of(st.sampled_from(["DELAY", "TAGS", "KEYS", "UNIQ_KEY", "REAL_TOPIC", "REAL_QID", "",
+                                           "\x01", "a\x01", "\x01b"]),
+                          st.tuples(st.sampled_from(["DELAY", "TAGS", "KEYS", "UNIQ_KEY", "WAIT", "x"]),
+                                    st.sampled_from(["1", "TagA", "", "v\x01w"])).map("\x01".join)),
+                max_size=12).map("\x02".join))
+@example("TAGS\x01a\x02TAGS\x01b")  # a repeated key: the broker's map keeps one
+@example("WAIT\x01true\x02\x02DELAY\x013")  # an empty segment the parse skips
+def test_delivered_properties_string_is_the_hashmap_text_of_the_parsed_map(stored):
+    """message_timeup's properties string: the stored one when it already is the map's
+    HashMap-order text, else that text rebuilt; never anything else."""
+    props = parse_properties(stored)
+    assert reformat_properties(props, stored) == format_properties(java_order(props))
 
 
 @FAST
