@@ -15,13 +15,13 @@ PROPERTY_SEPARATOR = "\x02"
 def parse_properties(text: str) -> dict[str, str]:
     """MessageDecoder.string2messageProperties, including what it silently skips."""
     # Java walks the string from separator to separator and keeps a segment of 3+ chars whose
-    # first NAME_VALUE_SEPARATOR is neither its first nor its last char: the same, per segment.
+    # first NAME_VALUE_SEPARATOR is neither its first nor its last char: the same, per segment
+    # (0 < kv < len - 1 implies the 3 chars).
     result: dict[str, str] = {}
     for segment in text.split(PROPERTY_SEPARATOR):
-        if len(segment) >= 3:
-            kv = segment.find(NAME_VALUE_SEPARATOR)
-            if 0 < kv < len(segment) - 1:
-                result[segment[:kv]] = segment[kv + 1:]
+        kv = segment.find(NAME_VALUE_SEPARATOR)
+        if 0 < kv < len(segment) - 1:
+            result[segment[:kv]] = segment[kv + 1:]
     return result
 
 
