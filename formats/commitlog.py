@@ -70,7 +70,7 @@ RECORD_HEAD = struct.Struct(">ii")
 # totalSize .. bornTimestamp: the fixed part before the first host.
 _FIXED_HEAD = struct.Struct(">iiiiiqqiq")
 # Everything up to the body of a record whose two hosts are IPv4 (88 bytes, < MIN_MESSAGE_SIZE).
-_IPV4_HEAD = struct.Struct(">iiiiiqqiq4si q4si iqi".replace(" ", ""))
+_IPV4_HEAD = struct.Struct(">iiiiiqqiq4siq4siiqi")
 _V6_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 _FIXED_MID = struct.Struct(">qi")  # port is read with the address; storeTimestamp
 _INT = struct.Struct(">i")
