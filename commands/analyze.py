@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import shutil
 import time
-from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
 
@@ -14,7 +13,8 @@ import pyarrow.parquet as pq
 import typer
 from rich.table import Table
 
-from rmqdelay.analysis import KINDS, AnalysisResult, Skipped, StoreRef, store_ref
+from rmqdelay.analysis import KINDS, AnalysisResult, Skipped, StoreRef, checked_request, store_ref
+from rmqdelay.analysis import analyze as embedded_analyze
 from rmqdelay.errors import EXIT_PROBLEMS, RmqDelayError, UsageError
 from rmqdelay.report import TIME_COLUMNS, render_report
 
@@ -55,13 +55,9 @@ def analyze(
     at_ms = parse_time_ms(at) if at else time.time_ns() // 1_000_000
     levels = resolve_delay_levels(delay_levels, broker_config)
     kinds = list(KINDS) if kind is Kind.all else [kind.value]
+    checked_request(kinds[0], refs, levels)  # two stores of one name are refused before any work
     if output is not None:
         output.mkdir(parents=True, exist_ok=True)
-
-    names = [ref.name for ref in refs]
-    clash = sorted({n for n in names if names.count(n) > 1})
-    if clash:
-        raise UsageError(f"two stores named {clash[0]!r}; name them NAME=PATH")
 
     results: dict[str, AnalysisResult] = {}
     session = None
@@ -83,8 +79,9 @@ def analyze(
                 results[name] = spark_analyze(name, refs, at_ms, delay_levels=levels, keep_going=keep_going,
                                               spark=session, messages_to=messages_path)
             else:
-                results[name] = _embedded(name, refs, at_ms, levels, keep_going,
-                                          lambda ref: advance(weights[ref.name]))
+                # Store by store, so the progress bar moves per store.
+                results[name] = embedded_analyze(name, refs, at_ms, delay_levels=levels, keep_going=keep_going,
+                                                 done=lambda ref: advance(weights[ref.name]))
                 if messages_path is not None:
                     pq.write_table(results[name].messages, messages_path)
             if output is not None:
@@ -116,23 +113,6 @@ def analyze(
             err_console.print(f"  {s.file} at byte {s.offset}: {s.reason} ({s.bytes} bytes skipped)",
                               markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_PROBLEMS)
-
-
-def _embedded(kind: str, refs: list[StoreRef], at_ms: int, levels: dict[int, int], keep_going: bool,
-              done: Callable[[StoreRef], None]) -> AnalysisResult:
-    """The embedded engine, one store at a time so the progress bar moves per store. Every
-    result table is keyed by store first, so the stores' tables, taken in name order, joined
-    end to end, are the tables of one run over all of them."""
-    from rmqdelay.analysis import analyze as embedded_analyze
-
-    parts: dict[str, AnalysisResult] = {}
-    for ref in sorted(refs, key=lambda r: r.name):
-        parts[ref.name] = embedded_analyze(kind, [ref], at_ms, delay_levels=levels, keep_going=keep_going)
-        done(ref)
-    ordered = list(parts.values())
-    tables = {t: pa.concat_tables([p.tables[t] for p in ordered]) for t in ordered[0].tables}
-    messages = pa.concat_tables([p.messages for p in ordered])
-    return AnalysisResult(kind, tables, messages, [s for ref in refs for s in parts[ref.name].skipped])
 
 
 def _commitlog_bytes(ref: StoreRef) -> int:

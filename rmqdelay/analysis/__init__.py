@@ -5,6 +5,7 @@ engine (rmqdelay.spark.jobs) computes the same tables.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,14 +59,26 @@ def checked_request(kind: str, stores: list[StoreRef], delay_levels: dict[int, i
 
 
 def analyze(kind: str, stores: list[StoreRef], at_ms: int, *, delay_levels: dict[int, int] | None = None,
-            keep_going: bool = False) -> AnalysisResult:
-    """Run one analysis over ``stores`` as of ``at_ms``."""
+            keep_going: bool = False, done: Callable[[StoreRef], None] | None = None) -> AnalysisResult:
+    """Run one analysis over ``stores`` as of ``at_ms``, one store at a time (so memory holds
+    one store's rows at most; ``done`` is called after each). Every result table is keyed by
+    store first, so the stores' tables, taken in name order and joined end to end, are the
+    tables of one run over all of them."""
     levels = checked_request(kind, stores, delay_levels)
     if kind == "backlog":
-        from .backlog import backlog
-        return backlog(stores, at_ms, levels, keep_going=keep_going)
-    if kind == "lateness":
-        from .lateness import lateness
-        return lateness(stores, at_ms, levels, keep_going=keep_going)
-    from .retries import retries
-    return retries(stores, at_ms, levels, keep_going=keep_going)
+        from .backlog import backlog as run
+    elif kind == "lateness":
+        from .lateness import lateness as run
+    else:
+        from .retries import retries as run
+    if not stores:
+        return run([], at_ms, levels, keep_going=keep_going)
+    parts: dict[str, AnalysisResult] = {}
+    for ref in sorted(stores, key=lambda r: r.name):
+        parts[ref.name] = run([ref], at_ms, levels, keep_going=keep_going)
+        if done is not None:
+            done(ref)
+    ordered = list(parts.values())
+    tables = {name: pa.concat_tables([part.tables[name] for part in ordered]) for name in ordered[0].tables}
+    messages = pa.concat_tables([part.messages for part in ordered])
+    return AnalysisResult(kind, tables, messages, [s for ref in stores for s in parts[ref.name].skipped])
