@@ -94,6 +94,8 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir)")
     parser.add_argument("--profile", action="store_true", help="cProfile the generator (to stderr)")
     args = parser.parse_args()
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)
     directory = Path(tempfile.mkdtemp(prefix="bench-generate-", dir=args.dir))
     try:
         n = args.messages
