@@ -72,7 +72,6 @@ _FIXED_HEAD = struct.Struct(">iiiiiqqiq")
 # Everything up to the body of a record whose two hosts are IPv4 (88 bytes, < MIN_MESSAGE_SIZE).
 _IPV4_HEAD = struct.Struct(">iiiiiqqiq4siq4siiqi")
 _V6_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
-_FIXED_MID = struct.Struct(">qi")  # port is read with the address; storeTimestamp
 _INT = struct.Struct(">i")
 _QI = struct.Struct(">q")
 _SHORT = struct.Struct(">h")
