@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from clirun import run_cli
+from clirun import CONSOLE_SCRIPT, run_cli
 from conftest import load_expected
 
 EXPECTED = load_expected("delay-partial")
@@ -176,7 +176,7 @@ def test_console_script_exit_codes_and_no_traceback(store_copy, corrupt, args, c
     store = store_copy("delay-partial")
     named, at_byte, _ = corrupt(store)
     before = snapshot(store.parent)
-    argv = ["rmqdelay", *args[:2], str(store), *args[2:]]
+    argv = [CONSOLE_SCRIPT, *args[:2], str(store), *args[2:]]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert proc.returncode == code, proc.stderr
     assert "Traceback" not in proc.stderr

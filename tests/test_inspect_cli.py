@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from clirun import run_cli
+from clirun import CONSOLE_SCRIPT, run_cli
 from conftest import SAMPLES, load_expected
 
 MESSAGE_FIELDS = ["msgId", "topic", "queueId", "flag", "queueOffset", "commitLogOffset", "storeSize", "sysFlag",
@@ -285,7 +285,7 @@ def test_store_table(capsys):
 # -- the console script itself ---------------------------------------------------------------
 
 def test_console_script_pipes_ndjson_without_progress_bars():
-    proc = subprocess.run(["rmqdelay", "inspect", "commitlog", str(store("retry")), "--json", "--limit", "2"],
+    proc = subprocess.run([CONSOLE_SCRIPT, "inspect", "commitlog", str(store("retry")), "--json", "--limit", "2"],
                           capture_output=True, text=True, timeout=60, env=dict(os.environ, COLUMNS="80"))
     assert proc.returncode == 0
     assert proc.stderr == ""
