@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 from rmqdelay.analysis import StoreRef, analyze
-from rmqdelay.scan import commitlog_files
 from rmqdelay.store import Store
+from rmqdelay.store.scan import commitlog_files
 
 HERE = Path(__file__).resolve().parent
 KINDS = ("lateness", "retries")

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from rmqdelay.samples import GenerateOptions, generate
-from rmqdelay.writer import NewMessage, StoreWriter
+from rmqdelay.store.writer import NewMessage, StoreWriter
 
 
 def commitlog_bytes(store: Path) -> int:

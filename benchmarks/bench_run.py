@@ -24,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from rmqdelay.redelivery import message_timeup
-from rmqdelay.scheduler import Delivered, Scheduler
+from rmqdelay.schedule.redelivery import message_timeup
+from rmqdelay.schedule.scheduler import Delivered, Scheduler
 from rmqdelay.store import Store
-from rmqdelay.writer import NewMessage, StoreWriter
+from rmqdelay.store.writer import NewMessage, StoreWriter
 
 FAR_AHEAD_MS = 4_102_444_800_000
 TOPICS = {"TopicA": 8, "TopicB": 4}

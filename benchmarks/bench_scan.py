@@ -1,7 +1,7 @@
 """Commit log scan benchmark, measured in one run on the same store:
 
 - raw read MB/s: the files' bytes read from the page cache (a warm-up pass first), 1 MiB reads;
-- scan fast path: ``rmqdelay.scan.scan_commitlog_file`` -> Arrow batches of every column the
+- scan fast path: ``rmqdelay.store.scan.scan_commitlog_file`` -> Arrow batches of every column the
   analyses need; msgs/s and MB/s of file bytes;
 - ``decode_message`` per record (``CommitLog.records``): msgs/s;
 - construct path (``parse_message_construct``) on a sample of records: msgs/s;
@@ -27,11 +27,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from rmqdelay.commitlog import CommitLog
 from rmqdelay.formats.commitlog import parse_message_construct
-from rmqdelay.scan import scan_commitlog_file
+
 from rmqdelay.store import Store
-from rmqdelay.writer import NewMessage, StoreWriter
+from rmqdelay.store.commitlog import CommitLog
+from rmqdelay.store.scan import scan_commitlog_file
+from rmqdelay.store.writer import NewMessage, StoreWriter
 
 BORN_MS = 1_700_000_000_000
 TARGET_RECORD_BYTES = 500

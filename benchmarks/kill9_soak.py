@@ -28,10 +28,11 @@ from rmqdelay.formats.constants import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     RMQ_SYS_SCHEDULE_TOPIC,
 )
-from rmqdelay.levels import parse_delay_levels
+
+from rmqdelay.schedule.levels import parse_delay_levels
 from rmqdelay.store import Store
-from rmqdelay.verify import verify_store
-from rmqdelay.writer import NewMessage, StoreWriter
+from rmqdelay.store.verify import verify_store
+from rmqdelay.store.writer import NewMessage, StoreWriter
 
 FAR_AHEAD_MS = 4_102_444_800_000  # 2100-01-01: everything is due
 TOPICS = {"TopicA": 4, "TopicB": 2, "%RETRY%GID_X": 1}

@@ -13,14 +13,27 @@ import pyarrow.parquet as pq
 import typer
 from rich.table import Table
 
-from rmqdelay.analysis import KINDS, AnalysisResult, Skipped, StoreRef, checked_request, store_ref
+from rmqdelay.analysis import (
+    KINDS,
+    AnalysisResult,
+    Skipped,
+    StoreRef,
+    checked_request,
+    store_ref,
+)
 from rmqdelay.analysis import analyze as embedded_analyze
+from rmqdelay.analysis.report import TIME_COLUMNS, render_report
 from rmqdelay.errors import EXIT_PROBLEMS, RmqDelayError, UsageError
-from rmqdelay.report import TIME_COLUMNS, render_report
+from rmqdelay.store.scan import commitlog_files
 
-from rmqdelay.scan import commitlog_files
-
-from .common import console, emit_json, err_console, format_time_ms, parse_time_ms, progress
+from .common import (
+    console,
+    emit_json,
+    err_console,
+    format_time_ms,
+    parse_time_ms,
+    progress,
+)
 from .run import resolve_delay_levels
 
 

@@ -10,16 +10,24 @@ from typing import Optional
 import typer
 from rich.table import Table
 from rich.text import Text
-
-from rmqdelay.delaystatus import level_statuses
-from rmqdelay.errors import EXIT_PROBLEMS, StoreError, UsageError
 from rmqdelay.formats.constants import RMQ_SYS_SCHEDULE_TOPIC
-from rmqdelay.levels import delay_levels_from_broker_config, parse_delay_levels
-from rmqdelay.store import Store
-from rmqdelay.topics import validate_topic
-from rmqdelay.verify import VerifyCounts, iter_problems, verify_total
 
-from .common import console, emit_json, err_console, format_duration_ms, format_time_ms, parse_time_ms, progress
+from rmqdelay.errors import EXIT_PROBLEMS, StoreError, UsageError
+from rmqdelay.schedule.levels import delay_levels_from_broker_config, parse_delay_levels
+from rmqdelay.schedule.status import level_statuses
+from rmqdelay.store import Store
+from rmqdelay.store.topics import validate_topic
+from rmqdelay.store.verify import VerifyCounts, iter_problems, verify_total
+
+from .common import (
+    console,
+    emit_json,
+    err_console,
+    format_duration_ms,
+    format_time_ms,
+    parse_time_ms,
+    progress,
+)
 from .render import message_json, message_tables, messages_table, unit_json, unit_note
 
 app = typer.Typer(help="Read-only views of a broker store.", no_args_is_help=True)

@@ -7,15 +7,22 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from rmqdelay.delaystatus import level_statuses
 from rmqdelay.errors import UsageError
-from rmqdelay.lock import BrokerLock
-from rmqdelay.offsetreset import ResetTarget, parse_iso_duration_ms, plan_reset
-from rmqdelay.offsetstore import OffsetPublisher, delay_offset_path
-from rmqdelay.scheduler import exact_offsets, wall_clock_ms
+from rmqdelay.schedule.offsets import OffsetPublisher, delay_offset_path
+from rmqdelay.schedule.reset import ResetTarget, parse_iso_duration_ms, plan_reset
+from rmqdelay.schedule.scheduler import exact_offsets, wall_clock_ms
+from rmqdelay.schedule.status import level_statuses
 from rmqdelay.store import Store
+from rmqdelay.store.lock import BrokerLock
 
-from .common import console, emit_json, err_console, format_duration_ms, format_time_ms, parse_time_ms
+from .common import (
+    console,
+    emit_json,
+    err_console,
+    format_duration_ms,
+    format_time_ms,
+    parse_time_ms,
+)
 from .run import parse_levels, resolve_delay_levels
 
 app = typer.Typer(help="Read and move the delay offsets (config/delayOffset.json).", no_args_is_help=True)

@@ -6,7 +6,6 @@ import base64
 
 from rich.table import Table
 from rich.text import Text
-
 from rmqdelay.formats.commitlog import Message, body_crc
 from rmqdelay.formats.constants import (
     COMPRESSED_FLAG,

@@ -11,8 +11,8 @@ from rich.live import Live
 from rich.table import Table
 
 from rmqdelay.errors import UsageError
-from rmqdelay.levels import delay_levels_from_broker_config, parse_delay_levels
-from rmqdelay.scheduler import (
+from rmqdelay.schedule.levels import delay_levels_from_broker_config, parse_delay_levels
+from rmqdelay.schedule.scheduler import (
     Delivered,
     Notice,
     Persisted,
@@ -24,7 +24,14 @@ from rmqdelay.scheduler import (
     Stopped,
 )
 
-from .common import console, emit_json, err_console, format_duration_ms, format_time_ms, parse_time_ms
+from .common import (
+    console,
+    emit_json,
+    err_console,
+    format_duration_ms,
+    format_time_ms,
+    parse_time_ms,
+)
 
 
 def resolve_delay_levels(delay_levels: str | None, broker_config: Path | None) -> dict[int, int]:

@@ -8,7 +8,7 @@ import typer
 
 from rmqdelay.errors import UsageError
 from rmqdelay.samples import GenerateOptions, generate
-from rmqdelay.writer import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CQ_FILE_SIZE
+from rmqdelay.store.writer import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CQ_FILE_SIZE
 
 from .common import console, emit_json, format_time_ms, progress
 

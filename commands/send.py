@@ -6,12 +6,12 @@ import sys
 from pathlib import Path
 
 import typer
-
-from rmqdelay.errors import UsageError
 from rmqdelay.formats.constants import RMQ_SYS_SCHEDULE_TOPIC
 from rmqdelay.formats.msgid import parse_host
+
+from rmqdelay.errors import UsageError
 from rmqdelay.send import DEFAULT_STORE_HOST, SendRequest, Sent, send_messages
-from rmqdelay.writer import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CQ_FILE_SIZE
+from rmqdelay.store.writer import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CQ_FILE_SIZE
 
 from .common import emit_json, format_time_ms
 

@@ -24,7 +24,6 @@ from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .commitlog import MIN_MESSAGE_SIZE, decode_message
 from .constants import (

@@ -19,8 +19,7 @@ from rmqdelay.formats.constants import (
     PROPERTY_WAIT_STORE_MSG_OK,
 )
 from rmqdelay.formats.properties import format_properties, java_order
-
-from .writer import NewMessage
+from rmqdelay.store.writer import NewMessage
 
 DEFAULT_CLUSTER = "DefaultCluster"
 

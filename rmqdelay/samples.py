@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rmqdelay.errors import StoreError, UsageError
 from rmqdelay.formats.commitlog import Message
 from rmqdelay.formats.constants import (
     DEFAULT_MAX_RECONSUME_TIMES,
@@ -47,15 +48,20 @@ from rmqdelay.formats.constants import (
     RETRY_GROUP_TOPIC_PREFIX,
 )
 from rmqdelay.formats.properties import java_order, parse_properties
-
-from .brokerconfig import add_topics, write_consumer_offsets
-from .errors import StoreError, UsageError
-from .levels import parse_delay_levels
-from .offsetstore import atomic_write, write_delay_offsets
-from .producer import broker_message, client_properties
-from .redelivery import consumer_send_back, message_timeup
-from .uniqkey import UniqKeyFactory
-from .writer import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CQ_FILE_SIZE, NewMessage, PutResult, StoreWriter
+from rmqdelay.producer import broker_message, client_properties
+from rmqdelay.schedule.levels import parse_delay_levels
+from rmqdelay.schedule.offsets import write_delay_offsets
+from rmqdelay.schedule.redelivery import consumer_send_back, message_timeup
+from rmqdelay.store.brokerconfig import add_topics, write_consumer_offsets
+from rmqdelay.store.durable import atomic_write
+from rmqdelay.store.writer import (
+    DEFAULT_COMMITLOG_FILE_SIZE,
+    DEFAULT_CQ_FILE_SIZE,
+    NewMessage,
+    PutResult,
+    StoreWriter,
+)
+from rmqdelay.uniqkey import UniqKeyFactory
 
 STORE_HOST = (bytes([10, 10, 0, 5]), 10911)
 BASE_TIME_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z; the seed picks a start in the 30 days after

@@ -17,14 +17,26 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from rmqdelay.formats.constants import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, RMQ_SYS_SCHEDULE_TOPIC
-
-from .brokerconfig import DEFAULT_TOPIC_QUEUE_NUMS, add_topics, read_topic_table, write_queue_nums
-from .errors import StoreError, UsageError
-from .producer import broker_message, client_properties
-from .topics import validate_topic
-from .uniqkey import UniqKeyFactory
-from .writer import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CQ_FILE_SIZE, PutResult, StoreWriter
+from rmqdelay.errors import StoreError, UsageError
+from rmqdelay.formats.constants import (
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    RMQ_SYS_SCHEDULE_TOPIC,
+)
+from rmqdelay.producer import broker_message, client_properties
+from rmqdelay.store.brokerconfig import (
+    DEFAULT_TOPIC_QUEUE_NUMS,
+    add_topics,
+    read_topic_table,
+    write_queue_nums,
+)
+from rmqdelay.store.topics import validate_topic
+from rmqdelay.store.writer import (
+    DEFAULT_COMMITLOG_FILE_SIZE,
+    DEFAULT_CQ_FILE_SIZE,
+    PutResult,
+    StoreWriter,
+)
+from rmqdelay.uniqkey import UniqKeyFactory
 
 # TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET: the broker refuses a producer's send to these.
 NOT_ALLOWED_SEND_TOPICS = frozenset({

@@ -1,7 +1,7 @@
 """The Spark data source over store directories: one task per commit log file.
 
 Records never straddle commit log files, so a file is the unit of work. Each task maps its file
-and decodes it with the columnar scan (``rmqdelay.scan.scan_commitlog_file``, the same one the
+and decodes it with the columnar scan (``rmqdelay.store.scan.scan_commitlog_file``, the same one the
 embedded engine uses) into Arrow batches; Spark never sees a Python object per row. Problems
 in a file travel back to the driver in an accumulator, and the driver decides: fail with the
 first one (file and byte), or keep going and report what was skipped.
@@ -14,12 +14,18 @@ from collections.abc import Callable, Iterator
 import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 from pyspark.sql import DataFrame, SparkSession
+from rmqdelay.formats.scan import MESSAGE_SCHEMA
 
 from rmqdelay.analysis import StoreRef
 from rmqdelay.errors import StoreError
-from rmqdelay.formats.scan import MESSAGE_SCHEMA
-from rmqdelay.scan import SCHEDULE_UNIT_SCHEMA, Skipped, commitlog_files, scan_commitlog_file, schedule_units
 from rmqdelay.store import Store
+from rmqdelay.store.scan import (
+    SCHEDULE_UNIT_SCHEMA,
+    Skipped,
+    commitlog_files,
+    scan_commitlog_file,
+    schedule_units,
+)
 
 # (store, path, offset or None, bytes, expected) — what went wrong in one file.
 Problem = tuple[str, str, "int | None", int, str]

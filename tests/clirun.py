@@ -12,7 +12,6 @@ from pathlib import Path
 
 from rmqdelay.commands import main as cli_main
 
-
 # The console script installed with the interpreter running the tests, never one found on PATH.
 CONSOLE_SCRIPT = str(Path(sys.executable).parent / "rmqdelay")
 

@@ -7,12 +7,12 @@ import math
 from pathlib import Path
 
 import pytest
-
 from conftest import SAMPLES, load_expected
+
 from rmqdelay.analysis import AnalysisResult, Skipped, StoreRef, analyze, store_ref
 from rmqdelay.errors import StoreError, UsageError
-from rmqdelay.levels import parse_delay_levels
-from rmqdelay.scan import commitlog_files
+from rmqdelay.schedule.levels import parse_delay_levels
+from rmqdelay.store.scan import commitlog_files
 
 LEVELS = parse_delay_levels()
 SCHEDULE = "SCHEDULE_TOPIC_XXXX"

@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 
 import pyarrow.parquet as pq
-
 from clirun import run_cli
 from conftest import SAMPLES, load_expected
-from rmqdelay.analysis import StoreRef, analyze
 from test_analysis import corrupt
+
+from rmqdelay.analysis import StoreRef, analyze
 
 RETRY = SAMPLES / "retry" / "store"
 PARTIAL = SAMPLES / "delay-partial" / "store"

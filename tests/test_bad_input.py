@@ -11,7 +11,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from clirun import CONSOLE_SCRIPT, run_cli
 from conftest import load_expected
 

@@ -8,7 +8,6 @@ import sys
 import textwrap
 
 import pytest
-
 from clirun import CONSOLE_SCRIPT, run_cli
 from conftest import SAMPLES, load_expected
 
@@ -114,7 +113,7 @@ def test_cq_table_shows_the_deliver_time_of_schedule_units(capsys):
 
 def test_cq_shows_pre_blank_units(capsys, tmp_path):
     from rmqdelay.store import Store
-    from rmqdelay.writer import NewMessage, StoreWriter
+    from rmqdelay.store.writer import NewMessage, StoreWriter
     path = tmp_path / "s"
     with StoreWriter(path, create=True, sync=False) as writer:
         writer.put(NewMessage("TopicA", 0, b"x"))
@@ -256,7 +255,7 @@ def test_store_shows_who_holds_the_lock(capsys, store_copy):
     path = store_copy("retry")
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
-        from rmqdelay.lock import BrokerLock
+        from rmqdelay.store.lock import BrokerLock
         with BrokerLock({str(path)!r}):
             print("locked", flush=True)
             sys.stdin.read()

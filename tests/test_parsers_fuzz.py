@@ -4,11 +4,15 @@ FormatError and nothing else, and build -> parse gives back what was built."""
 from __future__ import annotations
 
 import numpy as np
+from conftest import SAMPLES
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-
-from conftest import SAMPLES
-from rmqdelay.formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, build_checkpoint, parse_checkpoint
+from rmqdelay.formats.checkpoint import (
+    CHECKPOINT_FILE_SIZE,
+    Checkpoint,
+    build_checkpoint,
+    parse_checkpoint,
+)
 from rmqdelay.formats.commitlog import (
     Message,
     body_crc,
@@ -26,11 +30,27 @@ from rmqdelay.formats.constants import (
     MESSAGE_MAGIC_CODE_V2,
     STOREHOSTADDRESS_V6_FLAG,
 )
-from rmqdelay.formats.consumequeue import CqUnit, build_unit, decode_units, encode_units, parse_unit
-from rmqdelay.formats.delayoffset import DataVersion, DelayOffsets, format_delay_offsets, parse_delay_offsets
+from rmqdelay.formats.consumequeue import (
+    CqUnit,
+    build_unit,
+    decode_units,
+    encode_units,
+    parse_unit,
+)
+from rmqdelay.formats.delayoffset import (
+    DataVersion,
+    DelayOffsets,
+    format_delay_offsets,
+    parse_delay_offsets,
+)
 from rmqdelay.formats.errors import FormatError
 from rmqdelay.formats.msgid import create_message_id, decode_message_id
-from rmqdelay.formats.properties import format_properties, java_order, parse_properties, reformat_properties
+from rmqdelay.formats.properties import (
+    format_properties,
+    java_order,
+    parse_properties,
+    reformat_properties,
+)
 
 # Enough examples to find the classic mistakes, few enough to keep these under ~20 s.
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

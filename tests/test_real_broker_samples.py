@@ -1,14 +1,13 @@
 """Stores written by the real RocketMQ 4.9.4 store code decode exactly as it read them."""
 
 import pytest
-
-from rmqdelay.commitlog import Blank
+from conftest import SAMPLES, b64
+from rmqdelay.formats.commitlog import Message
 from rmqdelay.formats.constants import CQ_STORE_UNIT_SIZE
 from rmqdelay.formats.consumequeue import CqUnit, decode_units, parse_unit
-from rmqdelay.formats.commitlog import Message
-from rmqdelay.store import Store
 
-from conftest import SAMPLES, b64
+from rmqdelay.store import Store
+from rmqdelay.store.commitlog import Blank
 
 MESSAGE_FIELDS = ["msgId", "topic", "queueId", "flag", "queueOffset", "commitLogOffset", "storeSize",
                   "sysFlag", "bornTimestamp", "bornHost", "storeTimestamp", "storeHost", "reconsumeTimes",

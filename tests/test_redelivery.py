@@ -1,10 +1,10 @@
 """message_timeup and consumer_send_back rebuild what the real 4.9.4 broker stored."""
 
-from rmqdelay.redelivery import consumer_send_back, message_timeup
-from rmqdelay.store import Store
-from rmqdelay.writer import StoreWriter
-
 from conftest import SAMPLES
+
+from rmqdelay.schedule.redelivery import consumer_send_back, message_timeup
+from rmqdelay.store import Store
+from rmqdelay.store.writer import StoreWriter
 
 RECORD_FIELDS = ["topic", "queueId", "flag", "sysFlag", "bornTimestamp", "bornHost", "storeHost",
                  "reconsumeTimes", "body", "bodyCRC", "propertiesRaw", "storeSize"]

@@ -9,10 +9,16 @@ import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 
 import pytest
-
 from conftest import SAMPLES
+
 from rmqdelay.analysis import StoreRef, analyze
-from rmqdelay.report import BANDS, drain_curve, lateness_bands, render_report, retry_funnel
+from rmqdelay.analysis.report import (
+    BANDS,
+    drain_curve,
+    lateness_bands,
+    render_report,
+    retry_funnel,
+)
 
 GENERATED = SAMPLES / "generated-small" / "store"
 RETRY = SAMPLES / "retry" / "store"

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from clirun import run_cli
 from conftest import SAMPLES
-
-from rmqdelay.commitlog import Blank
 from rmqdelay.formats.delayoffset import parse_fastjson_object
 from rmqdelay.formats.properties import format_properties, java_order
+
 from rmqdelay.samples import GenerateOptions, generate
 from rmqdelay.store import Store
+from rmqdelay.store.commitlog import Blank
 
 SMALL = SAMPLES / "generated-small" / "store"
 SMALL_ARGS = ("--messages", "3000", "--seed", "1", "--commitlog-file-size", "262144", "--cq-file-size", "1280")

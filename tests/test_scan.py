@@ -3,29 +3,28 @@ at exactly the same byte."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from conftest import SAMPLES, load_expected
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import SAMPLES, load_expected
-from rmqdelay.commitlog import CommitLog
-from rmqdelay.errors import StoreError
 from rmqdelay.formats.commitlog import decode_message
 from rmqdelay.formats.errors import FormatError
 from rmqdelay.formats.scan import MESSAGE_SCHEMA, decode_records
-from rmqdelay.scan import (
+
+from rmqdelay.errors import StoreError
+from rmqdelay.store import Store
+from rmqdelay.store.commitlog import CommitLog
+from rmqdelay.store.scan import (
     Skipped,
     commitlog_files,
     consumer_offsets,
     scan_commitlog_file,
     schedule_units,
 )
-from rmqdelay.store import Store
-from rmqdelay.writer import NewMessage, StoreWriter
+from rmqdelay.store.writer import NewMessage, StoreWriter
 
 
 def sample_names() -> list[str]:

@@ -8,18 +8,25 @@ import sys
 import time
 
 import pytest
-
-from rmqdelay.errors import StoreLockedError
-from rmqdelay.formats.commitlog import Message
-from rmqdelay.offsetstore import read_scheduler_state, scheduler_state_path
-from rmqdelay.redelivery import message_timeup
-from rmqdelay.scheduler import Delivered, Notice, QueueCreated, Replayed, Scheduler, Skipped, Sleeping, Stopped
-from rmqdelay.store import Store
-from rmqdelay.verify import verify_store
-from rmqdelay.writer import NewMessage, StoreWriter
-
 from clirun import broker_holding_lock, run_cli
 from conftest import SAMPLES
+from rmqdelay.formats.commitlog import Message
+
+from rmqdelay.errors import StoreLockedError
+from rmqdelay.schedule.offsets import read_scheduler_state, scheduler_state_path
+from rmqdelay.schedule.redelivery import message_timeup
+from rmqdelay.schedule.scheduler import (
+    Delivered,
+    Notice,
+    QueueCreated,
+    Replayed,
+    Scheduler,
+    Skipped,
+    Sleeping,
+)
+from rmqdelay.store import Store
+from rmqdelay.store.verify import verify_store
+from rmqdelay.store.writer import NewMessage, StoreWriter
 
 FAR_AHEAD = 4_102_444_800_000  # 2100-01-01
 SAMPLE_STORES = sorted(p.name for p in SAMPLES.iterdir() if (p / "store" / "commitlog").is_dir())

@@ -8,13 +8,17 @@ from pathlib import Path
 
 import pytest
 from clirun import broker_holding_lock, run_cli
-from hypothesis import given
-from hypothesis import strategies
-
-from rmqdelay.brokerconfig import read_topic_table
+from hypothesis import given, strategies
 from rmqdelay.formats.delayoffset import parse_fastjson_object
-from rmqdelay.formats.properties import format_properties, java_order, parse_properties, property_value
+from rmqdelay.formats.properties import (
+    format_properties,
+    java_order,
+    parse_properties,
+    property_value,
+)
+
 from rmqdelay.store import Store
+from rmqdelay.store.brokerconfig import read_topic_table
 
 UNIQ_KEY = re.compile(r"^7F000001[0-9A-F]{24}$")  # IPv4 client 127.0.0.1: 16 bytes as hex
 

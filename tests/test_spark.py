@@ -11,20 +11,20 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 from clirun import run_cli
 from conftest import SAMPLES, load_expected
-from rmqdelay.analysis import KINDS, StoreRef, analyze
-from rmqdelay.errors import StoreError
-from rmqdelay.redelivery import consumer_send_back
-from rmqdelay.scan import commitlog_files
-from rmqdelay.store import Store
-from rmqdelay.writer import StoreWriter
 from test_analysis import corrupt
 
+from rmqdelay.analysis import KINDS, StoreRef, analyze
+from rmqdelay.errors import StoreError
+from rmqdelay.schedule.redelivery import consumer_send_back
+from rmqdelay.store import Store
+from rmqdelay.store.scan import commitlog_files
+from rmqdelay.store.writer import StoreWriter
+
 pytest.importorskip("pyspark")
-from rmqdelay.spark.jobs import analyze as spark_analyze  # noqa: E402
 from rmqdelay.spark import source, submit  # noqa: E402
+from rmqdelay.spark.jobs import analyze as spark_analyze  # noqa: E402
 from rmqdelay.spark.session import get_session  # noqa: E402
 
 pytestmark = pytest.mark.spark

@@ -1,4 +1,4 @@
-"""rmqdelay.verify: every problem of a damaged store found, named by file and byte, nothing
+"""rmqdelay.store.verify: every problem of a damaged store found, named by file and byte, nothing
 reported for a healthy one."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import struct
 from pathlib import Path
 
 from conftest import load_expected
-from rmqdelay import verify
-from rmqdelay.store import Store
-from rmqdelay.verify import VerifyCounts, verify_store
-from rmqdelay.writer import NewMessage, StoreWriter
+
+from rmqdelay.store import Store, verify
+from rmqdelay.store.verify import VerifyCounts, verify_store
+from rmqdelay.store.writer import NewMessage, StoreWriter
 
 
 def problems_of(path: Path) -> list[verify.Problem]:

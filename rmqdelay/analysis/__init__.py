@@ -12,8 +12,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from rmqdelay.errors import UsageError
-from rmqdelay.levels import parse_delay_levels
-from rmqdelay.scan import Skipped
+from rmqdelay.schedule.levels import parse_delay_levels
+from rmqdelay.store.scan import Skipped
 
 KINDS = ("backlog", "lateness", "retries")
 

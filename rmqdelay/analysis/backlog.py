@@ -7,8 +7,13 @@ import numpy as np
 import pyarrow as pa
 
 from rmqdelay.formats.constants import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC
-from rmqdelay.scan import consumer_offsets, delay_offsets, retry_queue_max_offsets, schedule_units
 from rmqdelay.store import Store
+from rmqdelay.store.scan import (
+    consumer_offsets,
+    delay_offsets,
+    retry_queue_max_offsets,
+    schedule_units,
+)
 
 from . import AnalysisResult, StoreRef
 from .common import sort_table

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmqdelay.formats.scan import MESSAGE_SCHEMA
-from rmqdelay.scan import Skipped, commitlog_files, scan_commitlog_file
+from rmqdelay.store.scan import Skipped, commitlog_files, scan_commitlog_file
 
 from . import StoreRef
 

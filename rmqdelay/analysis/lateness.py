@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmqdelay.formats.constants import RMQ_SYS_SCHEDULE_TOPIC
-from rmqdelay.scan import Skipped, schedule_units
 from rmqdelay.store import Store
+from rmqdelay.store.scan import Skipped, schedule_units
 
 from . import AnalysisResult, StoreRef
 from .common import PERCENTILES, nearest_rank, read_messages, sort_table

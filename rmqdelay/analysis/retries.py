@@ -7,8 +7,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rmqdelay.formats.constants import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC
-from rmqdelay.scan import Skipped
+from rmqdelay.formats.constants import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    RMQ_SYS_SCHEDULE_TOPIC,
+)
+from rmqdelay.store.scan import Skipped
 
 from . import AnalysisResult, StoreRef
 from .common import nearest_rank, read_messages, sort_table, starts_with

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import StoreError
+from rmqdelay.errors import StoreError
 
 _NAME = re.compile(r"^\d{20}$")
 

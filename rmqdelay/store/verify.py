@@ -16,7 +16,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rmqdelay.formats.commitlog import RECORD_HEAD, body_crc, check_message_bounds, decode_message
+from rmqdelay.errors import StoreError
+from rmqdelay.formats.commitlog import (
+    RECORD_HEAD,
+    body_crc,
+    check_message_bounds,
+    decode_message,
+)
 from rmqdelay.formats.constants import (
     BLANK_MAGIC_CODE,
     CQ_PRE_BLANK_SIZE,
@@ -26,10 +32,8 @@ from rmqdelay.formats.constants import (
     TRANSACTION_TYPE_MASK,
 )
 from rmqdelay.formats.errors import FormatError
-
-from .errors import StoreError
-from .mappedfiles import MappedFile
-from .store import Store
+from rmqdelay.store import Store
+from rmqdelay.store.mappedfiles import MappedFile
 
 # Problem kinds, as shown to the user and in --json.
 MAGIC = "magic"

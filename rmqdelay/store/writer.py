@@ -16,8 +16,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rmqdelay.formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, build_checkpoint
-from rmqdelay.formats.commitlog import BLANK, Message, body_crc, encode_message, message_size
+from rmqdelay.errors import StoreError, UsageError
+from rmqdelay.formats.checkpoint import (
+    CHECKPOINT_FILE_SIZE,
+    Checkpoint,
+    build_checkpoint,
+)
+from rmqdelay.formats.commitlog import (
+    BLANK,
+    Message,
+    body_crc,
+    encode_message,
+    message_size,
+)
 from rmqdelay.formats.constants import (
     BORNHOST_V6_FLAG,
     CQ_STORE_UNIT_SIZE,
@@ -34,19 +45,16 @@ from rmqdelay.formats.constants import (
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
-from rmqdelay.formats.consumequeue import CQ_UNIT_DTYPE
 from rmqdelay.formats.javahash import tags_code
 from rmqdelay.formats.msgid import create_message_id
 from rmqdelay.formats.properties import format_properties, java_order, property_value
-
-from .commitlog import END_FILE_MIN_BLANK_LENGTH, Blank
-from .errors import StoreError, UsageError
-from .levels import parse_delay_levels
-from .lock import BrokerLock
-from .mappedfiles import list_mapped_files
-from .offsetstore import fsync_dir
-from .store import Store
-from .topics import validate_topic
+from rmqdelay.schedule.levels import parse_delay_levels
+from rmqdelay.store import Store
+from rmqdelay.store.commitlog import END_FILE_MIN_BLANK_LENGTH, Blank
+from rmqdelay.store.durable import fsync_dir
+from rmqdelay.store.lock import BrokerLock
+from rmqdelay.store.mappedfiles import list_mapped_files
+from rmqdelay.store.topics import validate_topic
 
 DEFAULT_COMMITLOG_FILE_SIZE = 1024 * 1024 * 1024  # mappedFileSizeCommitLog
 DEFAULT_CQ_FILE_SIZE = 300_000 * CQ_STORE_UNIT_SIZE  # mappedFileSizeConsumeQueue

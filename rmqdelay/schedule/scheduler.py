@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rmqdelay.errors import StoreError, UsageError
 from rmqdelay.formats.commitlog import Message
 from rmqdelay.formats.constants import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -40,15 +41,13 @@ from rmqdelay.formats.constants import (
 )
 from rmqdelay.formats.consumequeue import CQ_EXT_MAX_ADDR
 from rmqdelay.formats.delayoffset import DataVersion
-
-from .delaystatus import corrected_deliver_times
-from .errors import StoreError, UsageError
-from .levels import parse_delay_levels
-from .offsetstore import OffsetPublisher, read_scheduler_state
-from .redelivery import message_timeup
-from .store import Store
-from .topics import topic_problem
-from .writer import NewMessage, StoreWriter
+from rmqdelay.schedule.levels import parse_delay_levels
+from rmqdelay.schedule.offsets import OffsetPublisher, read_scheduler_state
+from rmqdelay.schedule.redelivery import message_timeup
+from rmqdelay.schedule.status import corrected_deliver_times
+from rmqdelay.store import Store
+from rmqdelay.store.topics import topic_problem
+from rmqdelay.store.writer import NewMessage, StoreWriter
 
 MODES = ("forever", "once", "until-empty")
 LATENCY_WINDOW = 1 << 16  # lateness samples kept per level for p50/p99

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .store import Store
+from rmqdelay.store import Store
 
 
 @dataclass(slots=True, frozen=True)

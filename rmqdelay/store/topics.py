@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import re
 
+from rmqdelay.errors import UsageError
 from rmqdelay.formats.constants import TOPIC_MAX_LENGTH
-
-from .errors import UsageError
 
 _VALID = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 

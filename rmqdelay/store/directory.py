@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from rmqdelay.errors import StoreError
 from rmqdelay.formats.checkpoint import Checkpoint, parse_checkpoint
 from rmqdelay.formats.commitlog import Message
 from rmqdelay.formats.constants import (
@@ -19,11 +20,9 @@ from rmqdelay.formats.constants import (
 from rmqdelay.formats.delayoffset import DelayOffsets, parse_delay_offsets
 from rmqdelay.formats.errors import FormatError
 from rmqdelay.formats.msgid import decode_message_id
-
-from .commitlog import CommitLog
-from .consumequeue import ConsumeQueue
-from .errors import StoreError
-from .lock import lock_holder
+from rmqdelay.store.commitlog import CommitLog
+from rmqdelay.store.consumequeue import ConsumeQueue
+from rmqdelay.store.lock import lock_holder
 
 T = TypeVar("T")
 

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from rmqdelay.errors import StoreError
 from rmqdelay.formats.commitlog import (
     RECORD_HEAD,
     Blank,
@@ -15,9 +16,7 @@ from rmqdelay.formats.commitlog import (
 )
 from rmqdelay.formats.constants import BLANK_MAGIC_CODE
 from rmqdelay.formats.errors import FormatError
-
-from .errors import StoreError
-from .mappedfiles import MappedFile, MappedFileReader, list_mapped_files
+from rmqdelay.store.mappedfiles import MappedFile, MappedFileReader, list_mapped_files
 
 # CommitLog.END_FILE_MIN_BLANK_LENGTH: a message must leave room for a BLANK head.
 END_FILE_MIN_BLANK_LENGTH = 8

@@ -18,14 +18,13 @@ file was written, so a crash between the two renames is recognised on the next s
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rmqdelay.errors import StoreError
 from rmqdelay.formats.delayoffset import DataVersion, DelayOffsets, format_delay_offsets
-
-from .errors import StoreError
+from rmqdelay.store.durable import atomic_write, config_dir, fsync_dir
 
 DELAY_OFFSET_FILE = "delayOffset.json"
 SCHEDULER_STATE_FILE = "rmqdelay.scheduler.json"
@@ -38,54 +37,12 @@ class SchedulerState:
     previousOffsetTable: dict[int, int] | None  # None: there was no delayOffset.json
 
 
-def config_dir(store_path: Path | str) -> Path:
-    return Path(store_path) / "config"
-
-
 def delay_offset_path(store_path: Path | str) -> Path:
     return config_dir(store_path) / DELAY_OFFSET_FILE
 
 
 def scheduler_state_path(store_path: Path | str) -> Path:
     return config_dir(store_path) / SCHEDULER_STATE_FILE
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_synced(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, data: bytes, *, keep_bak: bool = False) -> None:
-    """Temp file + fsync + rename (+ fsync of the directory); the old file becomes ``.bak``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    _write_synced(tmp, data)
-    if keep_bak:
-        try:
-            old = path.read_bytes()
-        except FileNotFoundError:
-            old = None
-        if old is not None:
-            bak = path.with_name(path.name + ".bak")
-            bak_tmp = path.with_name(path.name + ".bak.tmp")
-            _write_synced(bak_tmp, old)
-            os.replace(bak_tmp, bak)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 def _table_json(table: dict[int, int] | None) -> dict[str, int] | None:

@@ -15,13 +15,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from rmqdelay.errors import StoreError
 from rmqdelay.formats.constants import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC
 from rmqdelay.formats.delayoffset import parse_fastjson_object
 from rmqdelay.formats.errors import FormatError
 from rmqdelay.formats.scan import DEFAULT_BATCH_ROWS, MESSAGE_SCHEMA, decode_records
-
-from .errors import StoreError
-from .store import Store, load_config_file
+from rmqdelay.store.directory import Store, load_config_file
 
 __all__ = [
     "MESSAGE_SCHEMA", "SCHEDULE_UNIT_SCHEMA", "Skipped", "scan_commitlog_file", "commitlog_files",

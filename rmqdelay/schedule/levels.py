@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rmqdelay.errors import UsageError
 from rmqdelay.formats.constants import DEFAULT_MESSAGE_DELAY_LEVEL
-
-from .errors import UsageError
 
 _UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 

@@ -11,7 +11,7 @@ import os
 import struct
 from pathlib import Path
 
-from .errors import StoreLockedError
+from rmqdelay.errors import StoreLockedError
 
 # struct flock on Linux: short l_type, short l_whence, off_t l_start, off_t l_len, pid_t l_pid
 _FLOCK = "hhqqi4x"

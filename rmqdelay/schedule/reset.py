@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import UsageError
-from .store import Store
+from rmqdelay.errors import UsageError
+from rmqdelay.store import Store
 
 TARGET_KINDS = ("to-earliest", "to-latest", "to-offset", "to-datetime", "by-duration", "shift-by")
 

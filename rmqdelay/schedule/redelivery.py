@@ -23,8 +23,7 @@ from rmqdelay.formats.constants import (
     RETRY_GROUP_TOPIC_PREFIX,
 )
 from rmqdelay.formats.properties import reformat_properties
-
-from .writer import NewMessage
+from rmqdelay.store.writer import NewMessage
 
 
 def message_timeup(msg: Message) -> NewMessage:

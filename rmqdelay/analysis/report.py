@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 import numpy as np
 import pyarrow as pa
 
-from .analysis import AnalysisResult
+from rmqdelay.analysis import AnalysisResult
 
 # Lateness bands (ms, upper bound exclusive) and their labels.
 BANDS = [(0, "early"), (10, "0–10 ms"), (100, "10–100 ms"), (1_000, "0.1–1 s"), (10_000, "1–10 s"),

@@ -11,12 +11,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from rmqdelay.errors import StoreError
 from rmqdelay.formats.delayoffset import parse_fastjson_object
 from rmqdelay.formats.fastjson import format_fastjson_pretty
-
-from .errors import StoreError
-from .offsetstore import atomic_write, config_dir
-from .store import load_config_file
+from rmqdelay.store.directory import load_config_file
+from rmqdelay.store.durable import atomic_write, config_dir
 
 TOPICS_FILE = "topics.json"
 CONSUMER_OFFSET_FILE = "consumerOffset.json"

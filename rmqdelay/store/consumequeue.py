@@ -6,11 +6,10 @@ from pathlib import Path
 
 import numpy as np
 
+from rmqdelay.errors import StoreError
 from rmqdelay.formats.constants import CQ_STORE_UNIT_SIZE
 from rmqdelay.formats.consumequeue import CqUnit, decode_units
-
-from .errors import StoreError
-from .mappedfiles import MappedFile, MappedFileReader, list_mapped_files
+from rmqdelay.store.mappedfiles import MappedFile, MappedFileReader, list_mapped_files
 
 
 class ConsumeQueue:

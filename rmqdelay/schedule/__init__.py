@@ -1,0 +1,2 @@
+"""The 4.x delay levels of SCHEDULE_TOPIC_XXXX: level table, per-level status, the offsets
+in delayOffset.json and how to move them, and the level scheduler that delivers them."""
