@@ -69,3 +69,17 @@ def generate_command(
         f"{r['delivered']} delivered, {r['send_back']} send-backs, {r['retry']} retries, {r['dlq']} in DLQ; "
         f"{pending} delay units pending; plan in {Path(directory) / 'plan.json'}",
         markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command("unpack")
+def unpack_command(
+    name: str = typer.Argument(..., metavar="NAME", help="A packed sample store (timer-fresh, timer-partial) "
+                                                         "or the path of a store .tar.xz."),
+    directory: Path = typer.Argument(..., metavar="DIR", help="New (or empty) directory for the store."),
+) -> None:
+    """Unpack a sample store kept compressed in samples/NAME/store.tar.xz (the 5.3.3 stores with
+    their 38.7 MB timer wheel); zero runs become holes, so it takes little disk."""
+    from rmqdelay.samplepack import resolve_archive, unpack
+
+    written = unpack(resolve_archive(name), directory)
+    console.print(f"{directory}: {len(written)} files from {name}", markup=False, highlight=False, soft_wrap=True)

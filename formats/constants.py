@@ -49,3 +49,33 @@ CQ_PRE_BLANK_SIZE = 0x7FFFFFFF
 
 DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 DEFAULT_MAX_RECONSUME_TIMES = 16
+
+# 5.x: MessageConst timer properties (HookUtils, TimerMessageStore)
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"  # absolute deliver time, set by the client
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"  # relative to the broker's clock, set by the client
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"  # relative to the broker's clock, set by the client
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"  # the slot time, set by the broker's put hook
+PROPERTY_TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"  # the unit's currWriteTime, set at dequeue
+PROPERTY_TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"  # the wall clock at dequeue
+PROPERTY_TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"  # how often the message was re-put by a roll
+PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"  # a cancellation: realTopic + "+" + uniqKey
+PROPERTY_TIMER_DELAY_LEVEL = "TIMER_DELAY_LEVEL"
+PROPERTY_CRC32 = "__CRC32#"  # enabledAppendPropCRC (5.2.0+)
+PROPERTY_BORN_TIMESTAMP = "BORN_TIMESTAMP"
+
+# TimerMessageStore
+RMQ_SYS_WHEEL_TIMER_TOPIC = "rmq_sys_wheel_timer"  # TopicValidator.SYSTEM_TOPIC_PREFIX + "wheel_timer"
+TIMER_MAGIC_DEFAULT = 1
+TIMER_MAGIC_ROLL = 1 << 1
+TIMER_MAGIC_DELETE = 1 << 2
+TIMER_WHEEL_TTL_DAY = 7
+DAY_SECS = 24 * 3600
+TIMER_BLANK_SLOTS = 60
+# TIMER_ENQUEUE_MS of a message that went straight to delivery without a timer log unit.
+TIMER_NEVER_ENQUEUED = 2**63 - 1  # Long.MAX_VALUE
+# MessageStoreConfig defaults
+DEFAULT_TIMER_PRECISION_MS = 1000
+DEFAULT_TIMER_ROLL_WINDOW_SLOT = 3600 * 24 * 2
+DEFAULT_TIMER_MAX_DELAY_SEC = 3600 * 24 * 3
+DEFAULT_MAPPED_FILE_SIZE_TIMER_LOG = 100 * 1024 * 1024
+DEFAULT_TIMER_CONGEST_NUM_EACH_SLOT = 2**31 - 1  # Integer.MAX_VALUE: flow control off

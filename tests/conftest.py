@@ -6,8 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from rmqdelay.samplepack import ARCHIVE_NAME, unpack
+
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 REAL_BROKER_SAMPLES = ["delay-fresh", "delay-partial", "retry"]
+# 5.3.3 stores, kept packed (samples/NAME/store.tar.xz) and unpacked once per test session.
+TIMER_SAMPLES = ["timer-fresh", "timer-partial"]
+ALL_SAMPLES = sorted(p.name for p in SAMPLES.iterdir()
+                     if (p / "store").is_dir() or (p / ARCHIVE_NAME).is_file())
 
 
 def load_expected(name: str) -> dict[str, list[dict]]:
@@ -23,6 +29,32 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
+@pytest.fixture(scope="session")
+def sample_store(tmp_path_factory):
+    """The read-only store of a sample by name: samples/NAME/store, or the packed store
+    unpacked once per session. Tests that write take ``store_copy``."""
+    unpacked: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        plain = SAMPLES / name / "store"
+        if plain.is_dir():
+            return plain
+        if name not in unpacked:
+            dest = tmp_path_factory.mktemp(name) / "store"
+            unpack(SAMPLES / name / ARCHIVE_NAME, dest)
+            unpacked[name] = dest
+        return unpacked[name]
+
+    return get
+
+
+@pytest.fixture(params=TIMER_SAMPLES)
+def timer_sample(request, sample_store):
+    """(name, read-only store path, expected records by kind) of each 5.3.3 sample."""
+    name = request.param
+    return name, sample_store(name), load_expected(name)
+
+
 @pytest.fixture(params=REAL_BROKER_SAMPLES)
 def real_sample(request):
     """(name, read-only store path, expected records by kind) of each real-broker sample."""
@@ -31,12 +63,12 @@ def real_sample(request):
 
 
 @pytest.fixture
-def store_copy(tmp_path):
+def store_copy(tmp_path, sample_store):
     """A writable copy of a sample store: store_copy('delay-fresh') -> Path."""
 
     def make(name: str) -> Path:
         dest = tmp_path / name
-        shutil.copytree(SAMPLES / name / "store", dest)
+        shutil.copytree(sample_store(name), dest)
         return dest
 
     return make

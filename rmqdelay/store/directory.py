@@ -106,7 +106,7 @@ class Store:
             raise StoreError(self.checkpoint_path, None, f"a readable file ({exc.strerror})") from None
         if len(data) < 24:
             raise StoreError(self.checkpoint_path, len(data), "24 bytes of checkpoint timestamps")
-        return parse_checkpoint(data[:24])
+        return parse_checkpoint(data[:40])
 
     def delay_offsets(self) -> DelayOffsets | None:
         """config/delayOffset.json, falling back to .bak as ConfigManager.load does.
