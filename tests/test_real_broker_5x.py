@@ -43,7 +43,7 @@ from rmqdelay.formats.timerwheel import (
     slot_from_row,
     slot_index,
 )
-from test_real_broker_samples import CQ_FIELDS, MESSAGE_FIELDS, as_expected
+from test_real_broker_samples import MESSAGE_FIELDS, as_expected, assert_queues_match
 
 from rmqdelay.store import Store
 from rmqdelay.store.commitlog import Blank
@@ -92,18 +92,7 @@ def test_blanks_end_and_consume_queues_match(timer_sample):
         assert [(b.physicalOffset, b.totalSize) for b in blanks] == \
             [(e["phyOffset"], e["totalSize"]) for e in expected["blank"]]
         assert store.end_offset() == expected["end"][0]["phyOffset"] == expected["meta"][0]["maxPhyOffset"]
-        got = []
-        for topic, ids in store.topics().items():
-            for qid in ids:
-                units = store.consume_queue(topic, qid).units()
-                got += [dict(topic=topic, queueId=qid, cqOffset=i, phyOffset=int(u["commitLogOffset"]),
-                             size=int(u["size"]), tagsCode=int(u["tagsCode"])) for i, u in enumerate(units)]
-        key = lambda d: (d["topic"], d["queueId"], d["cqOffset"])  # noqa: E731
-        assert sorted(got, key=key) == sorted(({k: e[k] for k in CQ_FIELDS} for e in expected["cq"]), key=key)
-        for q in expected["queue"]:
-            cq = store.consume_queue(q["topic"], q["queueId"])
-            assert (cq.min_offset, cq.max_offset, cq.max_physic_offset) == \
-                (q["minOffset"], q["maxOffset"], q["maxPhysicOffset"])
+    assert_queues_match(path, expected)
 
 
 def test_store_checkpoint_has_the_five_5x_longs(timer_sample):

@@ -48,6 +48,11 @@ def test_blank_records_close_every_file_but_the_last(real_sample):
 
 def test_consume_queue_units_and_bounds_match(real_sample):
     name, path, expected = real_sample
+    assert_queues_match(path, expected)
+
+
+def assert_queues_match(path, expected: dict) -> None:
+    """Every consume queue unit and every queue's bounds as the dump has them."""
     with Store(path) as store:
         got = []
         for topic, ids in store.topics().items():
@@ -55,7 +60,7 @@ def test_consume_queue_units_and_bounds_match(real_sample):
                 units = store.consume_queue(topic, qid).units()
                 got += [dict(topic=topic, queueId=qid, cqOffset=i, phyOffset=int(u["commitLogOffset"]),
                              size=int(u["size"]), tagsCode=int(u["tagsCode"])) for i, u in enumerate(units)]
-        key = lambda d: (d["topic"], d["queueId"], d["cqOffset"])
+        key = lambda d: (d["topic"], d["queueId"], d["cqOffset"])  # noqa: E731
         assert sorted(got, key=key) == sorted(({k: e[k] for k in CQ_FIELDS} for e in expected["cq"]), key=key)
         for q in expected["queue"]:
             # The broker lists queues it only holds in memory; on disk they are absent.
