@@ -5,10 +5,15 @@
   analyses need; msgs/s and MB/s of file bytes;
 - ``decode_message`` per record (``CommitLog.records``): msgs/s;
 - construct path (``parse_message_construct``) on a sample of records: msgs/s;
-- the ratios against the aims (fast path >= 10% of raw read MB/s, >= 20x the construct path),
-  and a profile of where the fast path spends its time.
+- the ratios against the aims (fast path >= 1 GB/s per core, i.e. >= 5% of the raw read and
+  >= 10x decode_message; >= 20x the construct path), and a profile of where the fast path
+  spends its time.
 
-    python3 benchmarks/bench_scan.py [--messages 400000] [--store DIR] [--profile]
+The machine may be shared: raw read, fast path and decode_message run in alternating rounds
+(``--rounds``) and each figure is the best of its rounds, so every ratio compares figures
+taken side by side in one run.
+
+    python3 benchmarks/bench_scan.py [--messages 400000] [--store DIR] [--rounds 3] [--profile]
 
 Without ``--store`` it writes a store of ~500-byte messages with StoreWriter (a mix of
 normal, delayed, retry and DLQ-shaped messages) into a temporary directory.
@@ -130,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=400_000)
     parser.add_argument("--store", type=Path, help="an existing store to scan instead")
     parser.add_argument("--construct-sample", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; the best of each is kept")
     parser.add_argument("--profile", action="store_true", help="print where the fast path spends its time")
     args = parser.parse_args(argv)
 
@@ -144,11 +150,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         files = commitlog_files(store)
         raw_read(files)  # warm the page cache
+        fast_scan(files)  # the compiled loops: loaded (or compiled) once per process
         data = data_bytes(store)
-        raw_s, raw_total = raw_read(files)
-        scan_s, rows = fast_scan(files)
-        scan_s = min(scan_s, fast_scan(files)[0])
-        rec_s, rec_rows = per_record(store)
+        raw_s = scan_s = rec_s = float("inf")
+        for _ in range(args.rounds):
+            elapsed, raw_total = raw_read(files)
+            raw_s = min(raw_s, elapsed)
+            elapsed, rows = fast_scan(files)
+            scan_s = min(scan_s, elapsed)
+            elapsed, rec_rows = per_record(store)
+            rec_s = min(rec_s, elapsed)
         con_s, con_rows = construct_sample(store, args.construct_sample)
         mb = 1 << 20
         raw_mbs = raw_total / mb / raw_s
@@ -162,9 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"scan fast path      {scan_rate:10,.0f} msgs/s  {scan_mbs:8,.0f} MB/s")
         print(f"decode_message      {rec_rate:10,.0f} msgs/s  {data / mb / rec_s:8,.0f} MB/s")
         print(f"construct (sample)  {con_rate:10,.0f} msgs/s  ({con_rows:,} records)")
-        print(f"fast path / raw read MB/s:      {scan_mbs / raw_mbs:6.1%}   (aim >= 10%)")
+        print(f"fast path MB/s per core:        {scan_mbs:6,.0f}   (aim >= 1,000)")
+        print(f"fast path / raw read MB/s:      {scan_mbs / raw_mbs:6.1%}   (aim >= 5%)")
+        print(f"fast path / decode_message:     {scan_rate / rec_rate:6.1f}x  (aim >= 10x)")
         print(f"fast path / construct msgs/s:   {scan_rate / con_rate:6.1f}x  (aim >= 20x)")
-        print(f"fast path / decode_message:     {scan_rate / rec_rate:6.1f}x")
         if args.profile:
             profiler = cProfile.Profile()
             profiler.enable()

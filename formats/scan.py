@@ -1,18 +1,20 @@
-"""Commit log bytes as columns: the vectorised fast path behind scans and analyses.
+"""Commit log bytes as columns: the fast path behind scans and analyses.
 
 ``decode_message`` (commitlog.py) reads one record into a ``Message``; this module reads a
 whole file's bytes into pyarrow RecordBatches of ``MESSAGE_SCHEMA``, with the same values
 and the same ``FormatError`` at the first bad record. How:
 
-1. a tight loop walks only the record heads (totalSize, magicCode) to find where records
-   start, and where the data stops (the zero tail, a BLANK record, or a bad head);
+1. a compiled loop (``scanloops.walk_heads``) walks the record heads (totalSize,
+   magicCode) to find where records start; where it stops, the head there is read once
+   more to tell the zero tail or a BLANK record (the data's end) from a bad record;
 2. every fixed field is gathered for all records at once with numpy fancy indexing on the
    big-endian bytes (the host fields move with sysFlag's IPv6 bits, so positions after
-   them are computed per record);
-3. topic and properties become Arrow string arrays straight from their byte ranges, and the
-   few properties the analyses need are picked out of the properties bytes with numpy
-   (positions of the 0x02 / 0x01 separators), as MessageDecoder.string2messageProperties
-   reads them (a later duplicate key wins, empty keys or values are skipped).
+   them are computed per record), and checked as decode_message checks it;
+3. topic and properties become Arrow string arrays straight from their byte ranges; the
+   few properties the analyses need are picked out of the properties bytes as
+   MessageDecoder.string2messageProperties reads them (a later duplicate key wins, empty
+   keys or values are skipped): the 0x02 separators found in one numpy pass, the pairs by
+   a compiled loop (``scanloops.property_values``).
 
 Pure: bytes in, batches out, no file I/O.
 """
@@ -42,6 +44,7 @@ from .constants import (
     STOREHOSTADDRESS_V6_FLAG,
 )
 from .errors import FormatError
+from .scanloops import parse_ints, property_values, upper_hex, walk_heads
 
 MESSAGE_SCHEMA = pa.schema([
     pa.field("store", pa.string(), nullable=False),
@@ -101,51 +104,44 @@ _V4_PHYSICAL = _V4_DTYPE.fields["physicalOffset"][1]
 # reconsumeTimes, preparedTransactionOffset, bodyLength: after the store host.
 _TAIL_DTYPE = np.dtype([("reconsumeTimes", ">i4"), ("preparedTransactionOffset", ">i8"), ("bodyLength", ">i4")])
 
-# Two upper-case hex digits of every byte value, as one uint16 each (bytes in memory order).
-_HEX = np.frombuffer(b"".join(f"{i:02X}".encode() for i in range(256)), dtype=np.uint16)
-_HEX = np.frombuffer(b"".join(f"{i:02X}".encode() for i in range(256)), dtype=np.uint8).reshape(256, 2)
 
 
-def walk_records(buf, pos: int = 0, limit: int | None = None,
-                 max_records: int = DEFAULT_BATCH_ROWS) -> tuple[list[int], int, str | FormatError | None]:
+def _head_stop(buf, pos: int, limit: int) -> str | FormatError | None:
+    """What the bytes at ``pos`` are: None for a message head walk_records follows,
+    ``"end"`` for the zero tail or the BLANK record (or the file's end), else the
+    FormatError of the record there."""
+    if pos + 8 > limit:
+        if pos >= limit or not any(bytes(buf[pos:limit])):
+            return "end"
+        return FormatError(pos, f"a record head of 8 bytes, found {limit - pos}")
+    total, magic = _HEAD.unpack_from(buf, pos)
+    if (magic == MESSAGE_MAGIC_CODE or magic == MESSAGE_MAGIC_CODE_V2) and MIN_MESSAGE_SIZE <= total <= limit - pos:
+        return None
+    if total == 0 and magic == 0:
+        return "end"
+    if magic == BLANK_MAGIC_CODE:
+        if total != limit - pos:
+            return FormatError(pos, f"a BLANK record filling the rest of the file "
+                                    f"({limit - pos} bytes), found totalSize {total}")
+        return "end"
+    return _error_at(buf, pos, limit)
+
+
+def walk_records(buf, pos: int = 0, limit: int | None = None, max_records: int = DEFAULT_BATCH_ROWS,
+                 views: _Views | None = None) -> tuple[np.ndarray, int, str | FormatError | None]:
     """Start positions of up to ``max_records`` message records from ``pos``.
 
     Returns (positions, next position, stop): stop is None when ``max_records`` were found
     and more may follow, ``"end"`` at the zero tail or a BLANK record (nothing more in this
     file), or the FormatError of the bad record head at the next position. Only the heads
-    are checked here; ``decode_records`` checks the rest of each record.
+    are checked here (the compiled ``walk_heads``); ``decode_records`` checks the rest.
     """
     limit = len(buf) if limit is None else limit
-    unpack = _HEAD.unpack_from
-    positions: list[int] = []
-    append = positions.append
-    v1, v2 = MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
-    minimum = MIN_MESSAGE_SIZE
-    stop: str | FormatError | None = None
-    while len(positions) < max_records:
-        if pos + 8 > limit:
-            if pos >= limit or not any(bytes(buf[pos:limit])):
-                stop = "end"
-            else:
-                stop = FormatError(pos, f"a record head of 8 bytes, found {limit - pos}")
-            break
-        total, magic = unpack(buf, pos)
-        if (magic == v1 or magic == v2) and minimum <= total <= limit - pos:
-            append(pos)
-            pos += total
-            continue
-        if total == 0 and magic == 0:
-            stop = "end"
-        elif magic == BLANK_MAGIC_CODE:
-            if total != limit - pos:
-                stop = FormatError(pos, f"a BLANK record filling the rest of the file "
-                                        f"({limit - pos} bytes), found totalSize {total}")
-            else:
-                stop = "end"
-        else:
-            stop = _error_at(buf, pos, limit)
-        break
-    return positions, pos, stop
+    views = _Views(buf) if views is None else views
+    positions = np.empty(max_records, dtype=np.int64)
+    count, pos = walk_heads(views.bytes, pos, limit, positions)
+    stop = None if count == max_records else _head_stop(buf, pos, limit)
+    return positions[:count], pos, stop
 
 
 def _error_at(buf, pos: int, limit: int) -> FormatError:
@@ -174,7 +170,10 @@ class _Views:
     def __len__(self) -> int:
         return len(self.bytes)
 
-    def take(self, dtype, positions: np.ndarray) -> np.ndarray:
+    def take(self, dtype, positions: np.ndarray, *, clip: bool = True) -> np.ndarray:
+        """The ``dtype`` at each position. ``clip=False`` when the positions are known to be
+        inside the buffer; else positions computed from a bad record's garbage are clipped
+        so that they cannot fail here."""
         dtype = np.dtype(dtype)
         width = dtype.itemsize
         view = self._views.get(width)
@@ -182,8 +181,9 @@ class _Views:
             count = max(len(self.bytes) - width + 1, 0)
             view = np.ndarray(shape=(count,), dtype=f"V{width}", buffer=self.bytes, strides=(1,))
             self._views[width] = view
-        # Clipped: positions computed from a bad record's garbage must not fail here.
-        return view[np.clip(positions, 0, len(view) - 1)].view(dtype)
+        if clip:
+            positions = np.clip(positions, 0, len(view) - 1)
+        return view[positions].view(dtype)
 
     def byte_at(self, positions: np.ndarray) -> np.ndarray:
         """The byte at each position as int64 (clipped like ``take``)."""
@@ -250,6 +250,13 @@ def _constant_strings(text: str, n: int) -> pa.Array:
                                                   pa.py_buffer(data)])
 
 
+def _upper_hex(raw: np.ndarray) -> np.ndarray:
+    """(n, k) bytes -> (n, 2k) upper-case hex digits (ASCII), high nibble first."""
+    out = np.empty((raw.shape[0], 2 * raw.shape[1]), dtype=np.uint8)
+    upper_hex(raw, out)
+    return out
+
+
 def _message_ids(views: _Views, host_pos: np.ndarray, v6: np.ndarray, physical: np.ndarray,
                  ipv4: np.ndarray | None = None) -> pa.Array:
     """MessageDecoder.createMessageId: store address + port + physical offset, upper hex.
@@ -263,7 +270,7 @@ def _message_ids(views: _Views, host_pos: np.ndarray, v6: np.ndarray, physical: 
             ipv4 = np.empty((n, 16), dtype=np.uint8)
             ipv4[:, :8] = views.take("V8", host_pos).view(np.uint8).reshape(n, 8)
             ipv4[:, 8:] = physical.astype(">i8").view(np.uint8).reshape(n, 8)
-        return _string_array(_HEX[ipv4].tobytes(), np.arange(n + 1, dtype=np.int32) * 32)
+        return _string_array(_upper_hex(ipv4), np.arange(n + 1, dtype=np.int32) * 32)
     # IPv6: 16 + 4 + 8 = 28 bytes, 56 hex digits.
     phys = physical.astype(">i8").view(np.uint8).reshape(n, 8)
     raw = np.zeros((n, 28), dtype=np.uint8)
@@ -273,23 +280,20 @@ def _message_ids(views: _Views, host_pos: np.ndarray, v6: np.ndarray, physical: 
     raw[v6, :20] = host[v6]
     raw[v6, 20:28] = phys[v6]
     lengths = np.where(v6, 56, 32)
-    hexed = _HEX[raw].view(np.uint8).reshape(n, 56)
+    hexed = _upper_hex(raw)
     data = hexed[np.arange(56) < lengths[:, None]]
     return _string_array(data.tobytes(), _offsets(lengths))
 
 
 class _Properties:
-    """The properties strings of a batch, cut into name/value pairs once, read the way
-    MessageDecoder.string2messageProperties reads them.
-
-    That reader takes each segment between 0x02 separators (and the row's ends), finds the
-    first 0x01 at or after the segment's start, and keeps the pair only when the name and the
-    value are both non-empty and the 0x01 lies inside the segment; a later pair with the same
-    name overwrites an earlier one. 0x01 and 0x02 never occur inside a multi-byte UTF-8
-    character, so byte positions serve as well as character positions.
+    """The values of a few property names in every properties string of a batch, read the
+    way MessageDecoder.string2messageProperties reads them (``property_values``): a later
+    pair with the same name wins, empty names and values are skipped, a value may hold
+    0x01. 0x01 and 0x02 never occur inside a multi-byte UTF-8 character, so byte positions
+    serve as well as character positions.
     """
 
-    def __init__(self, strings: pa.Array) -> None:
+    def __init__(self, strings: pa.Array, names: list[str]) -> None:
         n = len(strings)
         _, offsets_buf, data_buf = strings.buffers()
         offsets = np.frombuffer(offsets_buf, dtype=np.int32)[strings.offset:strings.offset + n + 1].astype(np.int64)
@@ -298,90 +302,26 @@ class _Properties:
         self.data_buf = data_buf
         self.data = np.frombuffer(data_buf, dtype=np.uint8)
         self.n = n
-        self.offsets = offsets
-        # Every 0x01 and 0x02 ("events"), in order; row r holds events before[r]:before[r + 1].
-        small = np.flatnonzero(self.data <= 2)
-        kinds = self.data[small]
-        if not kinds.all():
-            keep = kinds != 0
-            small, kinds = small[keep], kinds[keep]
-        before = np.searchsorted(small, offsets)
-        # Where the segment of each event starts: after the previous event, or at the row's
-        # start for a row's first event.
-        seg_start = np.empty(len(small), dtype=np.int64)
-        seg_start[1:] = small[:-1] + 1
-        filled = np.flatnonzero(before[:-1] < before[1:])
-        first = before[filled]
-        seg_start[first] = offsets[filled]
-        # A pair's 0x01 is the first 0x01 of its segment: its row's first event or right
-        # after a 0x02. name_len 0 = no pair there (or an empty name).
-        starts_segment = np.zeros(len(small), dtype=bool)
-        starts_segment[first] = True
-        starts_segment[1:] |= kinds[:-1] == 2
-        self.name_len = np.where(starts_segment & (kinds == 1), small - seg_start, 0)
-        self.small, self.kinds, self.before, self.seg_start = small, kinds, before, seg_start
-        self._next_two: np.ndarray | None = None
-        self._views = _Views(self.data)
-        self._pairs: dict[str, np.ndarray] = {}
-
-    def pairs_named(self, names: list[str]) -> None:
-        """Find the pairs of each of ``names`` at once: one gather per name length."""
-        by_length: dict[int, list[bytes]] = {}
-        for name in names:
-            raw = name.encode("utf-8")
-            by_length.setdefault(len(raw), []).append(raw)
-        for length, keys in by_length.items():
-            candidates = np.flatnonzero(self.name_len == length)
-            got = self._views.take(f"V{length}", self.seg_start[candidates])
-            if length in (1, 2, 4, 8):
-                got = got.view(f"u{length}")
-                for key in keys:
-                    self._pairs[key.decode("utf-8")] = candidates[got == np.frombuffer(key, f"u{length}")[0]]
-            else:
-                got = got.view(np.uint8).reshape(-1, length)
-                for key in keys:
-                    match = (got == np.frombuffer(key, np.uint8)).all(axis=1)
-                    self._pairs[key.decode("utf-8")] = candidates[match]
-
-    def _segment_ends(self, events: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Where the segment of each pair's 0x01 ends: the row's next 0x02, else the row's end."""
-        small, kinds = self.small, self.kinds
-        following = np.minimum(events + 1, len(small) - 1)
-        inside = events + 1 < self.before[rows + 1]
-        if np.any(inside & (kinds[following] == 1)):
-            # Some value holds a 0x01: the next 0x02 the long way.
-            if self._next_two is None:
-                twos = np.where(kinds == 2, np.arange(len(kinds)), len(kinds))
-                self._next_two = np.minimum.accumulate(twos[::-1])[::-1]
-            nxt = np.where(events + 1 < len(small), self._next_two[following], len(small))
-            inside = nxt < self.before[rows + 1]
-            following = np.minimum(nxt, len(small) - 1)
-        return np.where(inside, small[following], self.offsets[rows + 1])
+        self._names = names
+        raws = [name.encode("utf-8") for name in names]
+        name_offsets = np.zeros(len(raws) + 1, dtype=np.int64)
+        np.cumsum([len(r) for r in raws], out=name_offsets[1:])
+        # One row's values side by side: the loop writes them together.
+        self._starts = np.empty((n, len(names)), dtype=np.int64)
+        self._ends = np.empty((n, len(names)), dtype=np.int64)
+        self._found = np.empty((n, len(names)), dtype=bool)
+        # The 0x02 separators in bulk (a vectorised pass), the pairs from them (a compiled loop).
+        first, last = (int(offsets[0]), int(offsets[-1])) if n else (0, 0)
+        twos = np.flatnonzero(self.data[first:last] == 2)
+        if first:
+            twos += first
+        property_values(self.data, twos, offsets, np.frombuffer(b"".join(raws), dtype=np.uint8),
+                        name_offsets, self._starts, self._ends, self._found)
 
     def value_ranges(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(valid, value starts, value ends) per row for property ``name``; the last wins."""
-        if name not in self._pairs:
-            self.pairs_named([name])
-        events = self._pairs[name]
-        valid = np.zeros(self.n, dtype=bool)
-        # Absent values are empty ranges at the row's start, keeping the ranges in order.
-        starts = self.offsets[:-1].copy()
-        ends = starts.copy()
-        if len(events):
-            rows = np.searchsorted(self.before, events, side="right") - 1
-            value_start = self.small[events] + 1
-            value_end = self._segment_ends(events, rows)
-            # An empty value is skipped (an earlier pair of the name stays).
-            nonempty = value_end > value_start
-            rows, value_start, value_end = rows[nonempty], value_start[nonempty], value_end[nonempty]
-            # The last pair of each row wins (a HashMap put overwrites); pairs are in row order.
-            last = np.ones(len(rows), dtype=bool)
-            last[:-1] = rows[1:] != rows[:-1]
-            rows = rows[last]
-            valid[rows] = True
-            starts[rows] = value_start[last]
-            ends[rows] = value_end[last]
-        return valid, starts, ends
+        """(valid, value starts, value ends) per row for property ``name``."""
+        k = self._names.index(name)
+        return self._found[:, k], self._starts[:, k], self._ends[:, k]
 
     def strings(self, name: str) -> pa.Array:
         # Whole segments of valid UTF-8 text cut at ASCII separators: valid UTF-8 again.
@@ -392,26 +332,13 @@ class _Properties:
         """Integer.parseInt of the value (an optional sign and 1 to 10 ASCII digits within
         the int range); null when absent or not such an int."""
         valid, starts, ends = self.value_ranges(name)
-        values = np.zeros(self.n, dtype=np.int64)
-        present = np.zeros(self.n, dtype=bool)
-        lengths = ends - starts
-        # One pass per value length (a few distinct ones: "3", "17", ...); 11 = sign + 10 digits.
-        for length in np.unique(lengths[valid]).tolist():
-            if length > 11:
-                continue
-            rows = np.flatnonzero(valid & (lengths == length))
-            chars = self._views.take(f"V{length}", starts[rows]).view(np.uint8).reshape(-1, length).astype(np.int64)
-            negative = chars[:, 0] == ord("-")
-            signed = negative | (chars[:, 0] == ord("+"))
-            digits = chars - ord("0")
-            digits[:, 0] = np.where(signed, 0, digits[:, 0])
-            ok = ((digits >= 0) & (digits <= 9)).all(axis=1) & (length - signed >= 1) & (length - signed <= 10)
-            numbers = digits @ (10 ** np.arange(length - 1, -1, -1, dtype=np.int64))
-            numbers = np.where(negative, -numbers, numbers)
-            ok &= (numbers >= -2**31) & (numbers < 2**31)
-            values[rows[ok]] = numbers[ok]
-            present[rows[ok]] = True
-        return pa.array(values.astype(np.int32), type=pa.int32(), mask=~present)
+        values = np.empty(self.n, dtype=np.int32)
+        present = np.empty(self.n, dtype=bool)
+        parse_ints(self.data, starts, ends, valid, values, present)
+        return pa.array(values, type=pa.int32(), mask=~present)
+
+
+_WANTED = [*STRING_PROPERTIES.values(), *INT_PROPERTIES.values()]
 
 
 def _empty_batch() -> pa.RecordBatch:
@@ -430,8 +357,8 @@ def decode_batch(buf, positions: list[int] | np.ndarray, limit: int, *, store: s
     n = len(pos)
     if n == 0:
         return _empty_batch(), None
-    # walk_records checked totalSize >= MIN_MESSAGE_SIZE (> 88) within the buffer.
-    head = views.take(_V4_DTYPE, pos)
+    # walk_records checked MIN_MESSAGE_SIZE (> 88) <= totalSize <= what is left of the buffer.
+    head = views.take(_V4_DTYPE, pos, clip=False)
     total = head["totalSize"].astype(np.int64)
     sys_flag = head["sysFlag"].astype(np.int64)
     v2 = head["magicCode"] == MESSAGE_MAGIC_CODE_V2
@@ -455,20 +382,23 @@ def decode_batch(buf, positions: list[int] | np.ndarray, limit: int, *, store: s
         body_pos[shifted] = tail_pos + 16
     end = pos + total
     # The checks decode_message makes, for every record at once.
-    fixed = 91 + v2 + 12 * (born_v6.astype(np.int64) + store_v6)
-    bad = total < fixed
+    bad = total < 91 + v2 + 12 * (born_v6.astype(np.int64) + store_v6)
     bad |= (body_len < 0) | (body_pos + body_len > end)
     tlen_pos = body_pos + np.maximum(body_len, 0)
-    first_byte = views.byte_at(tlen_pos)
-    topic_len = np.where(first_byte >= 128, first_byte - 256, first_byte)  # signed
+    # The topic length (a signed byte, or a signed short in V2) and the properties length
+    # (a signed short) in one gather of the three bytes from the topic length on, when no
+    # topic is longer than 127 bytes and no record is V2 (the common case).
     if v2.any():
+        first_byte = views.byte_at(tlen_pos)
+        topic_len = np.where(first_byte >= 128, first_byte - 256, first_byte)
         topic_len = np.where(v2, (topic_len << 8) | views.byte_at(tlen_pos + 1), topic_len)
+    else:
+        topic_len = views.take("i1", tlen_pos).astype(np.int64)
     topic_pos = tlen_pos + 1 + v2
     topic_len = np.where(topic_pos <= end, topic_len, -1)
     bad |= (topic_len < 0) | (topic_pos + topic_len + 2 > end)
     plen_pos = topic_pos + np.maximum(topic_len, 0)
-    props_len = (views.byte_at(plen_pos) << 8) | views.byte_at(plen_pos + 1)
-    props_len = np.where(props_len >= 2**15, props_len - 2**16, props_len)  # signed short
+    props_len = views.take(">i2", plen_pos).astype(np.int64)
     props_pos = plen_pos + 2
     bad |= (props_len < 0) | (props_pos + props_len != end)
 
@@ -483,19 +413,10 @@ def decode_batch(buf, positions: list[int] | np.ndarray, limit: int, *, store: s
         topic_pos, topic_len, props_pos, end = topic_pos[:n], topic_len[:n], props_pos[:n], end[:n]
         total, sys_flag, store_v6, born_v6 = total[:n], sys_flag[:n], store_v6[:n], born_v6[:n]
 
-    # Topic and properties of every record in one gather: ranges topic, properties, topic, ...
     data = views.arrow_buffer()
-    starts = np.empty(2 * n, dtype=np.int64)
-    starts[0::2] = topic_pos
-    starts[1::2] = props_pos
-    ends = np.empty(2 * n, dtype=np.int64)
-    ends[0::2] = topic_pos + topic_len
-    ends[1::2] = end
-    both = _ranges(data, len(views), starts, ends)
-    topic = _checked_utf8(both.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int64))))
-    properties_raw = _checked_utf8(both.take(pa.array(np.arange(1, 2 * n, 2, dtype=np.int64))))
-    props = _Properties(properties_raw)
-    props.pairs_named([*STRING_PROPERTIES.values(), *INT_PROPERTIES.values()])
+    topic = _checked_utf8(_ranges(data, len(views), topic_pos, topic_pos + topic_len))
+    properties_raw = _checked_utf8(_ranges(data, len(views), props_pos, end))
+    props = _Properties(properties_raw, _WANTED)
     physical = head["physicalOffset"].astype(np.int64)
     ipv4 = None
     if not (store_v6.any() or born_v6.any()):
@@ -527,6 +448,8 @@ def decode_batch(buf, positions: list[int] | np.ndarray, limit: int, *, store: s
         columns[column] = props.ints(name)
     batch = pa.RecordBatch.from_arrays([columns[f.name] for f in MESSAGE_SCHEMA], schema=MESSAGE_SCHEMA)
     return batch, error
+
+
 def decode_records(buf, *, store: str, file: str, start: int = 0, limit: int | None = None,
                    batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
     """Every message record of one commit log file's bytes, in batches of at most ``batch_rows``.
@@ -539,8 +462,8 @@ def decode_records(buf, *, store: str, file: str, start: int = 0, limit: int | N
     views = _Views(buf)
     pos = start
     while True:
-        positions, next_pos, stop = walk_records(buf, pos, limit, batch_rows)
-        if positions:
+        positions, pos, stop = walk_records(buf, pos, limit, batch_rows, views=views)
+        if len(positions):
             batch, error = decode_batch(buf, positions, limit, store=store, file=file, views=views)
             if batch.num_rows:
                 yield batch
@@ -550,4 +473,3 @@ def decode_records(buf, *, store: str, file: str, start: int = 0, limit: int | N
             raise stop
         if stop == "end":
             return
-        pos = next_pos

@@ -306,3 +306,127 @@ def test_properties_read_the_broker_way(tmp_path):
         p = msg.properties
         assert (row["tags"], row["keys"], row["uniq_key"]) == (p.get("TAGS"), p.get("KEYS"), p.get("UNIQ_KEY")), raw
         assert row["real_qid"] == real_qid, raw
+
+
+# -- the record walk: where records start, and where the data stops ----------------------
+
+def writer_file(tmp_path, count: int = 150, file_size: int = 16 << 10, **message) -> bytes:
+    """The first commit log file of a store the writer fills past one file (so it ends with
+    the BLANK record)."""
+    store = tmp_path / "w"
+    with StoreWriter(store, create=True, commitlog_file_size=file_size, clock=lambda: 1_700_000_000_000,
+                     sync=False) as w:
+        for i in range(count):
+            w.put(NewMessage(topic=f"T{i % 3}", queueId=i % 2, body=message.get("body", bytes(i % 200)),
+                             properties={"UNIQ_KEY": f"U{i}", "KEYS": f"k{i}"}))
+    return commitlog_files(store)[0].read_bytes()
+
+
+def scanned_rows(data: bytes, batch_rows: int = 50) -> list[dict]:
+    return [row for b in decode_records(data, store="s", file="f", batch_rows=batch_rows) for row in b.to_pylist()]
+
+
+def reference_rows(data: bytes) -> list[dict]:
+    rows, pos = [], 0
+    for offset in record_offsets(data):
+        assert offset == pos
+        msg = decode_message(data, offset, len(data))
+        rows.append(expected_row(msg, "s", "f"))
+        pos += msg.storeSize
+    return rows
+
+
+def test_walk_stops_at_the_blank_record_and_checks_its_size(tmp_path):
+    data = writer_file(tmp_path)
+    offsets = record_offsets(data)
+    blank = offsets[-1] + decode_message(data, offsets[-1], len(data)).storeSize
+    assert int.from_bytes(data[blank + 4:blank + 8], "big", signed=True) == -875286124  # BLANK_MAGIC_CODE
+    assert scanned_rows(data) == reference_rows(data)
+    # Every batch size, including one that ends exactly at the last record before the BLANK.
+    for batch_rows in (1, len(offsets), len(offsets) - 1, len(offsets) + 1):
+        assert scanned_rows(data, batch_rows) == reference_rows(data)
+    bad = bytearray(data)
+    bad[blank:blank + 4] = (len(data) - blank - 1).to_bytes(4, "big")
+    rows, error = scan_bytes(bytes(bad))
+    assert (rows, error.offset) == (len(offsets), blank) and "BLANK" in error.expected
+    check_same_as_reference(bytes(bad))
+
+
+def test_walk_stops_at_the_zero_tail_and_at_a_torn_head_in_it(tmp_path):
+    data = writer_file(tmp_path)
+    offsets = record_offsets(data)
+    end = offsets[20]
+    tail = data[:end] + bytes(5000)
+    assert scanned_rows(tail) == reference_rows(data[:end])
+    assert scanned_rows(tail, batch_rows=20) == reference_rows(data[:end])
+    # A few non-zero bytes where the next head would be: a torn record, at that offset.
+    torn = bytearray(tail)
+    torn[end + 2] = 7
+    rows, error = scan_bytes(bytes(torn))
+    assert (rows, error.offset) == (20, end + 4)
+    check_same_as_reference(bytes(torn))
+    # Fewer than 8 bytes left, not all zero: a head cut short.
+    short = data[:end] + b"\x00\x01\x02"
+    rows, error = scan_bytes(short)
+    assert (rows, error.offset) == (20, end) and "8 bytes" in error.expected
+
+
+def test_a_record_head_inside_a_body_is_not_a_record(tmp_path):
+    """A body that holds a whole record (a size and the magic code at +4, and more) is read
+    as the body it is."""
+    inner = writer_file(tmp_path / "inner", count=3)
+    fake = inner[:record_offsets(inner)[1]]
+    data = writer_file(tmp_path / "outer", body=fake * 3)
+    assert fake[4:8] == (-626843481).to_bytes(4, "big", signed=True)
+    rows = scanned_rows(data)
+    assert rows == reference_rows(data)
+    assert len(rows) == len(record_offsets(data))
+
+
+def test_a_size_pointing_past_the_file_or_into_the_next_record_fails_there(tmp_path):
+    data = writer_file(tmp_path)
+    offsets = record_offsets(data)
+    # A middle record's size runs past the end of the file.
+    bad = bytearray(data)
+    bad[offsets[7]:offsets[7] + 4] = (len(data) - offsets[7] + 100).to_bytes(4, "big")
+    rows, error = scan_bytes(bytes(bad))
+    assert (rows, error.offset) == (7, offsets[7])
+    check_same_as_reference(bytes(bad))
+    # A size 8 bytes short: the head the walk lands on is 8 bytes inside the next record.
+    bad = bytearray(data)
+    size = offsets[8] - offsets[7]
+    bad[offsets[7]:offsets[7] + 4] = (size - 8).to_bytes(4, "big")
+    rows, error = scan_bytes(bytes(bad))
+    assert error is not None and rows == 7  # the shortened record is caught by its own checks
+    check_same_as_reference(bytes(bad))
+
+
+def test_v2_records_and_ipv6_hosts_walk_and_decode_like_decode_message(tmp_path):
+    """Records with the V2 magic code (two-byte topic length), IPv6 born and store hosts,
+    and both, in one file, built from the writer's records with the project's encoder."""
+    from dataclasses import replace
+
+    from rmqdelay.formats.commitlog import encode_message, message_size
+    from rmqdelay.formats.constants import MESSAGE_MAGIC_CODE_V2
+
+    source = writer_file(tmp_path, count=40, file_size=64 << 10)
+    out, pos = bytearray(), 0
+    for i, offset in enumerate(record_offsets(source)):
+        msg = decode_message(source, offset, len(source))
+        magic = MESSAGE_MAGIC_CODE_V2 if i % 2 else msg.magicCode
+        sys_flag = msg.sysFlag | (0x10 if i % 3 == 1 else 0) | (0x20 if i % 3 == 2 else 0) | (0x30 if i % 5 == 4 else 0)
+        born = bytes(range(16)) if sys_flag & 0x10 else msg.bornHostAddress
+        stored = bytes(range(16, 32)) if sys_flag & 0x20 else msg.storeHostAddress
+        size = message_size(sys_flag, len(msg.body), len(msg.topic.encode()), len(msg.propertiesRaw.encode()), magic)
+        out += encode_message(replace(msg, magicCode=magic, sysFlag=sys_flag, bornHostAddress=born,
+                                      storeHostAddress=stored, storeSize=size, commitLogOffset=pos))
+        pos += size
+    data = bytes(out) + bytes(300)
+    expected, pos = [], 0
+    while pos < len(out):
+        msg = decode_message(data, pos, len(data))
+        expected.append(expected_row(msg, "s", "f"))
+        pos += msg.storeSize
+    assert {r["sys_flag"] & 0x30 for r in expected} == {0, 0x10, 0x20, 0x30}
+    for batch_rows in (1, 7, 50):
+        assert scanned_rows(data, batch_rows) == expected
