@@ -18,6 +18,7 @@ from rmqdelay.analysis import (
     AnalysisResult,
     Skipped,
     StoreRef,
+    check_stores,
     checked_request,
     store_ref,
 )
@@ -33,6 +34,7 @@ from .common import (
     format_time_ms,
     parse_time_ms,
     progress,
+    writable_directory,
 )
 from .run import resolve_delay_levels
 
@@ -47,8 +49,8 @@ class Kind(str, Enum):
 
 
 def analyze(
-    kind: Kind = typer.Argument(..., help="backlog, lateness, retries, or all three."),
-    stores: list[str] = typer.Argument(..., help="Store directories: PATH or NAME=PATH (the name is the 'store' column)."),
+    kind: Kind = typer.Argument(..., metavar="KIND", help="backlog, lateness, retries, or all three."),
+    stores: list[str] = typer.Argument(..., metavar="STORE", help="Store directories: PATH or NAME=PATH (the name is the 'store' column)."),
     at: str = typer.Option(None, "--at", help="The moment the figures hold for (ISO 8601 or epoch ms); default now."),
     delay_levels: str = typer.Option(None, "--delay-levels", help='The broker\'s messageDelayLevel, e.g. "1s 5s 10s"; default its 18.'),
     broker_config: Path = typer.Option(None, "--broker-config", help="Take messageDelayLevel from this broker.conf."),
@@ -62,15 +64,16 @@ def analyze(
     """Backlog (what waits, when it falls due), lateness (delivered vs due) and retries (the
     16-retry path into the DLQ) over one store or many."""
     refs = [store_ref(s) for s in stores]
-    for ref in refs:
-        if not ref.path.is_dir():
-            raise UsageError(f"{ref.path}: a store directory, not found")
-    at_ms = parse_time_ms(at) if at else time.time_ns() // 1_000_000
+    at_ms = parse_time_ms(at, "--at") if at else time.time_ns() // 1_000_000
     levels = resolve_delay_levels(delay_levels, broker_config)
     kinds = list(KINDS) if kind is Kind.all else [kind.value]
     checked_request(kinds[0], refs, levels)  # two stores of one name are refused before any work
+    # Where the results go is checked before any work, not after it.
     if output is not None:
-        output.mkdir(parents=True, exist_ok=True)
+        writable_directory(output, "--output")
+    if report is not None:
+        writable_directory(report.parent, "--report")
+    check_stores(refs)
 
     results: dict[str, AnalysisResult] = {}
     session = None
@@ -112,8 +115,11 @@ def analyze(
         lateness_values = None
         if spark and output is not None and "lateness" in results:
             lateness_values = pq.read_table(output / "lateness_messages.parquet", columns=["level", "lateness_ms"])
-        report.parent.mkdir(parents=True, exist_ok=True)
-        report.write_text(render_report(results, [r.name for r in refs], at_ms, lateness_values), encoding="utf-8")
+        page = render_report(results, [r.name for r in refs], at_ms, lateness_values)
+        try:
+            report.write_text(page, encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"--report {report}: a file to write the page to ({exc.strerror})") from None
         if not json_out:
             err_console.print(f"report: {report}", highlight=False)
 

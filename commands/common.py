@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import json
+import math
+import re
 import sys
+import tempfile
 from collections.abc import Iterator
 from datetime import datetime, timezone
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rmqdelay.formats.javanum import java_parse_int, java_parse_long
 
 from rmqdelay.errors import UsageError
+from rmqdelay.store.consumequeue import MAX_DELIVER_MS
 
 console = Console()
 if not console.is_terminal:
@@ -20,24 +27,129 @@ if not console.is_terminal:
 err_console = Console(stderr=True)
 
 
+# Store text that is not UTF-8 (a topic, a property, a directory name) reaches Python as
+# surrogate escapes (U+DC80..U+DCFF, one per byte).
+_SURROGATES = range(0xD800, 0xE000)
+
+
+def _escape_unencodable(exc: UnicodeEncodeError) -> tuple[str, int]:
+    """An output error handler: a byte that was not UTF-8 in the store shows as \\xNN,
+    any other character the output encoding lacks as \\uNNNN -- never an exception."""
+    out = []
+    for ch in exc.object[exc.start:exc.end]:
+        code = ord(ch)
+        if 0xDC80 <= code <= 0xDCFF:
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif code <= 0xFFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    return "".join(out), exc.end
+
+
+codecs.register_error("rmqdelay.escape", _escape_unencodable)
+
+
+def configure_streams() -> None:
+    """Writing text the terminal's (or PYTHONIOENCODING's) encoding cannot hold escapes it
+    instead of failing: on stdout and stderr alike."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="rmqdelay.escape")
+            except (ValueError, OSError):
+                pass  # a closed or special stream: leave it as it is
+
+
+def json_text(text: str) -> str:
+    """Text for a JSON line: every character a valid one. Bytes of the store that were not
+    UTF-8 (surrogate escapes) become U+FFFD, as in the analyses' Arrow tables."""
+    if text.isascii() or not any(ord(ch) in _SURROGATES for ch in text):
+        return text
+    return "".join("\ufffd" if ord(ch) in _SURROGATES else ch for ch in text)
+
+
 def emit_json(obj: dict) -> None:
-    """One object per line (NDJSON), UTF-8, no ASCII escaping."""
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
+    """One object per line (NDJSON), valid UTF-8: non-ASCII characters as they are when the
+    output is UTF-8, as \\u escapes otherwise; store bytes that were not UTF-8 replaced
+    (docs/json-output.md)."""
+    line = json_text(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
+    if not line.isascii() and (getattr(sys.stdout, "encoding", None) or "").replace("-", "").lower() != "utf8":
+        line = _NON_ASCII.sub(_json_escape, line)  # non-ASCII occurs only inside JSON strings
+    sys.stdout.write(line + "\n")
 
 
-def parse_time_ms(text: str) -> int:
-    """An instant as epoch milliseconds: digits are epoch ms, anything else ISO 8601
-    (a time without a zone is UTC)."""
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def _json_escape(match: re.Match) -> str:
+    code = ord(match.group())
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+# Instants a time argument may name: years 1 to 9999, the dates there are.
+_MIN_TIME_MS = -62135596800000
+
+
+def parse_time_ms(text: str, option: str = "--now") -> int:
+    """An instant as epoch milliseconds: an integer is epoch ms, anything else ISO 8601
+    (a time without a zone is UTC); either within years 1 to 9999."""
     text = text.strip()
-    if text.lstrip("-").isdigit():
-        return int(text)
+    number = java_parse_long(text)
+    digits = text.lstrip("+-")
+    if number is None and digits.isascii() and digits.isdigit():
+        number = _MIN_TIME_MS - 1  # digits beyond a Java long: out of range below
+    if number is not None:
+        if not _MIN_TIME_MS <= number <= MAX_DELIVER_MS:
+            raise UsageError(f"{option}: an instant between years 1 and 9999 (epoch milliseconds "
+                             f"{_MIN_TIME_MS} to {MAX_DELIVER_MS}), found {text}")
+        return number
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise UsageError(f"a time as ISO 8601 or epoch milliseconds, found {text!r}") from None
+        raise UsageError(f"{option}: a time as ISO 8601 or epoch milliseconds, found {text!r}") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
-    return int(moment.timestamp() * 1000)
+    try:
+        ms = int(moment.timestamp() * 1000)
+    except (OverflowError, ValueError, OSError):
+        ms = _MIN_TIME_MS - 1
+    if not _MIN_TIME_MS <= ms <= MAX_DELIVER_MS:  # a zone pushing year 1 or 9999 over the edge
+        raise UsageError(f"{option}: an instant between years 1 and 9999, found {text!r}")
+    return ms
+
+
+def int_option(option: str, text: str) -> int:
+    """An integer option, read as the broker reads its numbers (Integer.parseInt)."""
+    value = java_parse_int(text)
+    if value is None:
+        raise UsageError(f"{option}: an integer from -2147483648 to 2147483647 (a Java int), found {text!r}")
+    return value
+
+
+def finite_seconds(value: float, option: str) -> float:
+    """A number of seconds >= 0 that is a number (not nan, not inf)."""
+    if not math.isfinite(value) or value < 0:
+        raise UsageError(f"{option}: a number of seconds >= 0, found {value}")
+    return value
+
+
+def writable_directory(path: Path, option: str) -> None:
+    """Make ``path`` a directory (with its parents) and prove a file can be written there,
+    or say why not in one line."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if isinstance(exc, FileExistsError) or (path.exists() and not path.is_dir()):
+            reason = "it is a file"
+        raise UsageError(f"{option} {path}: a directory to write into ({reason})") from None
 
 
 def format_time_ms(ms: int | None) -> str:

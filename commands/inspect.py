@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import re
+import sys
 import time
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.table import Table
 from rich.text import Text
-from rmqdelay.formats.constants import RMQ_SYS_SCHEDULE_TOPIC
+from rmqdelay.formats.constants import KEY_SEPARATOR, RMQ_SYS_SCHEDULE_TOPIC
+from rmqdelay.formats.javanum import java_parse_long
 
+from rmqdelay.analysis import store_ref
 from rmqdelay.errors import EXIT_PROBLEMS, StoreError, UsageError
 from rmqdelay.schedule.levels import delay_levels_from_broker_config, parse_delay_levels
 from rmqdelay.schedule.status import level_statuses
 from rmqdelay.store import Store
+from rmqdelay.store.lock import describe_holder
 from rmqdelay.store.topics import validate_topic
 from rmqdelay.store.verify import VerifyCounts, iter_problems, verify_total
 
@@ -28,11 +33,21 @@ from .common import (
     parse_time_ms,
     progress,
 )
-from .render import message_json, message_tables, messages_table, unit_json, unit_note
+from .prometheus import delay_level_families, exposition
+from .render import (
+    message_json,
+    message_tables,
+    messages_table,
+    offset_cell,
+    offset_notes,
+    unit_json,
+    unit_note,
+)
 
 app = typer.Typer(help="Read-only views of a broker store.", no_args_is_help=True)
 
-StoreArg = typer.Argument(..., help="The broker store directory (storePathRootDir).", show_default=False)
+StoreArg = typer.Argument(..., metavar="STORE", help="The broker store directory (storePathRootDir).",
+                          show_default=False)
 JsonOpt = typer.Option(False, "--json", help="One JSON object per line, for scripts.")
 
 _MAX_PROBLEM_LINES = 200  # on a terminal; --json lists every problem
@@ -47,40 +62,64 @@ def _exit_problems() -> None:
 
 @app.command("store")
 def inspect_store(store_dir: Path = StoreArg, json_out: bool = JsonOpt) -> None:
-    """One screen: commit log files, offsets, queues, lock and abort state, checkpoint, delay offsets."""
-    with Store(store_dir) as store:
+    """One screen: commit log files, offsets, queues, lock and abort state, checkpoint, delay
+    offsets. What cannot be read is listed under problems (exit 1); the rest is still shown."""
+    with Store(store_dir, lenient=True) as store:
+        problems = store.problems
+
+        def attempt(kind: str, read, default=None):
+            try:
+                return read()
+            except StoreError as exc:
+                problems.add(kind, exc.path, exc.offset, exc.expected)
+                return default
+
         files = [{"file": mf.path.name, "size": mf.size} for mf in store.commitlog.files]
-        queues = list(store.queue_infos())
-        max_offset = store.end_offset()
+        queues = []
+        for topic, ids in store.topics().items():
+            for qid in ids:
+                cq = store.consume_queue(topic, qid)
+                info = attempt("queue", lambda: (cq.min_offset, cq.max_offset, cq.max_physic_offset))
+                if info is not None:
+                    queues.append({"topic": topic, "queueId": qid, "minOffset": info[0], "maxOffset": info[1],
+                                   "maxPhysicOffset": info[2]})
+        hint = max([q["maxPhysicOffset"] for q in queues], default=store.commitlog.min_offset)
+        max_offset = attempt("end-of-data", lambda: store.commitlog.end_offset(hint=hint))
         holder = store.lock_holder()
-        checkpoint = store.checkpoint()
-        offsets = store.delay_offsets()
+        checkpoint = attempt("checkpoint", store.checkpoint)
+        offsets = attempt("delay-offsets", store.delay_offsets)
+        who = describe_holder(holder) if holder else None
         info = {
             "store": str(store.path),
             "commitLogFiles": files,
             "minPhysicalOffset": store.commitlog.min_offset,
             "maxPhysicalOffset": max_offset,
-            "queues": [{"topic": q.topic, "queueId": q.queueId, "minOffset": q.minOffset,
-                        "maxOffset": q.maxOffset, "maxPhysicOffset": q.maxPhysicOffset} for q in queues],
+            "queues": queues,
             "lockFilePresent": store.lock_path.exists(),
             "lockHolderPid": holder,
+            "lockHolder": None if who is None else {"pid": who.pid, "kind": who.kind, "command": who.command},
             "abortPresent": store.abort_present,
             "checkpoint": None if checkpoint is None else {
                 "physicMsgTimestamp": checkpoint.physicMsgTimestamp,
                 "logicsMsgTimestamp": checkpoint.logicsMsgTimestamp,
                 "indexMsgTimestamp": checkpoint.indexMsgTimestamp},
             "delayOffsets": None if offsets is None else {str(k): v for k, v in sorted(offsets.offsetTable.items())},
+            "problems": [p.as_json() for p in problems],
         }
     if json_out:
         emit_json(info)
-        return
-    _print_store(info)
+    else:
+        _print_store(info)
+    if problems:
+        _exit_problems()
 
 
 def _print_store(info: dict) -> None:
     console.print(Text(f"store {info['store']}", style="bold"))
-    if info["lockHolderPid"] is not None:
-        lock = f"held by process {info['lockHolderPid']} (a broker is running on this store)"
+    holder = info["lockHolder"]
+    if holder is not None:
+        what = {"broker": "a RocketMQ broker", "rmqdelay": "another rmqdelay"}.get(holder["kind"], "a process")
+        lock = f"held by process {holder['pid']} ({what}" + (f": {holder['command']})" if holder["command"] else ")")
     else:
         lock = "free" if info["lockFilePresent"] else "free (no lock file)"
     console.print(Text(f"lock: {lock}"))
@@ -95,8 +134,9 @@ def _print_store(info: dict) -> None:
             f"logicsMsgTimestamp {format_time_ms(cp['logicsMsgTimestamp'])}, "
             f"indexMsgTimestamp {format_time_ms(cp['indexMsgTimestamp']) if cp['indexMsgTimestamp'] else '-'}"))
     total = sum(f["size"] for f in info["commitLogFiles"])
+    end = "?" if info["maxPhysicalOffset"] is None else info["maxPhysicalOffset"]
     console.print(Text(f"commit log: {len(info['commitLogFiles'])} file(s), {total} bytes; physical offsets "
-                       f"[{info['minPhysicalOffset']}, {info['maxPhysicalOffset']})"))
+                       f"[{info['minPhysicalOffset']}, {end})"))
     files = Table(show_edge=False, header_style="bold")
     files.add_column("file")
     files.add_column("size", justify="right")
@@ -122,6 +162,11 @@ def _print_store(info: dict) -> None:
         for level, offset in offsets.items():
             table.add_row(level, str(offset))
         console.print(table)
+    if info["problems"]:
+        console.print(Text(f"{len(info['problems'])} problem(s)", style="bold red"))
+        for p in info["problems"]:
+            where = p["file"] if p["offset"] is None else f"{p['file']} at byte {p['offset']}"
+            console.print(Text(f"{p['kind']}: {where}: {p['expected']}"), soft_wrap=True)
 
 
 # -- inspect cq ------------------------------------------------------------------------------
@@ -158,6 +203,8 @@ def inspect_cq(
         first = lo if start is None else start
         stop = hi if limit is None else min(hi, first + limit)
         units = cq.units(first, stop) if first < stop else cq.units(0, 0)
+        if schedule:
+            cq.check_deliver_times(units, first, ext_ok=True)
         rows = [(first + i, int(u["commitLogOffset"]), int(u["size"]), int(u["tagsCode"]))
                 for i, u in enumerate(units)]
     if json_out:
@@ -232,7 +279,13 @@ def inspect_commitlog(
 
 
 def _verify(store_dir: Path, json_out: bool) -> None:
-    with Store(store_dir) as store:
+    with Store(store_dir, lenient=True) as store:
+        holder = store.lock_holder()
+        if holder:
+            # A running broker appends while this reads: its last records may be half written.
+            err_console.print(Text(f"rmqdelay: note: {store.lock_path} is held by {describe_holder(holder).text}: "
+                                   "the store is live, and what is written while this runs is not checked"),
+                              soft_wrap=True)
         counts = VerifyCounts()
         problems = []
         with progress("verifying store", verify_total(store)) as advance:
@@ -245,7 +298,9 @@ def _verify(store_dir: Path, json_out: bool) -> None:
             console.print(Text(f"{problem.kind}: {problem}"), soft_wrap=True)
         if len(problems) > _MAX_PROBLEM_LINES:
             console.print(Text(f"... and {len(problems) - _MAX_PROBLEM_LINES} more (--json lists them all)"))
-        summary = (f"checked {counts.files} commit log file(s), {counts.messages} message(s), "
+        spare = (f" ({len(counts.preallocated)} after the end of the data holding only zeros, as the broker "
+                 "preallocates them)") if counts.preallocated else ""
+        summary = (f"checked {counts.files} commit log file(s){spare}, {counts.messages} message(s), "
                    f"{counts.queues} consume queue(s), {counts.units} unit(s): ")
         summary += f"{len(problems)} problem(s)" if problems else "no problems"
         console.print(Text(summary, style="bold red" if problems else "bold green"), soft_wrap=True)
@@ -258,7 +313,8 @@ def _verify(store_dir: Path, json_out: bool) -> None:
 @app.command("message")
 def inspect_message(
     store_dir: Path = StoreArg,
-    target: Optional[str] = typer.Argument(None, help="A physical offset or an offset message id (msgId).",
+    target: Optional[str] = typer.Argument(None, metavar="OFFSET|MSGID",
+                                           help="A physical offset or an offset message id (msgId).",
                                            show_default=False),
     key: Optional[str] = typer.Option(None, "--key", help="Messages whose UNIQ_KEY or KEYS hold this key "
                                                           "(scans the commit log)."),
@@ -269,6 +325,9 @@ def inspect_message(
     """One message, every field: by physical offset, by msgId, or by key."""
     if (target is None) == (key is None):
         raise UsageError("give either OFFSET | MSGID or --key K")
+    if key is not None and (not key or KEY_SEPARATOR in key):
+        # The broker splits KEYS at spaces and indexes no empty token: such a key finds nothing.
+        raise UsageError(f"--key: one key, not empty and without spaces (KEYS are split at spaces), found {key!r}")
     if topic is not None:
         validate_topic(topic)
     with Store(store_dir) as store:
@@ -285,8 +344,8 @@ def inspect_message(
             if not found:
                 err_console.print(Text(f"rmqdelay: no message with key {key!r}"))
                 _exit_problems()
-        elif target.isdigit():
-            found = [store.message_at(int(target))]
+        elif java_parse_long(target) is not None:
+            found = [store.message_at(java_parse_long(target))]
         elif _MSGID.match(target):
             msg = store.message_by_id(target)
             if msg.msgId != target.upper():
@@ -316,6 +375,12 @@ def _short_time(ms: int | None, now_ms: int) -> str:
 
 # -- inspect delay ---------------------------------------------------------------------------
 
+class DelayFormat(str, Enum):
+    table = "table"
+    json = "json"
+    prometheus = "prometheus"
+
+
 @app.command("delay")
 def inspect_delay(
     store_dir: Path = StoreArg,
@@ -327,8 +392,18 @@ def inspect_delay(
     broker_config: Optional[Path] = typer.Option(None, "--broker-config",
                                                  help="Read messageDelayLevel from this broker.conf."),
     json_out: bool = JsonOpt,
+    output_format: DelayFormat = typer.Option(DelayFormat.table, "--format",
+                                              help="table, json (as --json), or prometheus: the text format "
+                                                   "node_exporter's textfile collector reads (docs/metrics.md)."),
+    store_name: Optional[str] = typer.Option(None, "--store-name",
+                                             help="With --format prometheus: the store label (default: the "
+                                                  "directory's name, or its parent's for .../store)."),
 ) -> None:
     """Per delay level: delay, offset, max offset, pending, due now, oldest due time."""
+    if json_out and output_format not in (DelayFormat.table, DelayFormat.json):
+        raise UsageError("--json and --format: give one of them")
+    if json_out:
+        output_format = DelayFormat.json
     if delay_levels is not None and broker_config is not None:
         raise UsageError("give --delay-levels or --broker-config, not both")
     if broker_config is not None:
@@ -338,7 +413,11 @@ def inspect_delay(
     now_ms = parse_time_ms(now) if now else time.time_ns() // 1_000_000
     with Store(store_dir) as store:
         statuses = level_statuses(store, levels, now_ms)
-    if json_out:
+    if output_format is DelayFormat.prometheus:
+        name = store_name if store_name is not None else store_ref(str(store_dir)).name
+        sys.stdout.write(exposition(delay_level_families(statuses, name, now_ms)))
+        return
+    if output_format is DelayFormat.json:
         for status in statuses:
             emit_json(status.as_json())
         return
@@ -351,11 +430,11 @@ def inspect_delay(
         head = s.nextDueTimestamp
         due = "-" if head is None else (f"{format_duration_ms(now_ms - head)} ago" if head <= now_ms
                                         else f"in {format_duration_ms(head - now_ms)}")
-        table.add_row(str(s.level), format_duration_ms(s.delayMs), str(s.offset) + ("" if s.persisted else "*"),
+        table.add_row(str(s.level), format_duration_ms(s.delayMs), offset_cell(s),
                       str(s.maxOffset), str(s.pending), str(s.dueNow), _short_time(head, now_ms), due)
     console.print(table)
     total_pending = sum(s.pending for s in statuses)
     total_due = sum(s.dueNow for s in statuses)
     console.print(Text(f"{total_pending} pending, {total_due} due now", style="bold"))
-    if any(not s.persisted for s in statuses):
-        console.print(Text("* level absent from config/delayOffset.json: the broker starts it at 0", style="dim"))
+    for note in offset_notes(statuses):
+        console.print(Text(note, style="dim"), soft_wrap=True)

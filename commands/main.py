@@ -3,20 +3,45 @@
 from __future__ import annotations
 
 import sys
+from importlib.metadata import PackageNotFoundError, version
+from typing import Optional
 
 import typer
+from typer._click.exceptions import NoArgsIsHelpError
+from typer.core import TyperOption
 
-from rmqdelay.errors import RmqDelayError
+from rmqdelay.errors import EXIT_BAD_INPUT, RmqDelayError
 
-from .common import err_console
+from .common import configure_streams, err_console
 
 app = typer.Typer(
     name="rmqdelay",
     help="Inspect and operate the delay machinery of a RocketMQ broker store, offline.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    # Markdown: a docstring's single line breaks join into one paragraph, so help text flows
+    # to the terminal's width instead of keeping the source's wrapping.
+    rich_markup_mode="markdown",
 )
+
+
+def _version() -> str:
+    try:
+        return version("rmqdelay")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"rmqdelay {_version()}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version_flag: Optional[bool] = typer.Option(
+        None, "--version", help="Print the version and exit.", is_eager=True, callback=_show_version)) -> None:
+    """Inspect and operate the delay machinery of a RocketMQ broker store, offline."""
 
 
 def _register() -> None:
@@ -39,18 +64,49 @@ def _register() -> None:
     app.add_typer(samples.app, name="samples")
 
 
+_flag_type = TyperOption.display_type_rich
+
+
+def _flag_type_hidden(self: TyperOption, ctx) -> str | None:
+    # Typer shows a flag's type as "<bool>"; a flag takes no value, so it shows none.
+    return None if self.is_flag else _flag_type(self, ctx)
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.split())
+
+
 def main() -> None:
+    configure_streams()
+    TyperOption.display_type_rich = _flag_type_hidden
     _register()
     try:
-        app()
+        code = app(prog_name="rmqdelay", standalone_mode=False)
+    except NoArgsIsHelpError:
+        code = EXIT_BAD_INPUT  # the help was shown; no command was given
+    except typer.TyperException as exc:  # a usage error: one line, and where to look
+        ctx = getattr(exc, "ctx", None)
+        command = ctx.command_path.partition(" ")[2] if ctx is not None else ""
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        err_console.print(f"rmqdelay: {command + ': ' if command else ''}{_one_line(exc.format_message())}{hint}",
+                          markup=False, highlight=False, soft_wrap=True)
+        code = exc.exit_code
+    except typer.Abort:
+        code = 1
     except RmqDelayError as exc:
         err_console.print(f"rmqdelay: {exc}", markup=False, highlight=False, soft_wrap=True)
-        sys.exit(exc.exit_code)
+        code = exc.exit_code
     except BrokenPipeError:
         sys.stderr.close()  # a pipe reader went away (| head): not an error
-        sys.exit(0)
+        code = 0
     except KeyboardInterrupt:
-        sys.exit(130)
+        code = 130
+    except OSError as exc:
+        # What the commands did not foresee about files: still one line, naming the file.
+        where = f"{exc.filename}: " if exc.filename else ""
+        err_console.print(f"rmqdelay: {where}{exc.strerror or exc}", markup=False, highlight=False, soft_wrap=True)
+        code = EXIT_BAD_INPUT
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

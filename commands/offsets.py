@@ -23,6 +23,7 @@ from .common import (
     format_time_ms,
     parse_time_ms,
 )
+from .render import offset_cell, offset_notes
 from .run import parse_levels, resolve_delay_levels
 
 app = typer.Typer(help="Read and move the delay offsets (config/delayOffset.json).", no_args_is_help=True)
@@ -31,13 +32,13 @@ app = typer.Typer(help="Read and move the delay offsets (config/delayOffset.json
 def _last_persisted_ms(store: Path) -> int | None:
     try:
         return delay_offset_path(store).stat().st_mtime_ns // 1_000_000
-    except FileNotFoundError:
+    except OSError:  # absent, or no file to stat (a symlink loop): the broker reads the .bak then
         return None
 
 
 @app.command("show")
 def show(
-    store: Path = typer.Argument(..., help="The broker store directory."),
+    store: Path = typer.Argument(..., metavar="STORE", help="The broker store directory."),
     levels: str | None = typer.Option(None, "--levels", help="Only these levels, e.g. 1,3,5."),
     now: str | None = typer.Option(None, "--now", help="The instant 'due now' is judged at (ISO 8601 or epoch ms)."),
     delay_levels: str | None = typer.Option(None, "--delay-levels", help='messageDelayLevel, e.g. "1s 5s 10s".'),
@@ -60,12 +61,12 @@ def show(
                   soft_wrap=True, highlight=False)
     table = Table("level", "delay", "offset", "min", "max", "pending", "due now", "next due")
     for st in statuses:
-        table.add_row(str(st.level), format_duration_ms(st.delayMs), str(st.offset) + ("" if st.persisted else "*"),
+        table.add_row(str(st.level), format_duration_ms(st.delayMs), offset_cell(st),
                       str(st.minOffset), str(st.maxOffset), str(st.pending), str(st.dueNow),
                       format_time_ms(st.nextDueTimestamp))
     console.print(table)
-    if any(not st.persisted for st in statuses):
-        console.print("* not in delayOffset.json: the broker starts that level at 0")
+    for note in offset_notes(statuses):
+        console.print(note, soft_wrap=True, highlight=False, markup=False)
 
 
 def _check_levels(chosen: list[int] | None, table: dict[int, int]) -> list[int] | None:
@@ -85,7 +86,7 @@ def _target(to_earliest: bool, to_latest: bool, to_offset: int | None, to_dateti
                          "--by-duration, --shift-by")
     kind, value = given[0]
     if kind == "to-datetime":
-        return ResetTarget(kind, parse_time_ms(value))
+        return ResetTarget(kind, parse_time_ms(value, "--to-datetime"))
     if kind == "by-duration":
         return ResetTarget(kind, parse_iso_duration_ms(value))
     if kind in ("to-earliest", "to-latest"):
@@ -95,7 +96,7 @@ def _target(to_earliest: bool, to_latest: bool, to_offset: int | None, to_dateti
 
 @app.command("reset")
 def reset(
-    store: Path = typer.Argument(..., help="The broker store directory."),
+    store: Path = typer.Argument(..., metavar="STORE", help="The broker store directory."),
     level: list[int] = typer.Option([], "--level", help="A level to move (repeat for more)."),
     all_levels: bool = typer.Option(False, "--all-levels", help="Move every level."),
     to_earliest: bool = typer.Option(False, "--to-earliest", help="The first unit still in the queue."),

@@ -102,6 +102,29 @@ def unit_note(size: int, tags_code: int, schedule: bool, now_ms: int) -> tuple[s
     return "", ""
 
 
+# -- delay levels ----------------------------------------------------------------------------
+
+def offset_cell(status) -> str:
+    """A level's offset, marked when delayOffset.json does not hold it as is (* absent,
+    ! corrected into the queue)."""
+    if not status.persisted:
+        return f"{status.offset}*"
+    return f"{status.offset}!" if status.storedOffset != status.offset else str(status.offset)
+
+
+def offset_notes(statuses) -> list[str]:
+    notes = []
+    if any(not s.persisted for s in statuses):
+        notes.append("* not in delayOffset.json: the broker starts that level at 0, which its "
+                     "timer moves to the queue's minimum offset")
+    corrected = [s for s in statuses if s.persisted and s.storedOffset != s.offset]
+    if corrected:
+        fixes = ", ".join(f"level {s.level}: {s.storedOffset} -> {s.offset}" for s in corrected)
+        notes.append(f"! outside its queue in delayOffset.json; shown as the broker's correctDelayOffset "
+                     f"corrects it on start ({fixes})")
+    return notes
+
+
 # -- tables ----------------------------------------------------------------------------------
 
 def messages_table(messages: list[Message]) -> Table:

@@ -9,8 +9,9 @@ from pathlib import Path
 import typer
 from rich.live import Live
 from rich.table import Table
+from rmqdelay.formats.javanum import java_parse_int
 
-from rmqdelay.errors import UsageError
+from rmqdelay.errors import EXIT_PROBLEMS, UsageError
 from rmqdelay.schedule.levels import delay_levels_from_broker_config, parse_delay_levels
 from rmqdelay.schedule.scheduler import (
     Delivered,
@@ -28,6 +29,7 @@ from .common import (
     console,
     emit_json,
     err_console,
+    finite_seconds,
     format_duration_ms,
     format_time_ms,
     parse_time_ms,
@@ -45,10 +47,10 @@ def resolve_delay_levels(delay_levels: str | None, broker_config: Path | None) -
 def parse_levels(text: str | None) -> list[int] | None:
     if not text:
         return None
-    try:
-        return [int(part) for part in text.replace(" ", "").split(",") if part]
-    except ValueError:
-        raise UsageError(f"--levels: comma-separated level numbers such as 1,3,5, found {text!r}") from None
+    levels = [java_parse_int(part) for part in text.replace(" ", "").split(",") if part]
+    if None in levels:
+        raise UsageError(f"--levels: comma-separated level numbers such as 1,3,5, found {text!r}")
+    return levels
 
 
 def event_json(event) -> dict:
@@ -93,7 +95,7 @@ def _say(text: str) -> None:
 
 
 def run(
-    store: Path = typer.Argument(..., help="The broker store directory."),
+    store: Path = typer.Argument(..., metavar="STORE", help="The broker store directory."),
     once: bool = typer.Option(False, "--once", help="Deliver what is due now, then exit."),
     until_empty: bool = typer.Option(False, "--until-empty", help="Run until every level is drained."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List what is due now; write nothing, take no lock."),
@@ -112,8 +114,9 @@ def run(
     ScheduleMessageService does - exactly once, even after kill -9."""
     if once and until_empty:
         raise UsageError("--once and --until-empty: give one of them")
-    if flush_interval < 0:
-        raise UsageError(f"--flush-interval: a number of seconds >= 0, found {flush_interval}")
+    finite_seconds(flush_interval, "--flush-interval")
+    if batch_size < 1:
+        raise UsageError(f"--batch-size: at least 1, found {batch_size}")
     mode = "once" if once else "until-empty" if until_empty else "forever"
     scheduler = Scheduler(store, delay_levels=resolve_delay_levels(delay_levels, broker_config),
                           levels=parse_levels(levels), now_ms=parse_time_ms(now) if now else None,
@@ -133,6 +136,9 @@ def run(
             signal.signal(sig, handler)
     if not json_out and stopped is not None:
         _summary(scheduler, stopped)
+    if scheduler.skipped:
+        # Skipped messages are problems found (exit 1): each was named on stderr or in --json.
+        raise typer.Exit(EXIT_PROBLEMS)
 
 
 def _consume(scheduler: Scheduler, json_out: bool, dry_run: bool) -> Stopped | None:

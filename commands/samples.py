@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import typer
@@ -10,21 +11,14 @@ from rmqdelay.errors import UsageError
 from rmqdelay.samples import GenerateOptions, generate
 from rmqdelay.store.writer import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CQ_FILE_SIZE
 
-from .common import console, emit_json, format_time_ms, progress
+from .common import console, emit_json, format_time_ms, int_option, progress
 
 app = typer.Typer(help="Sample stores.", no_args_is_help=True)
 
 
-def _int(name: str, text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise UsageError(f"{name}: an integer, found {text!r}") from None
-
-
 @app.command("generate")
 def generate_command(
-    directory: Path = typer.Argument(..., help="New (or empty) directory for the store; plan.json goes in it too."),
+    directory: Path = typer.Argument(..., metavar="DIR", help="New (or empty) directory for the store; plan.json goes in it too."),
     messages: str = typer.Option(None, "--messages", metavar="N", help="Number of records to write."),
     seed: str = typer.Option("1", "--seed", metavar="N", help="Same seed, same bytes."),
     hours: str = typer.Option("8", "--hours", metavar="HOURS", help="About how many hours of store time to span."),
@@ -39,22 +33,22 @@ def generate_command(
     offsets; and DIR/plan.json, the figures it holds by construction."""
     if messages is None:
         raise UsageError("--messages: required")
-    count = _int("--messages", messages)
+    count = int_option("--messages", messages)
     if count < 1:
         raise UsageError(f"--messages: at least 1, found {count}")
     try:
         span = float(hours)
     except ValueError:
         raise UsageError(f"--hours: a number, found {hours!r}") from None
-    if not span > 0:
+    if not (math.isfinite(span) and span > 0):
         raise UsageError(f"--hours: more than 0, found {hours!r}")
-    cl_size = _int("--commitlog-file-size", commitlog_file_size)
-    cq_size = _int("--cq-file-size", cq_file_size)
+    cl_size = int_option("--commitlog-file-size", commitlog_file_size)
+    cq_size = int_option("--cq-file-size", cq_file_size)
     if cl_size < 4096:
         raise UsageError(f"--commitlog-file-size: at least 4096 bytes, found {cl_size}")
     if cq_size < 20 or cq_size % 20:
         raise UsageError(f"--cq-file-size: a positive multiple of 20 bytes, found {cq_size}")
-    options = GenerateOptions(messages=count, seed=_int("--seed", seed), hours=span,
+    options = GenerateOptions(messages=count, seed=int_option("--seed", seed), hours=span,
                               commitlog_file_size=cl_size, cq_file_size=cq_size)
     with progress("generating", count) as advance:
         plan = generate(directory, options, on_progress=advance)

@@ -13,16 +13,11 @@ from rmqdelay.errors import UsageError
 from rmqdelay.send import DEFAULT_STORE_HOST, SendRequest, Sent, send_messages
 from rmqdelay.store.writer import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CQ_FILE_SIZE
 
-from .common import emit_json, format_time_ms
+from .common import emit_json, format_time_ms, int_option, progress
 
 
 def _int(name: str, text: str | None) -> int | None:
-    if text is None:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        raise UsageError(f"{name}: an integer, found {text!r}") from None
+    return None if text is None else int_option(name, text)
 
 
 def _properties(items: list[str]) -> dict[str, str]:
@@ -60,7 +55,7 @@ def _json(sent: Sent) -> dict:
 
 
 def send(
-    store: Path = typer.Argument(..., help="Broker store directory (created when it does not exist)."),
+    store: Path = typer.Argument(..., metavar="STORE", help="Broker store directory (created when it does not exist)."),
     topic: str = typer.Option(None, "--topic", help="Topic to send to."),
     queue: str = typer.Option(None, "--queue", metavar="N", help="Queue id (default: round robin over the write queues)."),
     tags: str = typer.Option(None, "--tags", help="TAGS property."),
@@ -96,8 +91,9 @@ def send(
         if value is not None and (value <= 0 or (name == "--cq-file-size" and value % 20)):
             raise UsageError(f"{name}: a positive size{' (a multiple of 20)' if name == '--cq-file-size' else ''}, found {value}")
         sizes[name] = value if value is not None else default
-    sent = send_messages(store, request, commitlog_file_size=sizes["--commitlog-file-size"],
-                         cq_file_size=sizes["--cq-file-size"])
+    with progress("sending", request.count) as advance:
+        sent = send_messages(store, request, commitlog_file_size=sizes["--commitlog-file-size"],
+                             cq_file_size=sizes["--cq-file-size"], on_progress=advance)
     for item in sent:
         if json_out:
             emit_json(_json(item))

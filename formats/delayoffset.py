@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import FormatError
+from .javanum import java_int_range, java_long_range, java_parse_int
 
 
 @dataclass(slots=True)
@@ -40,10 +41,15 @@ class _Parser:
         self.text = text
         self.pos = 0
         self.depth = 0
+        # id(object) -> {key: byte offset of the key}, for errors about a key found later.
+        self.key_offsets: dict[int, dict] = {}
+
+    def byte_offset(self, pos: int) -> int:
+        # Report the byte offset, not the character index.
+        return len(self.text[:pos].encode("utf-8", "surrogatepass"))
 
     def fail(self, expected: str) -> FormatError:
-        # Report the byte offset, not the character index.
-        return FormatError(len(self.text[:self.pos].encode("utf-8")), expected)
+        return FormatError(self.byte_offset(self.pos), expected)
 
     def skip_ws(self) -> None:
         while self.pos < len(self.text) and self.text[self.pos] in " \t\r\n":
@@ -127,6 +133,10 @@ class _Parser:
         if digits in ("", "-"):
             self.pos = start
             raise self.fail("a number")
+        if len(digits.lstrip("-").lstrip("0")) > 19 or not java_long_range(int(digits)):
+            # Every number of these files is a Java long (an offset, a counter, a time).
+            self.pos = start
+            raise self.fail(f"an integer within a Java long (-2^63 to 2^63-1), found {digits}")
         return int(digits)
 
     def obj(self) -> dict:
@@ -137,10 +147,12 @@ class _Parser:
             return result
         while True:
             ch = self.peek()
+            key_at = self.pos
             # fastjson writes non-string map keys bare: {1:83,2:83}
             key = self.string() if ch == '"' else self.number() if (ch == "-" or _is_digit(ch)) else None
             if key is None:
                 raise self.fail("an object key")
+            self.key_offsets.setdefault(id(result), {})[key] = self.byte_offset(key_at)
             self.expect(":")
             result[key] = self.value()
             if self.peek() == ",":
@@ -153,13 +165,17 @@ class _Parser:
 def parse_fastjson_object(text: str) -> dict:
     """Any config file of the broker's fastjson dialect (consumerOffset.json, ...) as a dict;
     integer map keys, written bare, come back as ints."""
+    return _parse(text)[0]
+
+
+def _parse(text: str) -> tuple[dict, _Parser]:
     parser = _Parser(text)
     if parser.peek() != "{":
         raise parser.fail("a JSON object ('{')")
     doc = parser.obj()
     if parser.peek() != "":
         raise parser.fail("the end of the file after the closing '}'")
-    return doc
+    return doc, parser
 
 
 def _int_value(value, what: str) -> int:
@@ -169,17 +185,20 @@ def _int_value(value, what: str) -> int:
 
 
 def parse_delay_offsets(text: str) -> DelayOffsets:
-    """Both the 4.x and the 5.x form; keys quoted or not."""
-    doc = parse_fastjson_object(text)
+    """Both the 4.x and the 5.x form; keys quoted or not. A level is a Java Integer (a quoted
+    key is read by Integer.parseInt's rules: "1_0" and " 1" are no levels), an offset a Long."""
+    doc, parser = _parse(text)
     table = doc.get("offsetTable")
     if not isinstance(table, dict):
         raise FormatError(0, "an \"offsetTable\" object")
+    key_offsets = parser.key_offsets.get(id(table), {})
     offsets: dict[int, int] = {}
     for key, value in table.items():
-        try:
-            level = int(key)
-        except ValueError:
-            raise FormatError(0, f"integer delay levels as offsetTable keys, found {key!r}") from None
+        level = key if isinstance(key, int) and java_int_range(key) else \
+            java_parse_int(key) if isinstance(key, str) else None
+        if level is None:
+            raise FormatError(key_offsets.get(key, 0), f"integer delay levels (Java ints) as offsetTable keys, "
+                                                       f"found {key!r}")
         offsets[level] = _int_value(value, f"the offset of level {level}")
     version = None
     dv = doc.get("dataVersion")

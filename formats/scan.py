@@ -44,6 +44,7 @@ from .constants import (
     STOREHOSTADDRESS_V6_FLAG,
 )
 from .errors import FormatError
+from .javanum import java_parse_int
 from .scanloops import parse_ints, property_values, upper_hex, walk_heads
 
 MESSAGE_SCHEMA = pa.schema([
@@ -329,12 +330,18 @@ class _Properties:
         return _ranges(self.data_buf, len(self.data), starts, ends, valid)
 
     def ints(self, name: str) -> pa.Array:
-        """Integer.parseInt of the value (an optional sign and 1 to 10 ASCII digits within
-        the int range); null when absent or not such an int."""
+        """Integer.parseInt of the value (javanum.java_parse_int); null when absent or not
+        an int."""
         valid, starts, ends = self.value_ranges(name)
         values = np.empty(self.n, dtype=np.int32)
         present = np.empty(self.n, dtype=bool)
         parse_ints(self.data, starts, ends, valid, values, present)
+        # What the fast path refused (rare): Java also takes leading zeros past 10 digits and
+        # any Unicode decimal digit, so those values get the exact rule.
+        for row in np.flatnonzero(valid & ~present).tolist():
+            number = java_parse_int(self.data[starts[row]:ends[row]].tobytes().decode("utf-8", "replace"))
+            if number is not None:
+                values[row], present[row] = number, True
         return pa.array(values, type=pa.int32(), mask=~present)
 
 

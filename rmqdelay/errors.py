@@ -28,8 +28,9 @@ class StoreError(RmqDelayError):
 class StoreLockedError(RmqDelayError):
     exit_code = EXIT_LOCKED
 
-    def __init__(self, path: Path | str, holder: str = "a running broker") -> None:
-        super().__init__(f"{path}: held by {holder}; stop the broker before writing to this store")
+    def __init__(self, path: Path | str, holder: str = "a running broker",
+                 advice: str = "stop the broker before writing to this store") -> None:
+        super().__init__(f"{path}: held by {holder}; {advice}")
         self.path = Path(path)
 
 

@@ -22,6 +22,7 @@ from rmqdelay.formats.constants import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     RMQ_SYS_SCHEDULE_TOPIC,
 )
+from rmqdelay.formats.javanum import INT_MAX
 from rmqdelay.producer import broker_message, client_properties
 from rmqdelay.store.brokerconfig import (
     DEFAULT_TOPIC_QUEUE_NUMS,
@@ -80,17 +81,17 @@ def check_request(req: SendRequest) -> None:
         raise UsageError(f"--topic {req.topic}: a system topic the broker does not let producers send to")
     if req.count < 1:
         raise UsageError(f"--count: at least 1, found {req.count}")
-    if req.queue_id is not None and req.queue_id < 0:
-        raise UsageError(f"--queue: a queue id of 0 or more, found {req.queue_id}")
-    if req.delay_level < 0:
-        raise UsageError(f"--delay-level: 0 (none) or a level of 1 or more, found {req.delay_level}")
+    if req.queue_id is not None and not 0 <= req.queue_id <= INT_MAX:
+        raise UsageError(f"--queue: a queue id from 0 to {INT_MAX} (a Java int), found {req.queue_id}")
+    if not 0 <= req.delay_level <= INT_MAX:
+        raise UsageError(f"--delay-level: 0 (none) or a level from 1 to {INT_MAX}, found {req.delay_level}")
     if not req.body:
         raise UsageError("the message body is empty; a producer refuses to send an empty body")
 
 
 def _check_store_dir(path: Path) -> None:
     if path.exists() and not path.is_dir():
-        raise StoreError(path, None, "a broker store directory (this is a file)")
+        raise StoreError(path, None, "a broker store directory (this is a file, not a directory)")
     if path.is_dir() and not (path / "commitlog").is_dir() and any(path.iterdir()):
         raise StoreError(path, None, "a broker store directory (it has no commitlog/ and is not empty)")
 
@@ -99,8 +100,10 @@ def send_messages(store_path: Path | str, req: SendRequest, *,
                   commitlog_file_size: int = DEFAULT_COMMITLOG_FILE_SIZE,
                   cq_file_size: int = DEFAULT_CQ_FILE_SIZE,
                   delay_levels: dict[int, int] | None = None,
-                  clock: Callable[[], int] = _now_ms) -> list[Sent]:
-    """Write ``req.count`` messages, flush, then publish the topic config. Returns what was put."""
+                  clock: Callable[[], int] = _now_ms,
+                  on_progress: Callable[[int], None] | None = None) -> list[Sent]:
+    """Write ``req.count`` messages, flush, then publish the topic config. Returns what was put.
+    ``on_progress(1)`` after each message is put."""
     path = Path(store_path)
     check_request(req)
     _check_store_dir(path)
@@ -125,6 +128,8 @@ def send_messages(store_path: Path | str, req: SendRequest, *,
             result = writer.put(message)
             sent.append(Sent(props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX], born, req.topic, queue_id,
                              min(req.delay_level, writer.max_level), result))
+            if on_progress is not None:
+                on_progress(1)
         writer.flush()
         used = max(s.realQueueId for s in sent) + 1
         add_topics(path, {req.topic: max(used, queue_nums)}, clock())

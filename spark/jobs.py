@@ -20,7 +20,7 @@ from rmqdelay.formats.constants import (
     RMQ_SYS_SCHEDULE_TOPIC,
 )
 
-from rmqdelay.analysis import AnalysisResult, StoreRef, checked_request
+from rmqdelay.analysis import AnalysisResult, StoreRef, check_stores, checked_request
 from rmqdelay.analysis import backlog as embedded_backlog
 from rmqdelay.analysis import lateness as embedded_lateness
 from rmqdelay.analysis import retries as embedded_retries
@@ -39,6 +39,7 @@ def analyze(kind: str, stores: list[StoreRef], at_ms: int, *, delay_levels: dict
     """Run one analysis on Spark. ``messages_to``: write the per-message table there as Parquet
     from the executors (result.messages is then empty) instead of collecting it to the driver."""
     levels = checked_request(kind, stores, delay_levels)
+    check_stores(stores)  # a bad store fails here, in one line, not in a task on an executor
     spark = spark or get_session(master)
     job = {"backlog": _backlog, "lateness": _lateness, "retries": _retries}[kind]
     return job(spark, stores, at_ms, levels, keep_going, messages_to)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -14,6 +15,28 @@ from rmqdelay.commands import main as cli_main
 
 # The console script installed with the interpreter running the tests, never one found on PATH.
 CONSOLE_SCRIPT = str(Path(sys.executable).parent / "rmqdelay")
+# A sitecustomize that makes chosen directories unreadable even to root (see its docstring).
+_OSERRORS = str(Path(__file__).resolve().parent / "oserrors")
+
+
+def console(*args, env: dict[str, str] | None = None, unreadable: list[Path] = (),
+            timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run the console script as a user would; ``unreadable``: directories it may not list."""
+    full_env = dict(os.environ, **(env or {}))
+    if unreadable:
+        full_env["PYTHONPATH"] = _OSERRORS
+        full_env["RMQDELAY_TEST_UNREADABLE"] = os.pathsep.join(os.path.abspath(p) for p in unreadable)
+    return subprocess.run([CONSOLE_SCRIPT, *map(str, args)], capture_output=True, text=True,
+                          env=full_env, timeout=timeout, errors="surrogateescape")
+
+
+def assert_one_line(proc: subprocess.CompletedProcess, code: int, *fragments: str) -> None:
+    """Exit ``code``, no traceback, and stderr exactly one line "rmqdelay: ..." holding every fragment."""
+    assert proc.returncode == code, (proc.returncode, proc.stderr, proc.stdout[-500:])
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert proc.stderr.startswith("rmqdelay: ") and proc.stderr.count("\n") == 1, proc.stderr
+    for fragment in fragments:
+        assert fragment in proc.stderr, (fragment, proc.stderr)
 
 
 @dataclass

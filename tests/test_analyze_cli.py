@@ -77,6 +77,6 @@ def test_a_corrupt_file_is_one_line_and_keep_going_says_what_it_skipped(store_co
 
 def test_missing_stores_and_clashing_names_are_usage_errors(tmp_path, capsys):
     missing = run_cli(capsys, "analyze", "backlog", str(tmp_path / "nope"))
-    assert missing.code == 2 and "not found" in missing.err and len(missing.err.strip().splitlines()) == 1
+    assert missing.code == 2 and "does not exist" in missing.err and len(missing.err.strip().splitlines()) == 1
     clash = run_cli(capsys, "analyze", "backlog", f"a={RETRY}", f"a={PARTIAL}")
     assert clash.code == 2 and "two stores named 'a'" in clash.err

@@ -224,7 +224,7 @@ def test_delay_table(capsys):
     result = run_cli(capsys, "inspect", "delay", store("delay-partial"), "--now", "2000-01-01T00:00:00Z")
     assert result.code == 0
     assert "SCHEDULE_TOPIC_XXXX at 2000-01-01 00:00:00.000Z" in result.out
-    assert "absent from config/delayOffset.json" in result.out
+    assert "not in delayOffset.json" in result.out
 
 
 # -- inspect store ---------------------------------------------------------------------------

@@ -24,7 +24,8 @@ def test_show_reports_every_level_with_last_persisted_time(store_copy, capsys):
     assert result.code == 0, result.err
     rows = result.json_lines()
     assert [r["level"] for r in rows] == list(range(1, 19))
-    assert rows[0] == {"level": 1, "delayMs": 1000, "offset": 83, "minOffset": 0, "maxOffset": 83, "pending": 0,
+    assert rows[0] == {"level": 1, "delayMs": 1000, "offset": 83, "storedOffset": 83, "minOffset": 0,
+                       "maxOffset": 83, "pending": 0,
                        "dueNow": 0, "nextDueTimestamp": None,
                        "lastPersistedTimestamp": (path / "config" / "delayOffset.json").stat().st_mtime_ns // 1_000_000}
     assert rows[3]["pending"] == 83 and rows[3]["dueNow"] == 83 and rows[3]["offset"] == 0

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rmqdelay.formats.commitlog import decode_message
 from rmqdelay.formats.errors import FormatError
+from rmqdelay.formats.javanum import java_parse_int
 from rmqdelay.formats.scan import MESSAGE_SCHEMA, decode_records
 
 from rmqdelay.errors import StoreError
@@ -37,7 +38,7 @@ def scan_store(path: Path, name: str, **kw) -> pa.Table:
 
 
 def int_property(props: dict, name: str):
-    return int(props[name]) if name in props else None
+    return java_parse_int(props[name]) if name in props else None
 
 
 def expected_row(msg, store: str, file: str) -> dict:
@@ -281,7 +282,8 @@ def test_a_store_written_by_the_writer_scans_back(tmp_path):
 
 def test_properties_read_the_broker_way(tmp_path):
     """Later duplicates win, empty names and values are skipped, 0x01 may sit in a value,
-    integers read as Integer.parseInt (sign, 1..10 digits, int range) or null."""
+    integers read as Integer.parseInt (a sign, then Unicode decimal digits, leading zeros
+    and all, within the int range) or null."""
     raws = [
         ("TAGS\x01a\x02TAGS\x01b", None), ("TAGS\x01a\x02TAGS\x01", None), ("\x01x\x02KEYS\x01k", None),
         ("KEYS\x01a\x01b\x02UNIQ_KEY\x01u", None), ("XTAGS\x01no\x02AGS\x01no", None), ("TAGS", None),
@@ -289,8 +291,9 @@ def test_properties_read_the_broker_way(tmp_path):
         ("REAL_QID\x01+7", 7), ("REAL_QID\x01-0", 0), ("REAL_QID\x012147483648", None),
         ("REAL_QID\x01-2147483648", -2147483648), ("REAL_QID\x012147483647", 2147483647),
         ("REAL_QID\x01 5", None), ("REAL_QID\x0112a", None), ("REAL_QID\x01+", None),
-        ("REAL_QID\x0100000000001", None), ("REAL_QID\x010000000001", 1), ("REAL_QID\x013\x02REAL_QID\x01x", None),
-        ("REAL_QID\x013\x02REAL_QID\x014", 4), ("REAL_QID\x01٣", None),
+        ("REAL_QID\x0100000000001", 1), ("REAL_QID\x010000000001", 1), ("REAL_QID\x013\x02REAL_QID\x01x", None),
+        ("REAL_QID\x013\x02REAL_QID\x014", 4), ("REAL_QID\x01٣", 3), ("REAL_QID\x01²", None),
+        ("REAL_QID\x011_0", None), ("REAL_QID\x013 ", None),
     ]
     store = tmp_path / "s"
     with StoreWriter(store, create=True, clock=lambda: 1_700_000_000_000, sync=False) as w:

@@ -148,3 +148,20 @@ def test_spark_submit_on_a_local_cluster_gives_the_embedded_result(capsys):
     embedded = run_cli(capsys, "analyze", "retries", f"retry={store}", "--at", at, "--json")
     assert embedded.code == 0
     assert [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")] == embedded.json_lines()
+
+
+def test_a_hole_in_the_log_stops_spark_where_it_stops_the_embedded_engine(spark, tmp_path):
+    import shutil
+
+    store = tmp_path / "s"
+    shutil.copytree(SAMPLES / "delay-partial" / "store", store)
+    with open(store / "commitlog" / "00000000000000000000", "r+b") as fh:
+        fh.seek(400)
+        fh.write(bytes(4096))  # the second record's head becomes zeros: "the end of the data"
+    refs = [StoreRef("s", store)]
+    for engine in (analyze, lambda *a, **k: spark_analyze(*a, spark=spark, **k)):
+        with pytest.raises(StoreError) as info:
+            engine("lateness", refs, 1_900_000_000_000)
+        assert info.value.offset == 425 and "found zeros with more data after them" in info.value.expected
+        kept = engine("lateness", refs, 1_900_000_000_000, keep_going=True)
+        assert [(s.offset, s.bytes) for s in kept.skipped] == [(425, 262144 - 425)]

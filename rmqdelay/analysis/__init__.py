@@ -13,11 +13,13 @@ import pyarrow as pa
 
 from rmqdelay.errors import UsageError
 from rmqdelay.schedule.levels import parse_delay_levels
-from rmqdelay.store.scan import Skipped
+from rmqdelay.store import Store
+from rmqdelay.store.scan import Skipped, delay_offsets, schedule_units
 
 KINDS = ("backlog", "lateness", "retries")
 
-__all__ = ["KINDS", "AnalysisResult", "Skipped", "StoreRef", "analyze", "checked_request", "store_ref"]
+__all__ = ["KINDS", "AnalysisResult", "Skipped", "StoreRef", "analyze", "check_stores", "checked_request",
+           "store_ref"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,16 @@ def checked_request(kind: str, stores: list[StoreRef], delay_levels: dict[int, i
     if dupes:
         raise UsageError(f"two stores named {dupes[0]!r}; name them NAME=PATH")
     return parse_delay_levels() if delay_levels is None else dict(delay_levels)
+
+
+def check_stores(stores: list[StoreRef]) -> None:
+    """What every analysis reads of each store besides the commit log -- the directory,
+    config/delayOffset.json, the schedule units -- read once up front, so that a bad store
+    stops the run in one line before any scan (and, with Spark, before any task)."""
+    for ref in stores:
+        with Store(ref.path) as store:
+            delay_offsets(store)
+            schedule_units(store, ref.name)
 
 
 def analyze(kind: str, stores: list[StoreRef], at_ms: int, *, delay_levels: dict[int, int] | None = None,

@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 
 from rmqdelay.formats.constants import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC
+from rmqdelay.schedule.status import corrected_offset
 from rmqdelay.store import Store
 from rmqdelay.store.scan import (
     consumer_offsets,
@@ -46,12 +47,19 @@ def effective_deliver_ms(deliver_ms: np.ndarray, at_ms: int, delay_ms: int) -> n
 
 def level_bounds(store: Store, delay_levels: dict[int, int]) -> list[tuple[int, int, int, int]]:
     """(level, delay_ms, offset, max_offset) of every level: pending units are those with
-    queue offsets in [offset, max_offset)."""
+    queue offsets in [offset, max_offset). The offset is delayOffset.json's (0 when absent)
+    clamped into the queue as the broker's correctDelayOffset does, as `inspect delay` shows it."""
     offsets = delay_offsets(store)
     on_disk = set(store.topics().get(RMQ_SYS_SCHEDULE_TOPIC, []))
-    return [(level, delay_levels[level], offsets.get(level, 0),
-             store.schedule_queue(level).max_offset if (level - 1) in on_disk else 0)
-            for level in sorted(delay_levels)]
+    bounds = []
+    for level in sorted(delay_levels):
+        offset, hi = offsets.get(level, 0), 0
+        if (level - 1) in on_disk:  # correctDelayOffset leaves a level without a queue alone
+            cq = store.schedule_queue(level)
+            hi = cq.max_offset
+            offset = corrected_offset(offset, cq.min_offset, hi)
+        bounds.append((level, delay_levels[level], offset, hi))
+    return bounds
 
 
 def backlog(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *,

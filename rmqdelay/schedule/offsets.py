@@ -24,6 +24,7 @@ from pathlib import Path
 
 from rmqdelay.errors import StoreError
 from rmqdelay.formats.delayoffset import DataVersion, DelayOffsets, format_delay_offsets
+from rmqdelay.formats.javanum import java_long_range, java_parse_int
 from rmqdelay.store.durable import atomic_write, config_dir, fsync_dir
 
 DELAY_OFFSET_FILE = "delayOffset.json"
@@ -54,10 +55,11 @@ def _table_from_json(value, path: Path, what: str) -> dict[int, int] | None:
         return None
     if not isinstance(value, dict):
         raise StoreError(path, None, f"an object for {what}")
-    try:
-        return {int(k): int(v) for k, v in value.items()}
-    except (TypeError, ValueError):
-        raise StoreError(path, None, f"integer levels and offsets in {what}") from None
+    table = {java_parse_int(k) if isinstance(k, str) else None: v for k, v in value.items()}
+    if None in table or len(table) != len(value) or \
+            not all(isinstance(v, int) and not isinstance(v, bool) and java_long_range(v) for v in table.values()):
+        raise StoreError(path, None, f"integer levels and offsets in {what}")
+    return table
 
 
 def read_scheduler_state(store_path: Path | str) -> SchedulerState | None:

@@ -22,8 +22,15 @@ from rmqdelay.formats.constants import (
     PROPERTY_WAIT_STORE_MSG_OK,
     RETRY_GROUP_TOPIC_PREFIX,
 )
+from rmqdelay.formats.javanum import java_parse_int
 from rmqdelay.formats.properties import reformat_properties
 from rmqdelay.store.writer import NewMessage
+
+
+def _real_queue_id(properties: dict[str, str]) -> int:
+    """REAL_QID as messageTimeup reads it (Integer.parseInt); -1 when absent or no int."""
+    qid = java_parse_int(properties.get(PROPERTY_REAL_QUEUE_ID, ""))
+    return -1 if qid is None else qid
 
 
 def message_timeup(msg: Message) -> NewMessage:
@@ -39,7 +46,7 @@ def message_timeup(msg: Message) -> NewMessage:
     properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
     return NewMessage(
         topic=properties.get(PROPERTY_REAL_TOPIC, ""),
-        queueId=int(properties.get(PROPERTY_REAL_QUEUE_ID, "-1")),
+        queueId=_real_queue_id(properties),
         body=msg.body,
         properties=properties,
         propertiesRaw=raw,

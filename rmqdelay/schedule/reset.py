@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rmqdelay.errors import UsageError
+from rmqdelay.schedule.status import corrected_offset
 from rmqdelay.store import Store
 
 TARGET_KINDS = ("to-earliest", "to-latest", "to-offset", "to-datetime", "by-duration", "shift-by")
@@ -88,7 +89,7 @@ def plan_level_reset(store: Store, level: int, current: int, target: ResetTarget
         instant = int(target.value) if kind == "to-datetime" else now_ms - int(target.value)
         units = cq.units(lo, hi)
         requested = lo + first_unit_at_or_after(units["tagsCode"], instant)
-    after = min(max(requested, lo), hi)
+    after = corrected_offset(requested, lo, hi)
     warning = None
     if after != requested:
         side = "before minOffset" if requested < lo else "beyond maxOffset"

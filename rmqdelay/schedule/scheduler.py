@@ -41,6 +41,7 @@ from rmqdelay.formats.constants import (
 )
 from rmqdelay.formats.consumequeue import CQ_EXT_MAX_ADDR
 from rmqdelay.formats.delayoffset import DataVersion
+from rmqdelay.formats.javanum import java_parse_int
 from rmqdelay.schedule.levels import parse_delay_levels
 from rmqdelay.schedule.offsets import OffsetPublisher, read_scheduler_state
 from rmqdelay.schedule.redelivery import message_timeup
@@ -184,10 +185,8 @@ def restore_unit(store: Store, commit_log_offset: int, size: int) -> tuple[Messa
     if topic == RMQ_SYS_SCHEDULE_TOPIC:
         return msg, None, "REAL_TOPIC is SCHEDULE_TOPIC_XXXX itself"
     qid_text = props.get(PROPERTY_REAL_QUEUE_ID)
-    try:
-        qid = int(qid_text) if qid_text is not None else None
-    except ValueError:
-        qid = None
+    # messageTimeup: Integer.parseInt, whose NumberFormatException drops the message.
+    qid = java_parse_int(qid_text) if qid_text is not None else None
     if qid is None or not 0 <= qid <= 0x7FFFFFFF:
         return msg, None, f"REAL_QID is not a queue id: {qid_text!r}"
     return msg, message_timeup(msg), None
@@ -277,7 +276,7 @@ def _replay(store: Store, delay_levels: dict[int, int], offsets: dict[int, int],
                 return counts, Notice("replay", f"commit log offset {position}: body CRC mismatch; "
                                                 f"replay stopped there")
             level_text = record.properties.get(PROPERTY_DELAY_TIME_LEVEL)
-            named = int(level_text) if level_text and level_text.isdigit() else None
+            named = java_parse_int(level_text) if level_text else None
             # DELAY names the level (the 4.9.4 quirk keeps it); a hand-made schedule message
             # may lack it or disagree with its queue, so the other levels are tried too.
             candidates = ([named] if named in delay_levels else []) + [l for l in delay_levels if l != named]

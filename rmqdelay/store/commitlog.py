@@ -6,6 +6,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from rmqdelay.errors import StoreError
 from rmqdelay.formats.commitlog import (
     RECORD_HEAD,
@@ -17,6 +19,7 @@ from rmqdelay.formats.commitlog import (
 from rmqdelay.formats.constants import BLANK_MAGIC_CODE
 from rmqdelay.formats.errors import FormatError
 from rmqdelay.store.mappedfiles import MappedFile, MappedFileReader, list_mapped_files
+from rmqdelay.store.problems import Problems
 
 # CommitLog.END_FILE_MIN_BLANK_LENGTH: a message must leave room for a BLANK head.
 END_FILE_MIN_BLANK_LENGTH = 8
@@ -30,9 +33,9 @@ class End:
 
 
 class CommitLog:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, problems: Problems | None = None) -> None:
         self.directory = directory
-        self.files: list[MappedFile] = list_mapped_files(directory)
+        self.files: list[MappedFile] = list_mapped_files(directory, problems)
         self._reader = MappedFileReader(self.files)
 
     @property
@@ -110,6 +113,10 @@ class CommitLog:
             while pos < mf.size:
                 record = self._decode_at(mf, view, pos, reference)
                 if isinstance(record, End):
+                    following = self._reader.view(index + 1)[:8] if index + 1 < len(self.files) else b""
+                    after = data_after_end(view, pos, following, self.files[index + 1].path.name if following else "")
+                    if after:
+                        raise StoreError(mf.path, pos, after)
                     return
                 if isinstance(record, Blank):
                     if include_blanks:
@@ -136,3 +143,28 @@ class CommitLog:
             else:
                 end = record.commitLogOffset + record.storeSize
         return end
+
+
+def first_nonzero(buf, pos: int) -> int | None:
+    """The position of the first non-zero byte of ``buf`` at or after ``pos``, or None."""
+    rest = np.frombuffer(buf, dtype=np.uint8, offset=min(pos, len(buf)))
+    if not rest.any():
+        return None
+    return pos + int(np.argmax(rest != 0))
+
+
+def data_after_end(buf, pos: int, next_head: bytes = b"", next_name: str = "") -> str | None:
+    """Where a commit log file's data ends (a zero record head at ``pos``), everything after
+    it must be zeros: the rest of the file, and the head of the next file (``next_head``, its
+    first bytes; a file the broker preallocated is all zeros). Otherwise the data ends too
+    early -- a hole of zeros inside the log -- and this says so; the broker's recovery would
+    stop there too, and drop the rest. None when the end is a true end."""
+    nonzero = first_nonzero(buf, pos)
+    if nonzero is not None:
+        where = f"at byte {nonzero} of this file"
+    elif any(next_head):
+        where = f"in the next file {next_name}"
+    else:
+        return None
+    return (f"a record head or the end of the data, found zeros with more data after them ({where}); "
+            f"reading stopped here, where the broker's recovery would end the log")

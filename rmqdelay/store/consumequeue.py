@@ -7,21 +7,30 @@ from pathlib import Path
 import numpy as np
 
 from rmqdelay.errors import StoreError
-from rmqdelay.formats.constants import CQ_STORE_UNIT_SIZE
-from rmqdelay.formats.consumequeue import CqUnit, decode_units
+from rmqdelay.formats.constants import CQ_PRE_BLANK_SIZE, CQ_STORE_UNIT_SIZE
+from rmqdelay.formats.consumequeue import CQ_EXT_MAX_ADDR, CqUnit, decode_units
 from rmqdelay.store.mappedfiles import MappedFile, MappedFileReader, list_mapped_files
+from rmqdelay.store.problems import FILE_SIZE, Problems, report
+
+# The last millisecond of year 9999: the latest deliver time there is a date for.
+MAX_DELIVER_MS = 253402300799999
+# Where tagsCode sits in a unit (commitLogOffset 8 bytes, size 4 bytes, tagsCode 8 bytes).
+_TAGS_CODE_AT = 12
 
 
 class ConsumeQueue:
-    def __init__(self, directory: Path, topic: str, queue_id: int) -> None:
+    def __init__(self, directory: Path, topic: str, queue_id: int, problems: Problems | None = None) -> None:
+        """``problems``: note what is wrong with the queue's files there instead of raising
+        (a partial unit at the end of a file is then left unread)."""
         self.directory = directory
         self.topic = topic
         self.queue_id = queue_id
-        self.files: list[MappedFile] = list_mapped_files(directory)
+        self.files: list[MappedFile] = list_mapped_files(directory, problems)
         for mf in self.files:
             if mf.start % CQ_STORE_UNIT_SIZE or mf.size % CQ_STORE_UNIT_SIZE:
-                raise StoreError(mf.path, None, f"a consume queue file of whole {CQ_STORE_UNIT_SIZE}-byte units "
-                                                f"({mf.size} bytes, starting at {mf.start})")
+                report(problems, FILE_SIZE, mf.path, None,
+                       f"a consume queue file of whole {CQ_STORE_UNIT_SIZE}-byte units "
+                       f"({mf.size} bytes, starting at {mf.start})")
         self._reader = MappedFileReader(self.files)
         self._max_offset: int | None = None
 
@@ -93,3 +102,31 @@ class ConsumeQueue:
             return -1
         u = self.unit(self.max_offset - 1)
         return u.commitLogOffset + u.size
+
+    def check_deliver_times(self, units: np.ndarray, first: int, *, ext_ok: bool = False) -> None:
+        """For SCHEDULE_TOPIC_XXXX, where tagsCode is the deliver time: a StoreError naming the
+        first of ``units`` (which start at logical offset ``first``) whose tagsCode is no
+        time -- past year 9999, or (unless ``ext_ok``, for a listing that shows them as such)
+        an address into ConsumeQueueExt, which rmqdelay does not read. Pre-blank units are no
+        messages and are not checked."""
+        codes = units["tagsCode"]
+        bad = (codes > MAX_DELIVER_MS) if ext_ok else ((codes <= CQ_EXT_MAX_ADDR) | (codes > MAX_DELIVER_MS))
+        bad &= units["size"] != CQ_PRE_BLANK_SIZE
+        if not bad.any():
+            return
+        row = int(np.argmax(bad))
+        code = int(codes[row])
+        path, byte = self.locate(first + row)
+        what = ("a ConsumeQueueExt address (the broker then takes the message's store time plus the level's "
+                "delay; rmqdelay reads no consumequeue_ext)" if code <= CQ_EXT_MAX_ADDR else "past year 9999")
+        raise StoreError(path, byte + _TAGS_CODE_AT,
+                         f"a deliver time (tagsCode of unit {first + row} of {self.topic}/{self.queue_id}) in "
+                         f"epoch milliseconds, found {code}: {what}")
+
+    def locate(self, logical: int) -> tuple[Path, int]:
+        """The file holding unit ``logical`` and the unit's byte offset in it."""
+        byte = logical * CQ_STORE_UNIT_SIZE
+        for mf in self.files:
+            if mf.start <= byte < mf.end:
+                return mf.path, byte - mf.start
+        return self.directory, byte

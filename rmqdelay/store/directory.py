@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +20,12 @@ from rmqdelay.formats.constants import (
 )
 from rmqdelay.formats.delayoffset import DelayOffsets, parse_delay_offsets
 from rmqdelay.formats.errors import FormatError
+from rmqdelay.formats.javanum import java_parse_int
 from rmqdelay.formats.msgid import decode_message_id
 from rmqdelay.store.commitlog import CommitLog
 from rmqdelay.store.consumequeue import ConsumeQueue
 from rmqdelay.store.lock import lock_holder
+from rmqdelay.store.problems import NOT_A_DIRECTORY, UNREADABLE, Problems, report
 
 T = TypeVar("T")
 
@@ -36,16 +39,39 @@ class QueueInfo:
     maxPhysicOffset: int
 
 
+def check_store_directory(path: Path) -> None:
+    """A one-line StoreError unless ``path`` is a directory (it may be empty)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise StoreError(path, None, "a broker store directory (it does not exist)") from None
+    except OSError as exc:
+        raise StoreError(path, None, f"a broker store directory ({exc.strerror})") from None
+    if not stat.S_ISDIR(mode):
+        raise StoreError(path, None, "a broker store directory (this is a file, not a directory)")
+
+
 class Store:
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *, lenient: bool = False) -> None:
+        """``lenient``: what is wrong with the layout of the store (unreadable entries, gaps,
+        files of the wrong size) is noted in ``problems`` instead of raised, and the rest is
+        read (``--verify``, ``inspect store``)."""
         self.path = Path(path)
-        if not self.path.exists():
-            raise StoreError(self.path, None, "a broker store directory (it does not exist)")
-        if not self.path.is_dir():
-            raise StoreError(self.path, None, "a broker store directory (this is not a directory)")
+        check_store_directory(self.path)
         if not (self.commitlog_dir.is_dir() or self.consumequeue_dir.is_dir()):
             raise StoreError(self.path, None, "a broker store directory holding commitlog/ and consumequeue/")
-        self.commitlog = CommitLog(self.commitlog_dir)
+        self.problems: Problems | None = Problems() if lenient else None
+        for sub in (self.commitlog_dir, self.consumequeue_dir):
+            try:
+                mode = os.stat(sub).st_mode
+            except FileNotFoundError:
+                continue
+            except OSError as exc:  # a symlink loop, ...
+                report(self.problems, UNREADABLE, sub, None, f"a readable directory ({exc.strerror})")
+                continue
+            if not stat.S_ISDIR(mode):
+                report(self.problems, NOT_A_DIRECTORY, sub, None, "a directory (found a file)")
+        self.commitlog = CommitLog(self.commitlog_dir, self.problems)
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
 
     # -- layout -------------------------------------------------------------------------
@@ -118,23 +144,45 @@ class Store:
 
     # -- queues -------------------------------------------------------------------------
     def topics(self) -> dict[str, list[int]]:
+        """{topic: queue ids} of consumequeue/, read as the broker loads it: a queue directory
+        counts when Integer.parseInt takes its name, and only in the form the broker writes
+        (String.valueOf of the id): for '01' the broker would open '1', never that directory."""
         result: dict[str, list[int]] = {}
-        try:
-            topic_dirs = sorted(os.scandir(self.consumequeue_dir), key=lambda e: e.name)
-        except FileNotFoundError:
-            return result
+        topic_dirs = self._directory_entries(self.consumequeue_dir)
         for entry in topic_dirs:
-            if not entry.is_dir():
+            if not self._is_dir(entry):
                 continue
-            ids = sorted(int(q.name) for q in os.scandir(entry.path) if q.is_dir() and q.name.isdigit())
-            result[entry.name] = ids
+            ids = []
+            for q in self._directory_entries(Path(entry.path)):
+                qid = java_parse_int(q.name)
+                if qid is not None and str(qid) == q.name and self._is_dir(q):
+                    ids.append(qid)
+            result[entry.name] = sorted(ids)
         return result
+
+    def _directory_entries(self, directory: Path) -> list[os.DirEntry]:
+        try:
+            return sorted(os.scandir(directory), key=lambda e: e.name)
+        except FileNotFoundError:
+            return []
+        except NotADirectoryError:
+            report(self.problems, NOT_A_DIRECTORY, directory, None, "a directory (found a file)")
+        except OSError as exc:
+            report(self.problems, UNREADABLE, directory, None, f"a readable directory ({exc.strerror})")
+        return []
+
+    def _is_dir(self, entry: os.DirEntry) -> bool:
+        try:
+            return entry.is_dir()
+        except OSError as exc:  # a symlink loop (ELOOP), ...
+            report(self.problems, UNREADABLE, entry.path, None, f"a readable directory ({exc.strerror})")
+            return False
 
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         key = (topic, queue_id)
         cq = self._queues.get(key)
         if cq is None:
-            cq = ConsumeQueue(self.consumequeue_dir / topic / str(queue_id), topic, queue_id)
+            cq = ConsumeQueue(self.consumequeue_dir / topic / str(queue_id), topic, queue_id, self.problems)
             self._queues[key] = cq
         return cq
 
@@ -172,7 +220,10 @@ class Store:
         return self.commitlog.read_message(offset)
 
     def messages_by_key(self, key: str, topic: str | None = None) -> Iterator[Message]:
-        """Messages whose UNIQ_KEY is ``key`` or whose KEYS hold it as one token (a scan)."""
+        """Messages whose UNIQ_KEY is ``key`` or whose KEYS hold it as one token (a scan).
+        An empty key matches nothing: the broker indexes no empty KEYS token."""
+        if not key:
+            return
         for msg in self.commitlog.records():
             if topic is not None and msg.topic != topic:
                 continue

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import os
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 from rmqdelay.errors import StoreLockedError
@@ -31,6 +32,53 @@ def lock_holder(path: Path) -> int | None:
         os.close(fd)
 
 
+@dataclass(slots=True, frozen=True)
+class Holder:
+    """Who holds STORE/lock, as far as /proc tells."""
+
+    pid: int | None
+    kind: str  # "broker" | "rmqdelay" | "process"
+    command: str | None  # its command line, when /proc shows it
+
+    @property
+    def text(self) -> str:
+        what = {"broker": "a RocketMQ broker", "rmqdelay": "another rmqdelay"}.get(self.kind, "a process")
+        if self.pid is None:
+            return f"{what} (its pid is not visible from here)"
+        return f"{what} (pid {self.pid}" + (f": {self.command})" if self.command else ")")
+
+    @property
+    def advice(self) -> str:
+        if self.kind == "rmqdelay":
+            return "wait for it to finish, or stop it, before writing to this store"
+        if self.kind == "broker":
+            return "stop the broker before writing to this store"
+        return "stop it before writing to this store (a running broker holds this lock)"
+
+
+def describe_holder(pid: int | None, proc: Path = Path("/proc")) -> Holder:
+    """Name the process holding the lock from its command line: the broker (java running
+    BrokerStartup, or any java), another rmqdelay, or some other process."""
+    if not pid:  # 0: the holder lives in another pid namespace (a container)
+        return Holder(None, "process", None)
+    try:
+        argv = (proc / str(pid) / "cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    except OSError:
+        return Holder(pid, "process", None)
+    words = [os.fsdecode(a) for a in argv if a]
+    command = " ".join(words)
+    if len(command) > 200:
+        command = command[:200] + "..."
+    names = [Path(w).name for w in words[:3]]
+    if names and names[0] == "java" or any(w.endswith("BrokerStartup") for w in words):
+        kind = "broker"
+    elif "rmqdelay" in names or any(w.startswith("rmqdelay") for w in words[1:3]):
+        kind = "rmqdelay"
+    else:
+        kind = "process"
+    return Holder(pid, kind, command or None)
+
+
 class BrokerLock:
     """Hold STORE/lock exactly as the broker does, for as long as this object is open."""
 
@@ -44,8 +92,8 @@ class BrokerLock:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
         except OSError:
             os.close(fd)
-            pid = lock_holder(self.path)
-            raise StoreLockedError(self.path, f"process {pid}" if pid else "another process") from None
+            holder = describe_holder(lock_holder(self.path))
+            raise StoreLockedError(self.path, holder.text, holder.advice) from None
         if os.fstat(fd).st_size == 0:
             # What the broker leaves in the file (DefaultMessageStore.start).
             os.pwrite(fd, b"lock", 0)

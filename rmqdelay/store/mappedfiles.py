@@ -9,6 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rmqdelay.errors import StoreError
+from rmqdelay.store.problems import (
+    FILE_SIZE,
+    GAP,
+    NOT_A_DIRECTORY,
+    UNREADABLE,
+    Problems,
+    report,
+)
 
 _NAME = re.compile(r"^\d{20}$")
 
@@ -24,26 +32,65 @@ class MappedFile:
         return self.start + self.size
 
 
-def list_mapped_files(directory: Path) -> list[MappedFile]:
-    """The files of one queue in offset order; sizes read from the files themselves."""
+def list_mapped_files(directory: Path, problems: Problems | None = None) -> list[MappedFile]:
+    """The files of one queue in offset order; sizes read from the files themselves.
+
+    Strict (``problems`` None): the first problem raises a StoreError. Lenient: each problem
+    is noted in ``problems`` and the files that could be listed are returned, gaps and all.
+    Every file but the last must reach the next one; the broker also wants every file of
+    the queue to have the same size (MappedFileQueue.load), which only the lenient listing
+    checks of the last file, as reading a short last file is still possible.
+    """
     files = []
     try:
         entries = sorted(os.scandir(directory), key=lambda e: e.name)
     except FileNotFoundError:
         return []
+    except NotADirectoryError:
+        report(problems, NOT_A_DIRECTORY, directory, None, "a directory (found a file)")
+        return []
     except OSError as exc:
-        raise StoreError(directory, None, f"a readable directory ({exc.strerror})") from None
+        report(problems, UNREADABLE, directory, None, f"a readable directory ({exc.strerror})")
+        return []
     for entry in entries:
-        if not _NAME.match(entry.name) or not entry.is_file():
+        if not _NAME.match(entry.name):
             continue
-        files.append(MappedFile(Path(entry.path), int(entry.name), entry.stat().st_size))
+        try:
+            if not entry.is_file():
+                continue
+            size = entry.stat().st_size
+        except OSError as exc:  # a symlink loop (ELOOP), an unreadable target, ...
+            report(problems, UNREADABLE, entry.path, None, f"a readable file ({exc.strerror})")
+            continue
+        files.append(MappedFile(Path(entry.path), int(entry.name), size))
+    usual = _usual_size(files)
     for prev, cur in zip(files, files[1:]):
-        if prev.end != cur.start:
+        if prev.end == cur.start:
+            continue
+        if prev.size != usual and prev.start + usual == cur.start or cur.start < prev.end:
             # Name the file whose size is off (truncated or grown), at the byte where it ends.
-            raise StoreError(prev.path, prev.size,
-                             f"a file of {cur.start - prev.start} bytes, reaching the next file "
-                             f"{cur.path.name}; found {prev.size} bytes (truncated?)")
+            report(problems, FILE_SIZE, prev.path, prev.size,
+                   f"a file of {cur.start - prev.start} bytes, reaching the next file "
+                   f"{cur.path.name}; found {prev.size} bytes (truncated?)")
+        else:
+            report(problems, GAP, cur.path, None,
+                   f"a file starting at {prev.end}, where {prev.path.name} ends; found one starting at "
+                   f"{cur.start}: bytes [{prev.end}, {cur.start}) of the queue are missing "
+                   f"(a file lost, or a stray one)")
+    if problems is not None and len(files) > 1 and files[-1].size != usual:
+        last = files[-1]
+        problems.add(FILE_SIZE, last.path, min(last.size, usual),
+                     f"a file of {usual} bytes like the others of the queue; found {last.size} bytes"
+                     + (" (truncated?)" if last.size < usual else ""))
     return files
+
+
+def _usual_size(files: list[MappedFile]) -> int | None:
+    """The size most files of the queue have (the broker's mapped file size)."""
+    if not files:
+        return None
+    sizes = [mf.size for mf in files]
+    return max(set(sizes), key=lambda size: (sizes.count(size), size))
 
 
 class MappedFileReader:

@@ -19,7 +19,9 @@ from rmqdelay.errors import StoreError
 from rmqdelay.formats.constants import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC
 from rmqdelay.formats.delayoffset import parse_fastjson_object
 from rmqdelay.formats.errors import FormatError
+from rmqdelay.formats.javanum import java_int_range, java_parse_int
 from rmqdelay.formats.scan import DEFAULT_BATCH_ROWS, MESSAGE_SCHEMA, decode_records
+from rmqdelay.store.commitlog import data_after_end
 from rmqdelay.store.directory import Store, load_config_file
 
 __all__ = [
@@ -82,7 +84,18 @@ def scan_commitlog_file(path: Path | str, store_name: str, *, keep_going: bool =
             return
         raise StoreError(path, None, f"a readable file ({exc.strerror})") from None
     try:
-        yield from decode_records(mapped, store=store_name, file=path.name, batch_rows=batch_rows)
+        end = 0  # where the records read so far end, in this file
+        for batch in decode_records(mapped, store=store_name, file=path.name, batch_rows=batch_rows):
+            yield batch
+            if batch.num_rows:
+                end = batch.column("commitlog_offset")[-1].as_py() + batch.column("store_size")[-1].as_py() \
+                    - _file_start(path)
+        # The scan stopped at a BLANK, at the end of the file, or at a zero record head; at
+        # zeros, nothing may follow (scans that stop early must say so).
+        after = data_after_end(mapped, end, *_next_file_head(path, size)) if end + 8 <= size and \
+            not any(mapped[end:end + 8]) else None
+        if after:
+            raise FormatError(end, after)
     except FormatError as exc:
         if not keep_going:
             raise StoreError(path, exc.offset, exc.expected) from None
@@ -93,6 +106,23 @@ def scan_commitlog_file(path: Path | str, store_name: str, *, keep_going: bool =
             mapped.close()
         except BufferError:
             pass  # a view is still alive somewhere; the map goes with it
+
+
+def _file_start(path: Path) -> int:
+    try:
+        return int(path.name)
+    except ValueError:
+        return 0
+
+
+def _next_file_head(path: Path, size: int) -> tuple[bytes, str]:
+    """The first bytes and the name of the commit log file after ``path`` (b"" when there is none)."""
+    following = path.with_name(f"{_file_start(path) + size:020d}")
+    try:
+        with open(following, "rb") as fh:
+            return fh.read(8), following.name
+    except OSError:
+        return b"", following.name
 
 
 def _size_or_zero(path: Path) -> int:
@@ -109,6 +139,7 @@ def schedule_units(store: Store, store_name: str) -> pa.Table:
         cq = store.schedule_queue(queue_id + 1)
         first = cq.min_offset
         units = cq.units(first, cq.max_offset)
+        cq.check_deliver_times(units, first)
         real = units["size"] != _PRE_BLANK_SIZE
         n = len(units)
         offsets = np.arange(first, first + n, dtype=np.int64)
@@ -156,7 +187,11 @@ def _offset_table(doc: dict) -> dict[tuple[str, str], dict[int, int]]:
         for qid, offset in queues.items():
             if isinstance(offset, bool) or not isinstance(offset, int):
                 raise FormatError(0, f"an integer offset for {key} queue {qid}, found {offset!r}")
-            entry[int(qid)] = offset
+            queue_id = qid if isinstance(qid, int) and java_int_range(qid) else \
+                java_parse_int(qid) if isinstance(qid, str) else None
+            if queue_id is None:
+                raise FormatError(0, f"integer queue ids (Java ints) for {key}, found {qid!r}")
+            entry[queue_id] = offset
         result[(topic, group)] = entry
     return result
 

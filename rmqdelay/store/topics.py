@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
-import re
-
 from rmqdelay.errors import UsageError
 from rmqdelay.formats.constants import TOPIC_MAX_LENGTH
 
-_VALID = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+# TopicValidator.VALID_CHAR_BIT_MAP (4.9.4 and 5.3.3 alike): every character of the name must be
+# one of these. A character test rather than a regex: '$' in Python also matches before a final
+# newline, so ^[...]+$ would let 'abc\n' through.
+_VALID_CHARS = frozenset("%|-_0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 
 
 def topic_problem(topic: str | None) -> str | None:
-    """Why a topic name is not one the broker accepts, or None when it is."""
-    if not topic:
-        return "an empty topic name"
+    """Why a topic name is not one the broker accepts (TopicValidator.validateTopic, in its
+    order: blank, illegal characters, length), or None when it is."""
+    if not topic or not topic.strip():
+        return "an empty topic name" if not topic else f"a blank topic name: {topic!r}"
+    if not _VALID_CHARS.issuperset(topic):
+        return f"a topic name outside ^[%|a-zA-Z0-9_-]+$: {topic!r}"
     if len(topic) > TOPIC_MAX_LENGTH:
         return f"a topic name longer than {TOPIC_MAX_LENGTH} characters"
-    if not _VALID.match(topic):
-        return f"a topic name outside ^[%|a-zA-Z0-9_-]+$: {topic!r}"
     return None
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import mmap
 from array import array
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -33,7 +34,12 @@ from rmqdelay.formats.constants import (
 )
 from rmqdelay.formats.errors import FormatError
 from rmqdelay.store import Store
+from rmqdelay.store.commitlog import first_nonzero
 from rmqdelay.store.mappedfiles import MappedFile
+from rmqdelay.store.problems import FILE_SIZE, GAP, NOT_A_DIRECTORY, UNREADABLE, Problem
+
+__all__ = ["Problem", "VerifyCounts", "iter_problems", "verify_store", "verify_total",
+           "FILE_SIZE", "GAP", "NOT_A_DIRECTORY", "UNREADABLE"]
 
 # Problem kinds, as shown to the user and in --json.
 MAGIC = "magic"
@@ -43,7 +49,6 @@ PHYSICAL_OFFSET = "physical-offset"
 BLANK = "blank"
 MISSING_BLANK = "missing-blank"
 TAIL = "tail"
-UNREADABLE = "unreadable"
 CQ_FILE = "cq-file"
 CQ_PAST_LOG = "cq-past-log"
 CQ_NO_MESSAGE = "cq-no-message"
@@ -54,23 +59,6 @@ CQ_UNREADABLE = "cq-unreadable"
 UNDISPATCHED = "undispatched"
 
 
-@dataclass(slots=True, frozen=True)
-class Problem:
-    kind: str
-    file: str
-    offset: int | None  # byte offset in ``file``
-    expected: str
-    physicalOffset: int | None = None  # where in the whole commit log, when it is about a record
-
-    def as_json(self) -> dict:
-        return {"kind": self.kind, "file": self.file, "offset": self.offset,
-                "expected": self.expected, "physicalOffset": self.physicalOffset}
-
-    def __str__(self) -> str:
-        where = self.file if self.offset is None else f"{self.file} at byte {self.offset}"
-        return f"{where}: {self.expected}"
-
-
 @dataclass(slots=True)
 class VerifyCounts:
     """How much was checked: filled in by ``iter_problems`` as it goes."""
@@ -79,6 +67,10 @@ class VerifyCounts:
     messages: int = 0
     queues: int = 0
     units: int = 0
+    # Commit log files after the end of the data that hold nothing but zeros: the next file a
+    # running broker preallocates (AllocateMappedFileService). Not a problem: on recovery the
+    # broker deletes them (truncateDirtyFiles).
+    preallocated: list[str] = field(default_factory=list)
 
 
 class _Messages:
@@ -122,18 +114,59 @@ def verify_total(store: Store) -> int:
 
 def iter_problems(store: Store, advance: Advance | None = None,
                   counts: VerifyCounts | None = None) -> Iterator[Problem]:
-    """Every problem of the store, commit log first, then each consume queue."""
+    """Every problem of the store: what listing it found (a lenient Store notes those in
+    ``store.problems``), then the commit log, then each consume queue."""
     advance = advance or (lambda n: None)
     counts = counts if counts is not None else VerifyCounts()
+    layout = _LayoutProblems(store)
+    yield from layout.new()
     messages = _Messages()
     end = store.commitlog.min_offset
     files = store.commitlog.files
+    # A file whose data ends in zeros without a closing BLANK is the broker's current file
+    # when nothing but zeros follows it; it is a problem only when a later file holds data.
+    missing_blank: Problem | None = None
     for index, mf in enumerate(files):
-        end = yield from _check_file(mf, index == len(files) - 1, messages)
+        if missing_blank is not None:
+            if _all_zeros(mf):
+                counts.preallocated.append(str(mf.path))
+                counts.files += 1
+                advance(mf.size)
+                continue
+            yield missing_blank
+            missing_blank = None
+        end, zeros_at = yield from _check_file(mf, messages)
+        if zeros_at is not None and index < len(files) - 1:
+            missing_blank = Problem(MISSING_BLANK, str(mf.path), zeros_at - mf.start,
+                                    "a BLANK record closing the file, found zeros", zeros_at)
         advance(mf.size)
         counts.files += 1
     counts.messages = len(messages.offsets)
-    yield from _check_queues(store, messages, end, advance, counts)
+    yield from _check_queues(store, messages, end, advance, counts, layout)
+
+
+class _LayoutProblems:
+    """The problems a lenient Store noted while listing, each yielded once, as they appear
+    (a consume queue's files are listed when the queue is opened)."""
+
+    def __init__(self, store: Store) -> None:
+        self.found = store.problems if store.problems is not None else []
+        self.done = 0
+
+    def new(self) -> Iterator[Problem]:
+        while self.done < len(self.found):
+            self.done += 1
+            yield self.found[self.done - 1]
+
+
+def _all_zeros(mf: MappedFile) -> bool:
+    if mf.size == 0:
+        return True
+    try:
+        with open(mf.path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            return first_nonzero(buf, 0) is None
+    except (OSError, ValueError):
+        return False  # _check_file names what is wrong with it
 
 
 def verify_store(store: Store, advance: Advance | None = None,
@@ -141,28 +174,29 @@ def verify_store(store: Store, advance: Advance | None = None,
     return list(iter_problems(store, advance, counts))
 
 
-def _check_file(mf: MappedFile, last: bool, messages: _Messages) -> Iterator[Problem]:
+def _check_file(mf: MappedFile, messages: _Messages) -> Iterator[Problem]:
     """The records of one commit log file; returns the physical offset where its readable
-    data ends (the file's end when it closes with a BLANK)."""
+    data ends (the file's end when it closes with a BLANK), and that offset again when the
+    data ends in zeros (None otherwise: a BLANK, or a problem)."""
     name = str(mf.path)
     if mf.size == 0:
-        return mf.start
+        return mf.start, None
     try:
         with open(mf.path, "rb") as fh:
             buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     except OSError as exc:
         yield Problem(UNREADABLE, name, None, f"a readable file ({exc.strerror})")
         messages.skipped.append((mf.start, mf.end))
-        return mf.start
+        return mf.start, None
     with buf:
         view = memoryview(buf)
         try:
-            return (yield from _walk(view, mf, last, messages))
+            return (yield from _walk(view, mf, messages))
         finally:
             view.release()
 
 
-def _walk(view: memoryview, mf: MappedFile, last: bool, messages: _Messages) -> Iterator[Problem]:
+def _walk(view: memoryview, mf: MappedFile, messages: _Messages) -> Iterator[Problem]:
     name = str(mf.path)
     size = len(view)
     pos = 0
@@ -171,39 +205,37 @@ def _walk(view: memoryview, mf: MappedFile, last: bool, messages: _Messages) -> 
         if pos + 8 > size:
             if any(view[pos:]):
                 yield Problem(SIZE, name, pos, f"a record head of 8 bytes, found {size - pos}", physical)
-            elif not last:
-                yield Problem(MISSING_BLANK, name, pos, "a BLANK record closing the file, found zeros", physical)
-            return physical
+                return physical, None
+            return physical, physical
         total, magic = RECORD_HEAD.unpack_from(view, pos)
         if total == 0 and magic == 0:
             # The data ends here: what follows must be the zeros of the preallocated file.
-            nonzero = _first_nonzero(view, pos)
+            nonzero = first_nonzero(view, pos)
             if nonzero is not None:
                 yield Problem(TAIL, name, nonzero, f"zeros after the end of the data at byte {pos}, "
                                                    "found non-zero bytes", mf.start + nonzero)
-            elif not last:
-                yield Problem(MISSING_BLANK, name, pos, "a BLANK record closing the file, found zeros", physical)
-            return physical
+                return physical, None
+            return physical, physical
         if magic == BLANK_MAGIC_CODE:
             if total != size - pos:
                 yield Problem(BLANK, name, pos, f"a BLANK record filling the rest of the file "
                                                 f"({size - pos} bytes), found totalSize {total}", physical)
                 messages.skipped.append((physical, mf.end))
-                return physical
-            return mf.end
+                return physical, None
+            return mf.end, None
         try:
             check_message_bounds(view, pos, size)
         except FormatError as exc:
             kind = SIZE if exc.offset == pos else MAGIC
             yield Problem(kind, name, exc.offset, exc.expected, physical)
             messages.skipped.append((physical, mf.end))
-            return physical
+            return physical, None
         try:
             msg = decode_message(view, pos, size)
         except FormatError as exc:
             yield Problem(SIZE, name, exc.offset, exc.expected, physical)
             messages.skipped.append((physical, mf.end))
-            return physical
+            return physical, None
         if msg.commitLogOffset != physical:
             yield Problem(PHYSICAL_OFFSET, name, pos + 28,
                           f"physicalOffset {physical} (where the record is), found {msg.commitLogOffset}", physical)
@@ -213,36 +245,54 @@ def _walk(view: memoryview, mf: MappedFile, last: bool, messages: _Messages) -> 
                                               f"found {msg.bodyCRC}", physical)
         messages.add(physical, msg.storeSize, msg.topic, msg.queueId, msg.queueOffset, msg.sysFlag)
         pos += total
-    return mf.end
-
-
-def _first_nonzero(view: memoryview, pos: int) -> int | None:
-    rest = np.frombuffer(view, dtype=np.uint8, offset=pos)
-    hits = np.flatnonzero(rest)
-    return pos + int(hits[0]) if len(hits) else None
+    return mf.end, None
 
 
 def _check_queues(store: Store, messages: _Messages, end: int, advance: Advance,
-                  counts: VerifyCounts) -> Iterator[Problem]:
+                  counts: VerifyCounts, layout: _LayoutProblems) -> Iterator[Problem]:
     cols = _Columns(messages)
     queue_min: dict[int, int] = {}
     for topic, ids in store.topics().items():
+        yield from layout.new()
         for qid in ids:
             try:
                 cq = store.consume_queue(topic, qid)
+                yield from layout.new()
                 lo, hi = cq.min_offset, cq.max_offset
-                units = cq.units(lo, hi)
+                # Queue files that do not follow each other (a lost file) are checked run by
+                # run, each unit at the logical offset its file gives it.
+                runs = [cq.units(max(lo, first), min(hi, stop)) for first, stop in _contiguous_runs(cq)]
             except StoreError as exc:
                 yield Problem(CQ_FILE, str(exc.path), exc.offset, exc.expected)
                 continue
             counts.queues += 1
-            counts.units += len(units)
             key = messages.keys.get((topic, qid))
             if key is not None:
                 queue_min[key] = lo
-            yield from _check_units(cq, lo, units, cols, key, store.commitlog.min_offset, end)
+            for (first, _), units in zip(_contiguous_runs(cq), runs):
+                counts.units += len(units)
+                yield from _check_units(cq, max(lo, first), units, cols, key, store.commitlog.min_offset, end)
             advance(sum(mf.size for mf in cq.files))
-    yield from _check_undispatched(store, cols, queue_min)
+    yield from layout.new()
+    # Queues that could not be listed were not checked: their messages are not "undispatched".
+    unlisted = {Path(p.file) for p in layout.found if p.kind in (UNREADABLE, NOT_A_DIRECTORY)}
+    if store.consumequeue_dir in unlisted:
+        return
+    unchecked = [key for (topic, qid), key in messages.keys.items()
+                 if store.consumequeue_dir / topic in unlisted or store.consumequeue_dir / topic / str(qid) in unlisted]
+    yield from _check_undispatched(store, cols, queue_min, unchecked)
+
+
+def _contiguous_runs(cq) -> list[tuple[int, int]]:
+    """[first, stop) logical offsets of each run of files that follow each other."""
+    runs: list[tuple[int, int]] = []
+    for mf in cq.files:
+        first, stop = mf.start // CQ_STORE_UNIT_SIZE, (mf.start + mf.size) // CQ_STORE_UNIT_SIZE
+        if runs and runs[-1][1] == first:
+            runs[-1] = (runs[-1][0], stop)
+        else:
+            runs.append((first, stop))
+    return runs
 
 
 class _Columns:
@@ -261,11 +311,8 @@ class _Columns:
 
 
 def _unit_location(cq, logical: int) -> tuple[str, int]:
-    byte = logical * CQ_STORE_UNIT_SIZE
-    for mf in cq.files:
-        if mf.start <= byte < mf.end:
-            return str(mf.path), byte - mf.start
-    return str(cq.directory), byte
+    path, byte = cq.locate(logical)
+    return str(path), byte
 
 
 def _check_units(cq, lo: int, units: np.ndarray, cols: _Columns, key: int | None,
@@ -323,13 +370,16 @@ def _check_units(cq, lo: int, units: np.ndarray, cols: _Columns, key: int | None
                                                         f"{n}, found queueOffset {int(cols.queue_offsets[m])}", p)
 
 
-def _check_undispatched(store: Store, cols: _Columns, queue_min: dict[int, int]) -> Iterator[Problem]:
+def _check_undispatched(store: Store, cols: _Columns, queue_min: dict[int, int],
+                        unchecked: list[int]) -> Iterator[Problem]:
     """Messages no unit points at, though the broker would have built one. A message below
     its queue's first unit is not one: its units were deleted with old queue files."""
     if not len(cols.offsets):
         return
     lows = np.array([queue_min.get(k, 0) for k in range(len(cols.names))], dtype=np.int64)
     orphan = cols.dispatched & ~cols.covered & (cols.queue_offsets >= lows[cols.queue_keys])
+    if unchecked:
+        orphan &= ~np.isin(cols.queue_keys, unchecked)
     for row in np.flatnonzero(orphan):
         p = int(cols.offsets[row])
         index = store.commitlog.file_index(p)

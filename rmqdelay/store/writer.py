@@ -46,11 +46,13 @@ from rmqdelay.formats.constants import (
     TRANSACTION_TYPE_MASK,
 )
 from rmqdelay.formats.javahash import tags_code
+from rmqdelay.formats.javanum import java_parse_int
 from rmqdelay.formats.msgid import create_message_id
 from rmqdelay.formats.properties import format_properties, java_order, property_value
 from rmqdelay.schedule.levels import parse_delay_levels
 from rmqdelay.store import Store
 from rmqdelay.store.commitlog import END_FILE_MIN_BLANK_LENGTH, Blank
+from rmqdelay.store.directory import check_store_directory
 from rmqdelay.store.durable import fsync_dir
 from rmqdelay.store.lock import BrokerLock
 from rmqdelay.store.mappedfiles import list_mapped_files
@@ -209,7 +211,7 @@ class StoreWriter:
     def open(self) -> "StoreWriter":
         if not self.path.is_dir():
             if not self._create:
-                raise StoreError(self.path, None, "a broker store directory (it does not exist)")
+                check_store_directory(self.path)  # says what it is instead: missing, a file, ...
             self.path.mkdir(parents=True)
         (self.path / "commitlog").mkdir(exist_ok=True)
         (self.path / "consumequeue").mkdir(exist_ok=True)
@@ -409,9 +411,9 @@ class StoreWriter:
     def _tags_code(self, topic: str, properties: dict[str, str], store_ts: int) -> int:
         """CommitLog.checkMessageAndReturnSize: the deliver time for SCHEDULE_TOPIC_XXXX."""
         if topic == RMQ_SYS_SCHEDULE_TOPIC:
-            t = properties.get(PROPERTY_DELAY_TIME_LEVEL)
+            t = java_parse_int(properties.get(PROPERTY_DELAY_TIME_LEVEL, ""))
             if t is not None:
-                level = min(int(t), self.max_level)
+                level = min(t, self.max_level)
                 if level > 0:
                     return store_ts + self.delay_levels[level]
         return tags_code(properties.get(PROPERTY_TAGS))
@@ -587,10 +589,9 @@ def _tran_type(sys_flag: int) -> int:
 
 
 def _int_or_zero(text: str | None) -> int:
-    try:
-        return int(text) if text is not None else 0
-    except ValueError:
-        return 0  # Message.getDelayTimeLevel: a non-number is no delay
+    # Message.getDelayTimeLevel reads it with Integer.parseInt; a non-number is no delay.
+    value = java_parse_int(text) if text is not None else None
+    return 0 if value is None else value
 
 
 _UNIT = struct.Struct(">qiq")
