@@ -145,21 +145,32 @@ class CommitLog:
         return end
 
 
-def first_nonzero(buf, pos: int) -> int | None:
-    """The position of the first non-zero byte of ``buf`` at or after ``pos``, or None."""
-    rest = np.frombuffer(buf, dtype=np.uint8, offset=min(pos, len(buf)))
-    if not rest.any():
-        return None
-    return pos + int(np.argmax(rest != 0))
+# How far past the end of the data a scan looks for more data (a hole of zeros inside the
+# log). Bounded: the rest of a 1 GiB file is zeros on every healthy store, and reading it all
+# would cost seconds on each scan; --verify reads every byte anyway.
+HOLE_WINDOW = 1 << 20
+
+
+def first_nonzero(buf, pos: int, limit: int | None = None) -> int | None:
+    """The position of the first non-zero byte of ``buf`` in [pos, pos + limit), or None."""
+    end = len(buf) if limit is None else min(len(buf), pos + limit)
+    start = pos
+    while start < end:  # in chunks, so data soon after ``pos`` is found without reading on
+        stop = min(start + (1 << 24), end)
+        chunk = np.frombuffer(buf, dtype=np.uint8, count=stop - start, offset=start)
+        if chunk.any():
+            return start + int(np.argmax(chunk != 0))
+        start = stop
+    return None
 
 
 def data_after_end(buf, pos: int, next_head: bytes = b"", next_name: str = "") -> str | None:
-    """Where a commit log file's data ends (a zero record head at ``pos``), everything after
-    it must be zeros: the rest of the file, and the head of the next file (``next_head``, its
-    first bytes; a file the broker preallocated is all zeros). Otherwise the data ends too
-    early -- a hole of zeros inside the log -- and this says so; the broker's recovery would
-    stop there too, and drop the rest. None when the end is a true end."""
-    nonzero = first_nonzero(buf, pos)
+    """Where a commit log file's data ends (a zero record head at ``pos``), what follows must
+    be zeros: the next HOLE_WINDOW bytes of the file, and the head of the next file
+    (``next_head``, its first bytes; a file the broker preallocated is all zeros). Otherwise
+    the data ends too early -- a hole of zeros inside the log -- and this says so; the
+    broker's recovery would stop there too, and drop the rest. None when the end looks true."""
+    nonzero = first_nonzero(buf, pos, HOLE_WINDOW)
     if nonzero is not None:
         where = f"at byte {nonzero} of this file"
     elif any(next_head):
