@@ -27,6 +27,16 @@ FIRST = first_log(Path("x")).name
 HOLE_AT = 425
 
 
+def read_only(*args, **kwargs):
+    """The console script running a command that must not change the store: the directory
+    holding it is the same, byte for byte, after as before."""
+    store = next(a for a in args if isinstance(a, Path))
+    before = snapshot(store.parent)
+    proc = console(*args, **kwargs)
+    assert snapshot(store.parent) == before, args
+    return proc
+
+
 def punch_hole(store: Path) -> Path:
     patch(first_log(store), 400, bytes(4096))
     return first_log(store)
@@ -58,12 +68,12 @@ def test_analyze_on_spark_refuses_bad_schedule_data_before_starting(store_copy):
     store = store_copy("delay-partial")
     cq = store / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "3" / "00000000000000001280"
     patch(cq, 17 * 20 + 12, ((1 << 63) - 1).to_bytes(8, "big"))
-    assert_one_line(console("analyze", "lateness", store, "--spark"), 2, f"{cq} at byte {17 * 20 + 12}")
+    assert_one_line(read_only("analyze", "lateness", store, "--spark"), 2, f"{cq} at byte {17 * 20 + 12}")
     patch(cq, 17 * 20 + 12, (1795349808000).to_bytes(8, "big"))
     main = store / "config" / "delayOffset.json"
     main.write_text('{"offsetTable":{1:9223372036854775808}}')
     (store / "config" / "delayOffset.json.bak").unlink()
-    assert_one_line(console("analyze", "backlog", store, "--spark"), 2, f"{main} at byte 18", "Java long")
+    assert_one_line(read_only("analyze", "backlog", store, "--spark"), 2, f"{main} at byte 18", "Java long")
 
 
 def test_data_in_the_next_file_after_the_end_of_the_data(store_copy):
@@ -72,9 +82,9 @@ def test_data_in_the_next_file_after_the_end_of_the_data(store_copy):
     blank = [e for e in EXPECTED["blank"] if e["file"] == "00000000000000262144"][0]
     victim = store / "commitlog" / "00000000000000262144"
     patch(victim, blank["filePos"], bytes(8))
-    proc = console("inspect", "commitlog", store, "--json")
+    proc = read_only("inspect", "commitlog", store, "--json")
     assert_one_line(proc, 2, f"{victim} at byte {blank['filePos']}", "in the next file 00000000000000524288")
-    verify = console("inspect", "commitlog", store, "--verify", "--json")
+    verify = read_only("inspect", "commitlog", store, "--verify", "--json")
     problems = [json.loads(line) for line in verify.stdout.splitlines()]
     assert verify.returncode == 1 and problems[0]["kind"] == "missing-blank" and problems[0]["file"] == str(victim)
 
@@ -86,8 +96,8 @@ def test_gap_in_the_commit_log(store_copy):
     after = store / "commitlog" / "00000000000000786432"
     before = snapshot(store.parent)
     for args in (["inspect", "commitlog", store], ["inspect", "delay", store], ["analyze", "backlog", store]):
-        assert_one_line(console(*args), 2, str(after), "bytes [524288, 786432) of the queue are missing")
-    verify = console("inspect", "commitlog", store, "--verify", "--json")
+        assert_one_line(read_only(*args), 2, str(after), "bytes [524288, 786432) of the queue are missing")
+    verify = read_only("inspect", "commitlog", store, "--verify", "--json")
     problems = [json.loads(line) for line in verify.stdout.splitlines()]
     assert verify.returncode == 1 and problems[0]["kind"] == "gap" and problems[0]["file"] == str(after)
     # ... and went on: the files after the gap were read and their messages checked.
@@ -101,9 +111,9 @@ def test_gap_in_a_consume_queue(store_copy):
     store = store_copy("delay-partial")
     queue = store / "consumequeue" / "TopicTest" / "2"
     (queue / "00000000000000001280").unlink()
-    assert_one_line(console("inspect", "cq", store, "--topic", "TopicTest", "--queue", 2), 2,
+    assert_one_line(read_only("inspect", "cq", store, "--topic", "TopicTest", "--queue", 2), 2,
                     str(queue / "00000000000000002560"), "missing")
-    verify = console("inspect", "commitlog", store, "--verify", "--json")
+    verify = read_only("inspect", "commitlog", store, "--verify", "--json")
     problems = [json.loads(line) for line in verify.stdout.splitlines()]
     assert verify.returncode == 1 and problems[0]["kind"] == "gap"
     # The units of the file after the gap are checked at their own offsets: none is misjudged.
@@ -117,8 +127,8 @@ def test_stray_file_far_beyond_the_log(store_copy):
     store = store_copy("delay-partial")
     stray = store / "commitlog" / "00000000000099999999"
     shutil.copy(store / "commitlog" / "00000000000000262144", stray)
-    assert_one_line(console("inspect", "delay", store), 2, str(stray), "a file lost, or a stray one")
-    verify = console("inspect", "commitlog", store, "--verify", "--json")
+    assert_one_line(read_only("inspect", "delay", store), 2, str(stray), "a file lost, or a stray one")
+    verify = read_only("inspect", "commitlog", store, "--verify", "--json")
     problems = [json.loads(line) for line in verify.stdout.splitlines()]
     assert verify.returncode == 1 and problems[0] == {
         "kind": "gap", "file": str(stray), "offset": None, "physicalOffset": None,
@@ -133,13 +143,13 @@ def test_inspect_store_reports_a_short_last_file_and_checkpoint(store_copy):
     with open(last, "r+b") as fh:
         fh.truncate(end - 10)
     (store / "checkpoint").write_bytes(b"\0" * 10)
-    proc = console("inspect", "store", store)
+    proc = read_only("inspect", "store", store)
     assert proc.returncode == 1 and proc.stderr == ""
     assert "commit log: 9 file(s)" in proc.stdout and "SCHEDULE_TOPIC_XXXX" in proc.stdout  # the rest is shown
     assert f"file-size: {last} at byte {end - 10}: a file of 262144 bytes" in proc.stdout
     assert f"end-of-data: {last}" in proc.stdout
     assert f"checkpoint: {store / 'checkpoint'} at byte 10: 24 bytes of checkpoint timestamps" in proc.stdout
-    [info] = [json.loads(x) for x in console("inspect", "store", store, "--json").stdout.splitlines()]
+    [info] = [json.loads(x) for x in read_only("inspect", "store", store, "--json").stdout.splitlines()]
     assert info["maxPhysicalOffset"] is None and info["checkpoint"] is None
     assert [p["kind"] for p in info["problems"]] == ["file-size", "end-of-data", "checkpoint"]
 
@@ -161,17 +171,17 @@ def preallocate_next_file(store: Path) -> Path:
 def test_verify_judges_a_preallocated_file_as_the_broker_does(store_copy):
     store = store_copy("delay-partial")
     spare = preallocate_next_file(store)
-    verify = console("inspect", "commitlog", store, "--verify")
+    verify = read_only("inspect", "commitlog", store, "--verify")
     assert verify.returncode == 0 and verify.stderr == "", verify.stdout
     assert "1 after the end of the data holding only zeros, as the broker preallocates them" in verify.stdout
     assert str(spare) not in verify.stdout
     with broker_holding_lock(store):
-        live = console("inspect", "commitlog", store, "--verify", "--json")
+        live = read_only("inspect", "commitlog", store, "--verify", "--json")
     assert live.returncode == 0 and live.stdout == ""
     assert live.stderr.startswith(f"rmqdelay: note: {store / 'lock'} is held by") and "the store is live" in live.stderr
     # Once a later file holds data, the zeros are a hole: the missing BLANK is reported.
     shutil.copy(store / "commitlog" / "00000000000000262144", spare.with_name(f"{int(spare.name) + 262144:020d}"))
-    problems = [json.loads(x) for x in console("inspect", "commitlog", store, "--verify", "--json").stdout.splitlines()]
+    problems = [json.loads(x) for x in read_only("inspect", "commitlog", store, "--verify", "--json").stdout.splitlines()]
     assert problems[0]["kind"] == "missing-blank" and problems[0]["file"] == str(sorted(
         (store / "commitlog").iterdir())[-3])
 
@@ -208,18 +218,18 @@ def test_run_skips_what_the_broker_drops_and_exits_1(tmp_path):
 def test_an_offset_outside_the_queue_is_corrected_everywhere_alike(store_copy):
     store = store_copy("delay-partial")
     (store / "config" / "delayOffset.json").write_text('{\n\t"offsetTable":{1:-5,2:-100,3:500\n\t}\n}')
-    delay = {r["level"]: r for r in map(json.loads, console("inspect", "delay", store, "--json",
+    delay = {r["level"]: r for r in map(json.loads, read_only("inspect", "delay", store, "--json",
                                                            "--now", 0).stdout.splitlines())}
-    show = {r["level"]: r for r in map(json.loads, console("offsets", "show", store, "--json",
+    show = {r["level"]: r for r in map(json.loads, read_only("offsets", "show", store, "--json",
                                                           "--now", 0).stdout.splitlines())}
-    backlog = {r["level"]: r for r in map(json.loads, console("analyze", "backlog", store, "--json",
+    backlog = {r["level"]: r for r in map(json.loads, read_only("analyze", "backlog", store, "--json",
                                                              "--at", 0).stdout.splitlines()) if r["table"] == "levels"}
     for level in (1, 2, 3, 4):
         assert delay[level]["pending"] == show[level]["pending"] == backlog[level]["pending"], level
         assert delay[level]["offset"] == show[level]["offset"] == backlog[level]["offset"], level
     assert [delay[level]["pending"] for level in (1, 2, 3)] == [83, 83, 0]
     assert [delay[level]["storedOffset"] for level in (1, 2, 3, 4)] == [-5, -100, 500, None]
-    table = console("inspect", "delay", store, "--now", 0).stdout
+    table = read_only("inspect", "delay", store, "--now", 0).stdout
     assert "level 1: -5 -> 0, level 2: -100 -> 0, level 3: 500 -> 83" in table and "correctDelayOffset" in table
 
 
