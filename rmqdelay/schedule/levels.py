@@ -6,6 +6,7 @@ from pathlib import Path
 
 from rmqdelay.errors import UsageError
 from rmqdelay.formats.constants import DEFAULT_MESSAGE_DELAY_LEVEL
+from rmqdelay.store.brokerprops import read_broker_properties
 
 _UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -26,19 +27,8 @@ def parse_delay_levels(text: str = DEFAULT_MESSAGE_DELAY_LEVEL) -> dict[int, int
 
 def delay_levels_from_broker_config(path: Path) -> dict[int, int]:
     """messageDelayLevel from a broker.conf (Java properties); the default when absent."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise UsageError(f"{path}: a readable broker config ({exc.strerror})") from None
-    for line in lines:
-        line = line.strip()
-        if line.startswith(("#", "!")) or not line:
-            continue
-        for sep in ("=", ":"):
-            key, found, value = line.partition(sep)
-            if found and key.strip() == "messageDelayLevel":
-                return parse_delay_levels(value.strip())
-    return parse_delay_levels()
+    value = read_broker_properties(path).get("messageDelayLevel")
+    return parse_delay_levels(value.strip()) if value is not None else parse_delay_levels()
 
 
 def delay_level_queue_id(level: int) -> int:

@@ -49,6 +49,10 @@ class CommitLog:
     def close(self) -> None:
         self._reader.close()
 
+    def view(self, index: int) -> memoryview:
+        """The bytes of ``files[index]``, mapped read-only."""
+        return self._reader.view(index)
+
     def file_index(self, offset: int) -> int:
         """The index in ``files`` of the file holding ``offset``, or -1."""
         return self._reader.index_of(offset)
