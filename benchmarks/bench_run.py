@@ -3,7 +3,8 @@
 1. throughput: delivered messages/s of the scheduler draining a store (everything due)
    vs messages/s of the raw StoreWriter putting the very same delivered messages into
    an empty store (both write once per batch and fsync before finishing) - the ratio is what the scheduler costs on
-   top of the one writer;
+   top of the one writer; both with the index (index/, as the broker builds it) and without
+   (messageIndexEnable=false), to show what indexing costs;
 2. lateness on a live run (real clock): messages fall due every few ms; lateness = store
    time of the delivered copy - its deliver time; p50/p99/max.
 
@@ -17,6 +18,7 @@ import cProfile
 import pstats
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +29,7 @@ import numpy as np
 from rmqdelay.schedule.redelivery import message_timeup
 from rmqdelay.schedule.scheduler import Delivered, Scheduler
 from rmqdelay.store import Store
+from rmqdelay.store.index import IndexSettings
 from rmqdelay.store.writer import NewMessage, StoreWriter
 
 FAR_AHEAD_MS = 4_102_444_800_000
@@ -44,14 +47,14 @@ def build_store(path: Path, count: int, rng: random.Random) -> None:
                                          "DELAY": str(rng.choice([1, 2, 3, 5, 18])), "WAIT": "true"}))
 
 
-def raw_writer_rate(src: Path, dest: Path) -> tuple[float, int]:
+def raw_writer_rate(src: Path, dest: Path, index: IndexSettings) -> tuple[float, int]:
     """messages/s of StoreWriter.put + flush for the messages the scheduler would deliver."""
     with Store(src) as store:
         news = [message_timeup(m) for m in store.commitlog.records() if m.topic == "SCHEDULE_TOPIC_XXXX"]
     started = time.perf_counter()
     # Written as the scheduler writes: to the files once per batch of 1024, fsynced at the end.
     with StoreWriter(dest, create=True, commitlog_file_size=64 << 20, clock=lambda: FAR_AHEAD_MS,
-                     sync=False) as w:
+                     sync=False, index=index) as w:
         for i, new in enumerate(news):
             w.put(new)
             if i % 1024 == 1023:
@@ -60,8 +63,8 @@ def raw_writer_rate(src: Path, dest: Path) -> tuple[float, int]:
     return len(news) / (time.perf_counter() - started), len(news)
 
 
-def scheduler_rate(path: Path, profile: bool) -> tuple[float, int]:
-    sched = Scheduler(path, now_ms=FAR_AHEAD_MS, mode="until-empty")
+def scheduler_rate(path: Path, profile: bool, index: IndexSettings) -> tuple[float, int]:
+    sched = Scheduler(path, now_ms=FAR_AHEAD_MS, mode="until-empty", index=index)
     prof = cProfile.Profile() if profile else None
     started = time.perf_counter()
     if prof:
@@ -102,15 +105,20 @@ def main(argv: list[str] | None = None) -> int:
         build_store(work / "built", args.messages, random.Random(1))
         # Rounds alternate the two on fresh copies, so the machine's noise falls on both alike;
         # the best round of each is the figure.
-        raws, runs = [], []
+        rates: dict[tuple[str, bool], list[float]] = {(k, on): [] for k in ("raw", "run") for on in (True, False)}
         for i in range(args.rounds):
-            shutil.copytree(work / "built", work / f"store-{i}")
-            raw, n_raw = raw_writer_rate(work / f"store-{i}", work / f"raw-{i}")
-            run, n_run = scheduler_rate(work / f"store-{i}", args.profile)
-            raws.append(raw)
-            runs.append(run)
-            shutil.rmtree(work / f"store-{i}")
-            shutil.rmtree(work / f"raw-{i}")
+            for on in (False, True):
+                index = IndexSettings(messageIndexEnable=on)
+                store = work / f"store-{i}-{on}"
+                # A sparse copy: the built store's 420 MB index file is mostly holes.
+                subprocess.run(["cp", "-r", "--sparse=always", str(work / "built"), str(store)], check=True)
+                raw, n_raw = raw_writer_rate(store, work / f"raw-{i}-{on}", index)
+                run, n_run = scheduler_rate(store, args.profile, index)
+                rates[("raw", on)].append(raw)
+                rates[("run", on)].append(run)
+                shutil.rmtree(store)
+                shutil.rmtree(work / f"raw-{i}-{on}")
+        raws, runs = rates[("raw", True)], rates[("run", True)]
         lateness = live_lateness(work / "live", args.live, args.every_ms)
         print(f"command: python3 benchmarks/bench_run.py --messages {args.messages} --live {args.live} "
               f"--every-ms {args.every_ms} --rounds {args.rounds}")
@@ -118,6 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rmqdelay run:         {max(runs):10.0f} msg/s ({n_run} delivered; best of {args.rounds})")
         print(f"ratio run/raw:        {max(runs) / max(raws):10.2f} (aim >= 0.5; per round: "
               f"{', '.join(f'{r / w:.2f}' for r, w in zip(runs, raws))})")
+        raw_off, run_off = rates[("raw", False)], rates[("run", False)]
+        print(f"without the index:    raw {max(raw_off):.0f} msg/s, run {max(run_off):.0f} msg/s, ratio run/raw "
+              f"{max(run_off) / max(raw_off):.2f}")
+        print(f"indexing costs:       raw {100 * (1 - max(raws) / max(raw_off)):.0f}%, run "
+              f"{100 * (1 - max(runs) / max(run_off)):.0f}% of the messages/s without it")
         p50, p99 = np.percentile(lateness, [50, 99])
         print(f"live lateness ({len(lateness)} messages due every {args.every_ms} ms): "
               f"p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {lateness.max()} ms (aim p99 <= 5 ms; the broker polls "

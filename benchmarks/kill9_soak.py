@@ -1,6 +1,7 @@
 """kill -9 soak: SIGKILL `rmqdelay run` at random points while it drains a store, many
-times, then prove every delay message was delivered exactly once, no record is torn, and
-every consume queue unit points at a message of its topic/queue/queueOffset.
+times, then prove every delay message was delivered exactly once, no record is torn,
+every consume queue unit points at a message of its topic/queue/queueOffset, and every
+key of every record is in the index once (`inspect index --verify`).
 
     python3 benchmarks/kill9_soak.py --kills 200 [--messages 4000] [--seed 7]
 
@@ -31,6 +32,7 @@ from rmqdelay.formats.constants import (
 
 from rmqdelay.schedule.levels import parse_delay_levels
 from rmqdelay.store import Store
+from rmqdelay.store.index_verify import iter_index_problems
 from rmqdelay.store.verify import verify_store
 from rmqdelay.store.writer import NewMessage, StoreWriter
 
@@ -116,6 +118,8 @@ def check_store(path: Path, *, drained: bool = True) -> StoreCheck:
         if drained and result.pending:
             result.problems.append(f"{result.pending} units still pending")
         result.problems += [str(p) for p in verify_store(store)]
+        # The index: every key of every record indexed once, chains and slots whole.
+        result.problems += [f"{p.kind}: {p}" for p in iter_index_problems(store)]
         # Every unit points at a message of its own topic / queue / queueOffset.
         for topic, ids in store.topics().items():
             for qid in ids:
@@ -213,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{soak.finished_before_kill} after the run had finished), {soak.seconds:.1f} s")
         print(f"delay messages scheduled: {check.scheduled} ({args.messages} + {soak.added} added between kills); "
               f"delivered: {check.delivered}; pending: {check.pending}")
-        print("result: " + ("OK - every delay message delivered exactly once, no torn record, every unit valid"
+        print("result: " + ("OK - every delay message delivered exactly once, no torn record, every unit valid, "
+                            "every key indexed once"
                             if not check.problems and check.delivered == check.scheduled
                             else f"FAILED - {len(check.problems)} problems: " + "; ".join(check.problems[:20])))
         return 0 if not check.problems and check.delivered == check.scheduled else 1

@@ -33,6 +33,7 @@ from .common import (
     parse_time_ms,
     progress,
 )
+from .inspect_index import find_messages_by_key, inspect_index
 from .prometheus import delay_level_families, exposition
 from .render import (
     message_json,
@@ -317,7 +318,7 @@ def inspect_message(
                                            help="A physical offset or an offset message id (msgId).",
                                            show_default=False),
     key: Optional[str] = typer.Option(None, "--key", help="Messages whose UNIQ_KEY or KEYS hold this key "
-                                                          "(scans the commit log)."),
+                                                          "(through the index; scans what it does not cover)."),
     topic: Optional[str] = typer.Option(None, "--topic", help="With --key: only this topic."),
     body: bool = typer.Option(False, "--body", help="With --json: include the body (base64)."),
     json_out: bool = JsonOpt,
@@ -332,15 +333,7 @@ def inspect_message(
         validate_topic(topic)
     with Store(store_dir) as store:
         if key is not None:
-            found = []
-            log = store.commitlog
-            total = (log.files[-1].end - log.min_offset) if log.files else 0
-            with progress(f"looking for key {key}", total) as advance:
-                done = log.min_offset
-                for msg in store.messages_by_key(key, topic):
-                    advance(msg.commitLogOffset - done)
-                    done = msg.commitLogOffset
-                    found.append(msg)
+            found = find_messages_by_key(store, key, topic).messages
             if not found:
                 err_console.print(Text(f"rmqdelay: no message with key {key!r}"))
                 _exit_problems()
@@ -438,3 +431,6 @@ def inspect_delay(
     console.print(Text(f"{total_pending} pending, {total_due} due now", style="bold"))
     for note in offset_notes(statuses):
         console.print(Text(note, style="dim"), soft_wrap=True)
+
+
+app.command("index")(inspect_index)  # commands/inspect_index.py

@@ -24,6 +24,7 @@ from rmqdelay.schedule.scheduler import (
     Sleeping,
     Stopped,
 )
+from rmqdelay.store.index import IndexSettings
 
 from .common import (
     console,
@@ -105,7 +106,8 @@ def run(
                                    "their store time. With --until-empty the run stops when nothing more is "
                                    "due at that instant."),
     delay_levels: str | None = typer.Option(None, "--delay-levels", help='messageDelayLevel, e.g. "1s 5s 10s".'),
-    broker_config: Path | None = typer.Option(None, "--broker-config", help="Read messageDelayLevel from broker.conf."),
+    broker_config: Path | None = typer.Option(None, "--broker-config", help="Read messageDelayLevel (and the "
+                                              "index's maxHashSlotNum, maxIndexNum, messageIndexEnable) from broker.conf."),
     flush_interval: float = typer.Option(10.0, "--flush-interval", help="Seconds between persisting offsets."),
     json_out: bool = typer.Option(False, "--json", help="One JSON event per line."),
     batch_size: int = typer.Option(1024, "--batch-size", hidden=True),
@@ -121,7 +123,7 @@ def run(
     scheduler = Scheduler(store, delay_levels=resolve_delay_levels(delay_levels, broker_config),
                           levels=parse_levels(levels), now_ms=parse_time_ms(now) if now else None,
                           mode=mode, dry_run=dry_run, flush_interval_ms=int(flush_interval * 1000),
-                          batch_size=batch_size)
+                          batch_size=batch_size, index=IndexSettings.from_broker_config(broker_config))
     previous = {sig: signal.signal(sig, lambda *_: scheduler.stop()) for sig in (signal.SIGINT, signal.SIGTERM)}
     live = None
     try:

@@ -9,11 +9,19 @@ import typer
 
 from rmqdelay.errors import UsageError
 from rmqdelay.samples import GenerateOptions, generate
+from rmqdelay.store.index import IndexSettings
 from rmqdelay.store.writer import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CQ_FILE_SIZE
 
 from .common import console, emit_json, format_time_ms, int_option, progress
 
 app = typer.Typer(help="Sample stores.", no_args_is_help=True)
+
+
+def _positive(name: str, text: str) -> int:
+    value = int_option(name, text)
+    if value < 1:
+        raise UsageError(f"{name}: at least 1, found {value}")
+    return value
 
 
 @app.command("generate")
@@ -26,6 +34,10 @@ def generate_command(
                                             help="Bytes per commit log file."),
     cq_file_size: str = typer.Option(str(DEFAULT_CQ_FILE_SIZE), "--cq-file-size", metavar="BYTES",
                                      help="Bytes per consume queue file (a multiple of 20)."),
+    max_hash_slot_num: str = typer.Option(None, "--max-hash-slot-num", metavar="N",
+                                          help="maxHashSlotNum of the broker to open it (default 5000000)."),
+    max_index_num: str = typer.Option(None, "--max-index-num", metavar="N",
+                                      help="maxIndexNum of the broker to open it (default 20000000)."),
     json_out: bool = typer.Option(False, "--json", help="The plan as one JSON object."),
 ) -> None:
     """Write a deterministic, realistic store: several topics, all 18 delay levels (some
@@ -48,8 +60,10 @@ def generate_command(
         raise UsageError(f"--commitlog-file-size: at least 4096 bytes, found {cl_size}")
     if cq_size < 20 or cq_size % 20:
         raise UsageError(f"--cq-file-size: a positive multiple of 20 bytes, found {cq_size}")
+    index = IndexSettings(*(None if text is None else _positive(name, text) for name, text in
+                            (("--max-hash-slot-num", max_hash_slot_num), ("--max-index-num", max_index_num))))
     options = GenerateOptions(messages=count, seed=int_option("--seed", seed), hours=span,
-                              commitlog_file_size=cl_size, cq_file_size=cq_size)
+                              commitlog_file_size=cl_size, cq_file_size=cq_size, index=index)
     with progress("generating", count) as advance:
         plan = generate(directory, options, on_progress=advance)
     if json_out:

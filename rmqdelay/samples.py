@@ -54,6 +54,7 @@ from rmqdelay.schedule.offsets import write_delay_offsets
 from rmqdelay.schedule.redelivery import consumer_send_back, message_timeup
 from rmqdelay.store.brokerconfig import add_topics, write_consumer_offsets
 from rmqdelay.store.durable import atomic_write
+from rmqdelay.store.index import IndexSettings
 from rmqdelay.store.writer import (
     DEFAULT_COMMITLOG_FILE_SIZE,
     DEFAULT_CQ_FILE_SIZE,
@@ -118,6 +119,7 @@ class GenerateOptions:
     dlq_share: float = 0.3  # share of the failing messages that never succeed
     commitlog_file_size: int = DEFAULT_COMMITLOG_FILE_SIZE
     cq_file_size: int = DEFAULT_CQ_FILE_SIZE
+    index: IndexSettings = IndexSettings()  # maxHashSlotNum / maxIndexNum of the broker to open it
 
 
 class _Chain:
@@ -266,7 +268,7 @@ class SampleGenerator:
         # About 1.6 records per producer message (deliveries, retries); spread N over `hours`.
         gap_rate = 1.0 / (opt.hours * 3_600_000 * 1.6 / opt.messages)  # producer messages per ms
         with StoreWriter(self.dir, delay_levels=self.delays, commitlog_file_size=opt.commitlog_file_size,
-                         cq_file_size=opt.cq_file_size, sync=False, create=True) as writer:
+                         cq_file_size=opt.cq_file_size, sync=False, create=True, index=opt.index) as writer:
             # The heap holds hundreds of thousands of long-lived events and nothing in it forms
             # a reference cycle: the cyclic collector would only rescan them, again and again.
             collecting = gc.isenabled()

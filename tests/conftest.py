@@ -72,3 +72,23 @@ def store_copy(tmp_path, sample_store):
         return dest
 
     return make
+
+
+@pytest.fixture
+def local_time_zone():
+    """Set the local time zone (index files are named by local time) for one test: tz("UTC")."""
+    import os
+    import time
+
+    saved = os.environ.get("TZ")
+
+    def set_zone(name: str) -> None:
+        os.environ["TZ"] = name
+        time.tzset()
+
+    yield set_zone
+    if saved is None:
+        os.environ.pop("TZ", None)
+    else:
+        os.environ["TZ"] = saved
+    time.tzset()

@@ -20,7 +20,8 @@ from rmqdelay.store import Store
 from rmqdelay.store.commitlog import Blank
 
 SMALL = SAMPLES / "generated-small" / "store"
-SMALL_ARGS = ("--messages", "3000", "--seed", "1", "--commitlog-file-size", "262144", "--cq-file-size", "1280")
+SMALL_ARGS = ("--messages", "3000", "--seed", "1", "--commitlog-file-size", "262144", "--cq-file-size", "1280",
+              "--max-hash-slot-num", "1024", "--max-index-num", "8192")
 SCHEDULE = "SCHEDULE_TOPIC_XXXX"
 FAR_FUTURE = 4_102_444_800_000  # 2100-01-01
 
@@ -79,7 +80,8 @@ def test_every_record_decodes_back_to_what_the_generator_put(tmp_path, capsys):
     assert verify.code == 0, verify.out + verify.err
 
 
-def test_the_same_seed_gives_the_same_bytes_and_the_committed_sample_is_current(tmp_path, capsys):
+def test_the_same_seed_gives_the_same_bytes_and_the_committed_sample_is_current(tmp_path, capsys, local_time_zone):
+    local_time_zone("UTC")  # the index file's name is a local time
     again = tmp_path / "again"
     result = run_cli(capsys, "samples", "generate", again, *SMALL_ARGS)
     assert result.code == 0, result.err

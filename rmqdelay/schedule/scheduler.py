@@ -47,6 +47,7 @@ from rmqdelay.schedule.offsets import OffsetPublisher, read_scheduler_state
 from rmqdelay.schedule.redelivery import message_timeup
 from rmqdelay.schedule.status import corrected_deliver_times
 from rmqdelay.store import Store
+from rmqdelay.store.index import IndexSettings
 from rmqdelay.store.topics import topic_problem
 from rmqdelay.store.writer import NewMessage, StoreWriter
 
@@ -351,7 +352,8 @@ class Scheduler:
     def __init__(self, store_path: Path | str, *, delay_levels: dict[int, int] | None = None,
                  levels: list[int] | None = None, now_ms: int | None = None, mode: str = "forever",
                  dry_run: bool = False, flush_interval_ms: int = 10_000, batch_size: int = 1024,
-                 sync: bool = True, clock: Callable[[], int] | None = None) -> None:
+                 sync: bool = True, clock: Callable[[], int] | None = None,
+                 index: IndexSettings | None = None) -> None:
         if mode not in MODES:
             raise UsageError(f"mode: one of {', '.join(MODES)}, found {mode!r}")
         self.store_path = Path(store_path)
@@ -368,6 +370,7 @@ class Scheduler:
         self.flush_interval_ms = flush_interval_ms
         self.batch_size = batch_size
         self.sync = sync
+        self.index = index
         self.states: dict[int, LevelState] = {}
         self.offset_table: dict[int, int] = {}
         self.delivered = 0
@@ -407,12 +410,14 @@ class Scheduler:
         # reader); they are fsynced right before offsets are published, which is all that
         # exactly-once needs: deliveries lost with unpublished offsets are delivered again.
         with StoreWriter(self.store_path, delay_levels=self.delay_levels, clock=self.clock,
-                         sync=False) as writer:
+                         sync=False, index=self.index) as writer:
             if writer.recovery.changed:
                 r = writer.recovery
                 yield Notice("recovery", f"recovered the commit log tail: valid up to {r.valid_end}, "
                                          f"{r.wiped_bytes} torn bytes wiped, {r.redispatched} units dispatched, "
                                          f"{r.truncated_units} units dropped")
+            if writer.recovery.indexed:
+                yield Notice("index", f"indexed {writer.recovery.indexed} records the index/ files lacked")
             store = Store(self.store_path)
             try:
                 recovery = yield from self._setup(store)

@@ -103,7 +103,6 @@ def iter_index_problems(store: Store, settings: IndexSettings | None = None,
             yield from _check_file(f)
             entries.append(f.entries())
             counts.entries += f.entry_count
-            advance(f.entry_count)
         yield from _check_against_log(store, files, entries, counts, advance)
     finally:
         for f in files:

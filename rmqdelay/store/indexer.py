@@ -53,7 +53,6 @@ from rmqdelay.formats.index import (
     slots_position,
 )
 from rmqdelay.formats.properties import property_value
-from rmqdelay.formats.scan import decode_records
 from rmqdelay.store.commitlog import CommitLog
 from rmqdelay.store.durable import fsync_dir
 from rmqdelay.store.index import IndexFileReader, IndexSettings, list_index_files
@@ -93,6 +92,16 @@ def _pread_exact(fd: int, size: int, pos: int, path: Path) -> bytes:
     return data
 
 
+def _check_geometry(hash_slot_num: int, index_num: int) -> None:
+    if hash_slot_num < 1 or index_num < 2:
+        raise UsageError(f"maxHashSlotNum of at least 1 and maxIndexNum of at least 2 (a file holds maxIndexNum - 1 "
+                         f"entries), found {hash_slot_num} and {index_num}")
+    if index_file_size(hash_slot_num, index_num) > 0x7FFFFFFF:
+        raise UsageError(f"an index file the broker can map (below 2 GiB: IndexFile's size is an int), found "
+                         f"{index_file_size(hash_slot_num, index_num)} bytes for maxHashSlotNum={hash_slot_num}, "
+                         f"maxIndexNum={index_num}")
+
+
 @dataclass(slots=True)
 class IndexRecovery:
     """What opening the index found and finished."""
@@ -102,18 +111,36 @@ class IndexRecovery:
 
 
 class _FileWriter:
-    """The newest index file, open for appending: its header and slots in memory."""
+    """The newest index file, open for appending: its header in memory, and its slots from
+    the first entry written (20 MB at the default size: a run that appends nothing does
+    not read them)."""
 
     def __init__(self, path: Path, fd: int, hash_slot_num: int, index_num: int, header: IndexHeader,
-                 slots: np.ndarray) -> None:
+                 slots: np.ndarray | None = None) -> None:
         self.path = path
         self.fd = fd
         self.hashSlotNum = hash_slot_num
         self.indexNum = index_num
         self.header = header
-        self.slots = slots
+        self._slots = slots
         self._changed: list[np.ndarray] = []
         self.uncommitted = False  # entries or slots written that the header on disk does not count
+        self.repaired = 0  # slots repaired when they were read
+
+    @property
+    def slots(self) -> np.ndarray:
+        if self._slots is None:
+            slots = np.empty(self.hashSlotNum, dtype=SLOT_DTYPE)
+            view = memoryview(slots).cast("B")
+            done = 0
+            while done < len(view):
+                got = os.preadv(self.fd, [view[done:]], INDEX_HEADER_SIZE + done)
+                if got <= 0:
+                    raise StoreError(self.path, INDEX_HEADER_SIZE + done, f"{len(view)} bytes of hash slots")
+                done += got
+            self._slots = slots
+            self.repaired = self._repair_slots()
+        return self._slots
 
     @classmethod
     def open(cls, path: Path, hash_slot_num: int, index_num: int) -> "_FileWriter":
@@ -122,12 +149,10 @@ class _FileWriter:
             if os.fstat(fd).st_size != index_file_size(hash_slot_num, index_num):
                 raise StoreError(path, None, f"an index file of {index_file_size(hash_slot_num, index_num)} bytes")
             header = parse_index_header(_pread_exact(fd, INDEX_HEADER_SIZE, 0, path))
-            slots = np.frombuffer(bytearray(_pread_exact(fd, 4 * hash_slot_num, INDEX_HEADER_SIZE, path)),
-                                  dtype=SLOT_DTYPE)
         except BaseException:
             os.close(fd)
             raise
-        return cls(path, fd, hash_slot_num, index_num, header, slots)
+        return cls(path, fd, hash_slot_num, index_num, header)
 
     @classmethod
     def create(cls, path: Path, hash_slot_num: int, index_num: int, header: IndexHeader) -> "_FileWriter":
@@ -160,26 +185,26 @@ class _FileWriter:
         data = _pread_exact(self.fd, size, entry_position(self.hashSlotNum, first), self.path) if size > 0 else b""
         return np.frombuffer(data, dtype=ENTRY_DTYPE)
 
-    def repair_slots(self) -> int:
+    def _repair_slots(self) -> int:
         """Slots that point at or past indexCount (set by a batch whose header was never
         written) get back the newest counted entry of their slot: found by following the
         uncounted entries' prevIndex down below indexCount, or, when those entries do not
         hold together (a power loss kept the slots but not them), from every counted entry."""
         count = self.header.count
-        damaged = np.flatnonzero((self.slots < 0) | (self.slots >= count))
+        damaged = np.flatnonzero((self._slots < 0) | (self._slots >= count))
         if not len(damaged):
             return 0
         heads = self._heads_by_walking(damaged)
         if heads is None:
             heads = self._heads_by_scanning(damaged)
-        self.slots[damaged] = heads
+        self._slots[damaged] = heads
         self._changed.append(damaged)
         self.commit(sync=True)
         return len(damaged)
 
     def _heads_by_walking(self, damaged: np.ndarray) -> np.ndarray | None:
         count = self.header.count
-        values = self.slots[damaged].astype(np.int64)
+        values = self._slots[damaged].astype(np.int64)
         if (values < 0).any() or (values >= self.indexNum).any():
             return None
         top = int(values.max()) + 1
@@ -267,12 +292,12 @@ class MessageIndexer:
         self.sync = sync
         self.recovery = IndexRecovery()
         self._keys: list[str] = []
-        self._offsets: list[int] = []
-        self._timestamps: list[int] = []
+        self._records: list[tuple[int, int, int]] = []  # (offset, store time, keys) of each record queued
         self._file: _FileWriter | None = None
         self._names = [p.name for p in list_index_files(directory)]
         self._previous: IndexHeader | None = None  # the header of the file before the open one
         self.hashSlotNum, self.indexNum = self.settings.geometry
+        _check_geometry(self.hashSlotNum, self.indexNum)
         self.resume_offset = -1  # no record at a lower offset is indexed (buildIndex's rule)
         self._resume_done = 0  # keys of the record at resume_offset already in the index
         self.end_timestamp = 0  # endTimestamp of the newest committed entry
@@ -311,7 +336,6 @@ class MessageIndexer:
         if header.count <= 1 and header == IndexHeader() and self._previous is not None:
             # Created by a roll that was cut short before its header went in.
             self._file.header = new_file_header(self._previous)
-        self.recovery.repairedSlots = self._file.repair_slots()
         # Where indexing resumes: the record of the newest entry, less its keys already there.
         for i in range(len(paths) - 1, -1, -1):
             h = self._file.header if i == len(paths) - 1 else headers[i]
@@ -343,13 +367,19 @@ class MessageIndexer:
         return done
 
     # -- adding ----------------------------------------------------------------------------
-    def add(self, phy_offset: int, store_timestamp: int, topic: str, properties_raw: str, sys_flag: int) -> None:
-        """buildIndex for one appended record (its properties as stored)."""
+    def add(self, phy_offset: int, store_timestamp: int, topic: str, keys: str | None, uniq_key: str | None,
+            sys_flag: int) -> None:
+        """buildIndex for one appended record: its KEYS and UNIQ_KEY as the broker reads them
+        from the stored properties."""
         if phy_offset < self.resume_offset or not indexed_by_broker(sys_flag):
             return
-        keys = message_index_keys(topic, property_value(properties_raw, PROPERTY_KEYS),
-                                  property_value(properties_raw, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX))
-        self.add_keys(phy_offset, store_timestamp, keys)
+        self.add_keys(phy_offset, store_timestamp, message_index_keys(topic, keys, uniq_key))
+
+    def add_stored(self, phy_offset: int, store_timestamp: int, topic: str, properties_raw: str,
+                   sys_flag: int) -> None:
+        """``add`` for a record whose properties are at hand only as stored."""
+        self.add(phy_offset, store_timestamp, topic, property_value(properties_raw, PROPERTY_KEYS),
+                 property_value(properties_raw, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), sys_flag)
 
     def add_keys(self, phy_offset: int, store_timestamp: int, keys: list[str]) -> int:
         """Queue the keys of one record; returns how many (fewer for the record at the resume
@@ -358,9 +388,9 @@ class MessageIndexer:
             keys = keys[self._resume_done:]
         self._resume_done = 0
         self.resume_offset = -1
-        self._keys.extend(keys)
-        self._offsets.extend([phy_offset] * len(keys))
-        self._timestamps.extend([store_timestamp] * len(keys))
+        if keys:
+            self._keys.extend(keys)
+            self._records.append((phy_offset, store_timestamp, len(keys)))
         return len(keys)
 
     @property
@@ -382,6 +412,8 @@ class MessageIndexer:
         self.flush()
         self._commit()
         self.recovery.indexed += records
+        if self._file is not None:
+            self.recovery.repairedSlots += self._file.repaired
         return records
 
     # -- writing ---------------------------------------------------------------------------
@@ -392,11 +424,11 @@ class MessageIndexer:
         if not self._keys:
             return
         hashes = key_hashes(self._keys)
-        offsets = np.array(self._offsets, dtype=np.int64)
-        timestamps = np.array(self._timestamps, dtype=np.int64)
+        records = np.array(self._records, dtype=np.int64).reshape(-1, 3)
+        offsets = np.repeat(records[:, 0], records[:, 2])
+        timestamps = np.repeat(records[:, 1], records[:, 2])
         self._keys.clear()
-        self._offsets.clear()
-        self._timestamps.clear()
+        self._records.clear()
         done = 0
         while done < len(hashes):
             f = self._writable(int(timestamps[done]))
@@ -444,12 +476,31 @@ class MessageIndexer:
 
 # -- the commit log, as buildIndex sees it ------------------------------------------------------
 
+# Below this many bytes a gap is read record by record: the columnar scan (pyarrow) costs
+# more to start than it saves.
+_SMALL_GAP = 1 << 20
+
+
 def index_columns(commitlog: CommitLog, start: int, stop: int) -> Iterator[list[tuple[int, int, str, list[str]]]]:
     """(physical offset, store time, topic, index keys) of every record in [start, stop), in
     batches; the keys are those buildIndex puts (none for a rollback). ``start`` need not be
     a record boundary (records before it are passed over)."""
     index = commitlog.file_index(start)
     if index < 0:
+        return
+    if stop - start < _SMALL_GAP and _is_message_at(commitlog, start):
+        rows = []
+        for msg in commitlog.records(start):
+            if msg.commitLogOffset >= stop:
+                break
+            props = msg.properties
+            keys = []
+            if indexed_by_broker(msg.sysFlag):
+                keys = message_index_keys(msg.topic, props.get(PROPERTY_KEYS),
+                                          props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX))
+            rows.append((msg.commitLogOffset, msg.storeTimestamp, msg.topic, keys))
+        if rows:
+            yield rows
         return
     for i in range(index, len(commitlog.files)):
         if commitlog.files[i].start >= stop:
@@ -460,6 +511,8 @@ def index_columns(commitlog: CommitLog, start: int, stop: int) -> Iterator[list[
 def file_index_rows(commitlog: CommitLog, i: int, start: int, stop: int) -> Iterator[list[tuple[int, int, str, list[str]]]]:
     """``index_columns`` over one commit log file; a bad record raises StoreError after the
     rows before it."""
+    from rmqdelay.formats.scan import decode_records  # pyarrow: only for a long read
+
     mf = commitlog.files[i]
     pos = max(start - mf.start, 0)
     if pos and not _is_message_at(commitlog, mf.start + pos):

@@ -33,9 +33,12 @@ from rmqdelay.formats.constants import (
     BORNHOST_V6_FLAG,
     CQ_STORE_UNIT_SIZE,
     MESSAGE_MAGIC_CODE,
+    NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
     RMQ_SYS_SCHEDULE_TOPIC,
     STOREHOSTADDRESS_V6_FLAG,
@@ -44,6 +47,9 @@ from rmqdelay.formats.constants import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
+)
+from rmqdelay.formats.constants import (
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as PROPERTY_UNIQ,
 )
 from rmqdelay.formats.javahash import tags_code
 from rmqdelay.formats.javanum import java_parse_int
@@ -54,6 +60,8 @@ from rmqdelay.store import Store
 from rmqdelay.store.commitlog import END_FILE_MIN_BLANK_LENGTH, Blank
 from rmqdelay.store.directory import check_store_directory
 from rmqdelay.store.durable import fsync_dir
+from rmqdelay.store.index import IndexSettings, index_dir
+from rmqdelay.store.indexer import MessageIndexer
 from rmqdelay.store.lock import BrokerLock
 from rmqdelay.store.mappedfiles import list_mapped_files
 from rmqdelay.store.topics import validate_topic
@@ -103,6 +111,7 @@ class RecoveryReport:
     wiped_bytes: int = 0
     redispatched: int = 0
     truncated_units: int = 0
+    indexed: int = 0  # records the index lacked (a lost batch, or appended by an older rmqdelay)
 
     @property
     def changed(self) -> bool:
@@ -192,6 +201,7 @@ class StoreWriter:
         clock: Callable[[], int] = _now_ms,
         sync: bool = True,
         create: bool = False,
+        index: IndexSettings | None = None,
     ) -> None:
         self.path = Path(path)
         self.delay_levels = delay_levels or parse_delay_levels()
@@ -199,6 +209,8 @@ class StoreWriter:
         self.clock = clock
         self.sync = sync
         self._create = create
+        self._index_settings = index or IndexSettings()
+        self._indexer: MessageIndexer | None = None
         self._commitlog_file_size = commitlog_file_size
         self._cq_file_size = cq_file_size
         self._lock = BrokerLock(self.path)
@@ -239,6 +251,9 @@ class StoreWriter:
         if not self._opened:
             return
         self.flush()
+        if self._indexer is not None:
+            self._indexer.close()
+            self._write_checkpoint()
         if self._cl_fd is not None:
             os.close(self._cl_fd)
             self._cl_fd = None
@@ -278,6 +293,10 @@ class StoreWriter:
             self._checkpoint = cp or Checkpoint(0, 0, 0)
             self._cp_fd: int | None = None
             self.recovery = self._recover(store)
+            if self._index_settings.messageIndexEnable:
+                # IndexService.buildIndex for every record appended: the index follows the log.
+                self._indexer = MessageIndexer(index_dir(self.path), self._index_settings, sync=self.sync)
+                self.recovery.indexed = self._indexer.catch_up(store.commitlog, self._end)
         finally:
             store.close()
 
@@ -467,6 +486,14 @@ class StoreWriter:
         self._end += size
         self._pending_bytes += size
         code = self._tags_code(topic, props if new.propertiesRaw is None else _props_of(props_raw), store_ts)
+        if self._indexer is not None:
+            if new.propertiesRaw is None and props_raw.count(PROPERTY_SEPARATOR) == len(props) - 1 \
+                    and props_raw.count(NAME_VALUE_SEPARATOR) == len(props):
+                # One pair per segment: the map reads back as it is (less empty values).
+                self._indexer.add(offset, store_ts, topic, props.get(PROPERTY_KEYS) or None,
+                                  props.get(PROPERTY_UNIQ) or None, sys_flag)
+            else:
+                self._indexer.add_stored(offset, store_ts, topic, props_raw, sys_flag)
         if dispatch:
             self._queue_offsets[key] = queue_offset + 1
             self._pending_units.append((topic, queue_id, queue_offset, _unit_bytes(offset, size, code)))
@@ -531,6 +558,8 @@ class StoreWriter:
             if self.sync:
                 for q in touched.values():
                     q.sync()
+            if self._indexer is not None:
+                self._indexer.flush()
             self._write_checkpoint()
 
     def sync_to_disk(self) -> None:
@@ -549,6 +578,9 @@ class StoreWriter:
         self._unsynced_files.clear()
         for q in self._queues.values():
             q.sync()
+        if self._indexer is not None:
+            self._indexer.sync_to_disk()
+            self._write_checkpoint()
         if self._cp_fd is not None:
             os.fsync(self._cp_fd)
 
@@ -568,11 +600,15 @@ class StoreWriter:
         return self._cl_fd
 
     def _write_checkpoint(self) -> None:
-        if self._last_store_ts <= 0:
-            return
         cp = self._checkpoint
+        # indexMsgTimestamp: index files that end by then are whole (IndexService.load keeps
+        # them after a crash); the indexer moves it only past entries it has committed.
+        index_ts = self._indexer.end_timestamp if self._indexer is not None else 0
+        if self._last_store_ts <= 0 and index_ts <= cp.indexMsgTimestamp:
+            return
         cp.physicMsgTimestamp = max(cp.physicMsgTimestamp, self._last_store_ts)
         cp.logicsMsgTimestamp = max(cp.logicsMsgTimestamp, self._last_store_ts)
+        cp.indexMsgTimestamp = max(cp.indexMsgTimestamp, index_ts)
         if self._cp_fd is None:
             path = self.path / "checkpoint"
             created = not path.exists()

@@ -1,0 +1,214 @@
+"""`rmqdelay inspect index STORE`: the index files, look-ups by key and unique key as the
+broker's queryMessage answers them (mqadmin queryMsgByKey / queryMsgByUniqueKey), and
+--verify. Nothing here writes a byte."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+from rich.text import Text
+from rmqdelay.formats.index import LONG_MAX
+
+from rmqdelay.errors import EXIT_PROBLEMS, UsageError
+from rmqdelay.store import Store
+from rmqdelay.store.index import IndexSettings, StoreIndex
+from rmqdelay.store.index_verify import IndexVerifyCounts, iter_index_problems
+from rmqdelay.store.keylookup import (
+    KeyLookup,
+    find_by_key,
+    query_messages,
+    query_topics,
+)
+from rmqdelay.store.topics import validate_topic
+
+from .common import (
+    console,
+    emit_json,
+    err_console,
+    format_time_ms,
+    parse_time_ms,
+    progress,
+)
+from .render import message_json, messages_table
+
+_MAX_PROBLEM_LINES = 200  # on a terminal; --json lists every problem
+DEFAULT_QUERY_MAX_NUM = 32  # MessageStoreConfig.defaultQueryMaxNum: what a unique-key query gets
+
+
+def inspect_index(
+    store_dir: Path = typer.Argument(..., help="The broker store directory (storePathRootDir).", show_default=False),
+    key: Optional[str] = typer.Option(None, "--key", help="Messages whose KEYS hold this key "
+                                                          "(what mqadmin queryMsgByKey finds)."),
+    uniq_key: Optional[str] = typer.Option(None, "--uniq-key", help="The message with this UNIQ_KEY, the "
+                                                                    "client's msgId (queryMsgByUniqueKey)."),
+    topic: Optional[str] = typer.Option(None, "--topic", help="The topic to look in (default: every topic "
+                                                              "with a consume queue)."),
+    begin: Optional[str] = typer.Option(None, "--begin", help="Only messages stored from then (ISO 8601 or "
+                                                              "epoch ms; the index keeps whole seconds)."),
+    end: Optional[str] = typer.Option(None, "--end", help="Only messages stored until then."),
+    max_num: Optional[int] = typer.Option(None, "--max", help="At most this many index entries per topic "
+                                                              "(default 64 for --key, 32 for --uniq-key, "
+                                                              "as the broker)."),
+    verify: bool = typer.Option(False, "--verify", help="Check the index against itself and the commit log: "
+                                                        "chains, slots, headers, every entry and every key. "
+                                                        "Exit 1 when a problem is found."),
+    broker_config: Optional[Path] = typer.Option(None, "--broker-config", help="Take maxHashSlotNum and "
+                                                 "maxIndexNum from this broker.conf (default: told by the "
+                                                 "files)."),
+    body: bool = typer.Option(False, "--body", help="With --json: include the body (base64)."),
+    json_out: bool = typer.Option(False, "--json", help="One JSON object per line, for scripts."),
+) -> None:
+    """The index (index/): its files, or the messages a key finds through it, or --verify."""
+    if (key is not None) + (uniq_key is not None) + verify > 1:
+        raise UsageError("give one of --key, --uniq-key and --verify")
+    if key is None and uniq_key is None and (begin or end or max_num is not None or topic is not None):
+        raise UsageError("--topic, --begin, --end and --max go with --key or --uniq-key")
+    if topic is not None:
+        validate_topic(topic)
+    if max_num is not None and max_num < 1:
+        raise UsageError(f"--max: at least 1, found {max_num}")
+    settings = IndexSettings.from_broker_config(broker_config)
+    with Store(store_dir) as store:
+        if verify:
+            _verify(store, settings, json_out)
+        elif key is not None or uniq_key is not None:
+            lo = parse_time_ms(begin) if begin else 0
+            hi = parse_time_ms(end) if end else LONG_MAX
+            _query(store, settings, uniq_key if key is None else key, key is None, topic, lo, hi,
+                   max_num or (DEFAULT_QUERY_MAX_NUM if key is None else 64), body, json_out)
+        else:
+            _summary(store, settings, json_out)
+
+
+def _exit_problems() -> None:
+    raise typer.Exit(EXIT_PROBLEMS)
+
+
+# -- the files ---------------------------------------------------------------------------------
+
+def _summary(store: Store, settings: IndexSettings, json_out: bool) -> None:
+    log_end = store.end_offset()
+    with StoreIndex(store.path, settings) as index:
+        files = [{"file": f.name, "hashSlotNum": f.hashSlotNum, "indexNum": f.indexNum, "entries": f.entry_count,
+                  "full": f.header.count >= f.indexNum, "beginTimestamp": f.header.beginTimestamp,
+                  "endTimestamp": f.header.endTimestamp, "beginPhyOffset": f.header.beginPhyOffset,
+                  "endPhyOffset": f.header.endPhyOffset, "hashSlotCount": f.header.hashSlotCount,
+                  "indexCount": f.header.indexCount} for f in index.files]
+        coverage = index.coverage
+    checkpoint = store.checkpoint()
+    info = {"store": str(store.path), "files": files,
+            "coverage": None if coverage is None else {"beginPhyOffset": coverage[0], "endPhyOffset": coverage[1]},
+            "maxPhysicalOffset": log_end,
+            "indexMsgTimestamp": None if checkpoint is None else checkpoint.indexMsgTimestamp}
+    if json_out:
+        emit_json(info)
+        return
+    if not files:
+        console.print(Text(f"{store.path / 'index'}: no index files (the broker indexes what it dispatches; "
+                           "`inspect message --key` scans the commit log)"))
+        return
+    table = Table(show_edge=False, header_style="bold")
+    for name in ("file", "slots", "entries", "used", "hashSlotCount", "phyOffsets", "stored"):
+        table.add_column(name, justify="left" if name in ("file", "phyOffsets", "stored") else "right")
+    for f in files:
+        table.add_row(f["file"], str(f["hashSlotNum"]), f"{f['entries']} of {f['indexNum'] - 1}",
+                      f"{100 * f['entries'] / max(f['indexNum'] - 1, 1):.1f}%", str(f["hashSlotCount"]),
+                      f"[{f['beginPhyOffset']}, {f['endPhyOffset']}]",
+                      f"{format_time_ms(f['beginTimestamp'])} .. {format_time_ms(f['endTimestamp'])}")
+    console.print(table)
+    if coverage is not None:
+        console.print(Text(f"the index covers commit log offsets [{coverage[0]}, {coverage[1]}]; the log ends "
+                           f"at {log_end}"))
+    if checkpoint is not None:
+        ts = checkpoint.indexMsgTimestamp
+        console.print(Text(f"checkpoint indexMsgTimestamp: {format_time_ms(ts) if ts else '0 (no index file known whole)'}"))
+
+
+# -- look-ups ----------------------------------------------------------------------------------
+
+def _query(store: Store, settings: IndexSettings, key: str, unique: bool, topic: str | None, begin: int,
+           end: int, max_num: int, body: bool, json_out: bool) -> None:
+    what = f"UNIQ_KEY {key!r}" if unique else f"key {key!r}"
+    with StoreIndex(store.path, settings) as index:
+        if not index.files:
+            err_console.print(Text(f"rmqdelay: {store.path / 'index'}: no index files; "
+                                   f"`inspect message --key` scans the commit log"), soft_wrap=True)
+            _exit_problems()
+        answers = [query_messages(store, index, name, key, unique=unique, max_num=max_num, begin=begin, end=end)
+                   for name in query_topics(store, topic)]
+    found = [m for a in answers for m in a.messages]
+    if json_out:
+        for msg in found:
+            emit_json(message_json(msg, body=body))
+    else:
+        if found:
+            console.print(messages_table(found))
+        entries = sum(a.entries for a in answers)
+        topics = topic if topic is not None else f"{len(answers)} topic(s)"
+        console.print(Text(f"{len(found)} message(s) with {what} in {topics} ({entries} index entr"
+                           f"{'y' if entries == 1 else 'ies'} of that hash)", style="dim"))
+        capped = [a.topic for a in answers if a.entries >= max_num]
+        if capped:
+            console.print(Text(f"{', '.join(capped)}: {max_num} entries, the most the broker returns "
+                               f"(maxMsgsNumBatch); --max for more", style="dim"))
+    if answers and answers[0].indexLastUpdatePhyoffset < store.end_offset():
+        _note_tail(store, answers[0].indexLastUpdatePhyoffset)
+    if not found:
+        err_console.print(Text(f"rmqdelay: no message with {what} in the index"), soft_wrap=True)
+        _exit_problems()
+
+
+def _note_tail(store: Store, index_end: int) -> None:
+    try:
+        after = store.message_at(index_end)
+        index_end = after.commitLogOffset + after.storeSize
+    except Exception:  # the index ends past the log: nothing unindexed to speak of
+        return
+    log_end = store.end_offset()
+    if index_end < log_end:
+        err_console.print(Text(f"note: the index ends at commit log offset {index_end}, the log at {log_end}: "
+                               f"messages after it are not indexed (the broker would not find them either; "
+                               f"`inspect message --key` scans them)"), soft_wrap=True)
+
+
+def find_messages_by_key(store: Store, key: str, topic: str | None) -> KeyLookup:
+    """`inspect message --key`: through the index where it covers the log; says on stderr
+    what was scanned instead."""
+    log = store.commitlog
+    total = (log.files[-1].end - log.min_offset) if log.files else 0
+    with progress(f"looking for key {key}", total) as advance:
+        lookup = find_by_key(store, key, topic, advance=advance)
+    if not lookup.indexed:
+        err_console.print(Text("note: no index files: scanned the commit log"), style="dim", soft_wrap=True)
+    else:
+        for start, stop in lookup.scanned:
+            err_console.print(Text(f"note: commit log offsets [{start}, {stop}) are not in the index: scanned "
+                                   f"them"), style="dim", soft_wrap=True)
+    return lookup
+
+
+# -- verify ------------------------------------------------------------------------------------
+
+def _verify(store: Store, settings: IndexSettings, json_out: bool) -> None:
+    counts = IndexVerifyCounts()
+    problems = []
+    total = sum(mf.size for mf in store.commitlog.files)
+    with progress("verifying index", total) as advance:
+        for problem in iter_index_problems(store, settings, counts, advance):
+            if json_out:
+                emit_json(problem.as_json())
+            problems.append(problem)
+    if not json_out:
+        for problem in problems[:_MAX_PROBLEM_LINES]:
+            console.print(Text(f"{problem.kind}: {problem}"), soft_wrap=True)
+        if len(problems) > _MAX_PROBLEM_LINES:
+            console.print(Text(f"... and {len(problems) - _MAX_PROBLEM_LINES} more (--json lists them all)"))
+        summary = (f"checked {counts.files} index file(s), {counts.entries} entries, {counts.messages} message(s), "
+                   f"{counts.keys} key(s): ")
+        summary += f"{len(problems)} problem(s)" if problems else "no problems"
+        console.print(Text(summary, style="bold red" if problems else "bold green"), soft_wrap=True)
+    if problems:
+        _exit_problems()
