@@ -76,6 +76,21 @@ def test_run_indexes_every_delivered_message_under_its_real_topic_keys_and_uniq_
     assert cp.indexMsgTimestamp == int(FAR_AHEAD)  # the index's end, committed
 
 
+def test_run_on_a_5x_store_indexes_what_it_delivers(store_copy, capsys, tmp_path):
+    store = store_copy("timer-partial")
+    with Store(store) as s:
+        end = s.end_offset()
+    drain(capsys, store)
+    new = delivered_after(store, end)
+    assert len(new) > 200
+    assert index_bytes(store / "index") == rebuilt(store, tmp_path, IndexSettings(1024, 8192))
+    with Store(store) as s, StoreIndex(store) as index:
+        for msg in new:
+            found = query_messages(s, index, msg.topic, msg.properties["UNIQ_KEY"], unique=True)
+            assert [m.commitLogOffset for m in found.messages] == [msg.commitLogOffset]
+    assert run_cli(capsys, "inspect", "index", store, "--verify").code == 0
+
+
 def test_run_rolls_full_index_files_as_the_broker_would(store_copy, capsys, tmp_path):
     store = store_copy("delay-partial")
     shutil.rmtree(store / "index")
