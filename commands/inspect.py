@@ -41,6 +41,7 @@ from .render import (
     messages_table,
     offset_cell,
     offset_notes,
+    print_problems,
     unit_json,
     unit_note,
 )
@@ -295,16 +296,11 @@ def _verify(store_dir: Path, json_out: bool) -> None:
                     emit_json(problem.as_json())
                 problems.append(problem)
     if not json_out:
-        for problem in problems[:_MAX_PROBLEM_LINES]:
-            console.print(Text(f"{problem.kind}: {problem}"), soft_wrap=True)
-        if len(problems) > _MAX_PROBLEM_LINES:
-            console.print(Text(f"... and {len(problems) - _MAX_PROBLEM_LINES} more (--json lists them all)"))
         spare = (f" ({len(counts.preallocated)} after the end of the data holding only zeros, as the broker "
                  "preallocates them)") if counts.preallocated else ""
-        summary = (f"checked {counts.files} commit log file(s){spare}, {counts.messages} message(s), "
-                   f"{counts.queues} consume queue(s), {counts.units} unit(s): ")
-        summary += f"{len(problems)} problem(s)" if problems else "no problems"
-        console.print(Text(summary, style="bold red" if problems else "bold green"), soft_wrap=True)
+        print_problems(problems, f"{counts.files} commit log file(s){spare}, {counts.messages} message(s), "
+                                 f"{counts.queues} consume queue(s), {counts.units} unit(s)", console,
+                       _MAX_PROBLEM_LINES)
     if problems:
         _exit_problems()
 

@@ -32,9 +32,8 @@ from .common import (
     parse_time_ms,
     progress,
 )
-from .render import message_json, messages_table
+from .render import message_json, messages_table, print_problems
 
-_MAX_PROBLEM_LINES = 200  # on a terminal; --json lists every problem
 DEFAULT_QUERY_MAX_NUM = 32  # MessageStoreConfig.defaultQueryMaxNum: what a unique-key query gets
 
 
@@ -202,13 +201,7 @@ def _verify(store: Store, settings: IndexSettings, json_out: bool) -> None:
                 emit_json(problem.as_json())
             problems.append(problem)
     if not json_out:
-        for problem in problems[:_MAX_PROBLEM_LINES]:
-            console.print(Text(f"{problem.kind}: {problem}"), soft_wrap=True)
-        if len(problems) > _MAX_PROBLEM_LINES:
-            console.print(Text(f"... and {len(problems) - _MAX_PROBLEM_LINES} more (--json lists them all)"))
-        summary = (f"checked {counts.files} index file(s), {counts.entries} entries, {counts.messages} message(s), "
-                   f"{counts.keys} key(s): ")
-        summary += f"{len(problems)} problem(s)" if problems else "no problems"
-        console.print(Text(summary, style="bold red" if problems else "bold green"), soft_wrap=True)
+        print_problems(problems, f"{counts.files} index file(s), {counts.entries} entries, {counts.messages} "
+                                 f"message(s), {counts.keys} key(s)", console)
     if problems:
         _exit_problems()

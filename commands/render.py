@@ -145,6 +145,17 @@ def messages_table(messages: list[Message]) -> Table:
     return table
 
 
+def print_problems(problems: list, checked: str, console, limit: int = 200) -> None:
+    """`--verify` on a terminal: one line per problem (the first ``limit``), then what was
+    checked and how many problems."""
+    for problem in problems[:limit]:
+        console.print(Text(f"{problem.kind}: {problem}"), soft_wrap=True)
+    if len(problems) > limit:
+        console.print(Text(f"... and {len(problems) - limit} more (--json lists them all)"))
+    summary = f"checked {checked}: " + (f"{len(problems)} problem(s)" if problems else "no problems")
+    console.print(Text(summary, style="bold red" if problems else "bold green"), soft_wrap=True)
+
+
 def message_tables(msg: Message) -> tuple[Table, Table]:
     """Every field of one message, then its properties."""
     fields = Table(show_header=False, show_edge=False, box=None)

@@ -207,6 +207,15 @@ def _copy_without_index(name, tmp_path):
     return dest
 
 
+def _complete(store, settings) -> MessageIndexer:
+    """Open the index as the writer does and index the rest of the log."""
+    with Store(store) as s:
+        indexer = MessageIndexer(store / "index", settings)
+        indexer.catch_up(s.commitlog, s.commitlog.files[-1].end)
+        indexer.close()
+    return indexer
+
+
 def _abandon(indexer: MessageIndexer) -> None:
     """What a kill -9 leaves: files as written so far, nothing more."""
     if indexer._file is not None:
@@ -240,12 +249,16 @@ def test_entries_and_slots_written_without_their_header_are_repaired_and_complet
     assert problems(store) == []
 
 
-def test_a_record_whose_keys_straddle_a_roll_is_completed_without_duplicates(tmp_path):
+def _rolled(tmp_path):
+    """A copy of delay-partial indexed with 64 slots and 512 entries per file (nine files)."""
     store = _copy_without_index("delay-partial", tmp_path)
-    settings = IndexSettings(64, 512)
     with Store(store) as s:
-        rebuild_index(s.commitlog, store / "index", settings)
-    files = list_index_files(store / "index")
+        rebuild_index(s.commitlog, store / "index", IndexSettings(64, 512))
+    return store, IndexSettings(64, 512), list_index_files(store / "index")
+
+
+def test_a_record_whose_keys_straddle_a_roll_is_completed_without_duplicates(tmp_path):
+    store, settings, files = _rolled(tmp_path)
     # Find a file whose last record's keys go on in the next file, and cut the index there.
     for n, path in enumerate(files[:-1]):
         nxt = parse_index_header(files[n + 1].read_bytes())
@@ -257,28 +270,22 @@ def test_a_record_whose_keys_straddle_a_roll_is_completed_without_duplicates(tmp
     assert nxt.entries > 0
     for later in files[n + 1:]:
         later.unlink()
-    with Store(store) as s:
+    with Store(store):
         indexer = MessageIndexer(store / "index", settings)
         assert indexer.resume_offset == end and 0 < indexer._resume_done
-        indexer.catch_up(s.commitlog, s.commitlog.files[-1].end)
         indexer.close()
+    _complete(store, settings)
     assert index_bytes(store / "index") == index_bytes(ROLLED)
     assert problems(store) == []
 
 
 def test_a_roll_cut_short_before_the_new_files_header_is_finished(tmp_path):
-    store = _copy_without_index("delay-partial", tmp_path)
-    settings = IndexSettings(64, 512)
-    with Store(store) as s:
-        rebuild_index(s.commitlog, store / "index", settings)
-        files = list_index_files(store / "index")
-        for later in files[4:]:
-            later.unlink()
-        # The next file exists, all zeros (created, nothing written yet).
-        (store / "index" / str(int(files[3].name) + 1)).write_bytes(bytes(index_file_size(64, 512)))
-        indexer = MessageIndexer(store / "index", settings)
-        indexer.catch_up(s.commitlog, s.commitlog.files[-1].end)
-        indexer.close()
+    store, settings, files = _rolled(tmp_path)
+    for later in files[4:]:
+        later.unlink()
+    # The next file exists, all zeros (created, nothing written yet).
+    (store / "index" / str(int(files[3].name) + 1)).write_bytes(bytes(index_file_size(64, 512)))
+    _complete(store, settings)
     assert index_bytes(store / "index") == index_bytes(ROLLED)
 
 
