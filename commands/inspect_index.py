@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 from rich.text import Text
+from rmqdelay.formats.constants import KEY_SEPARATOR
 from rmqdelay.formats.index import LONG_MAX
 
 from rmqdelay.errors import EXIT_PROBLEMS, UsageError
@@ -65,6 +66,9 @@ def inspect_index(
         raise UsageError("give one of --key, --uniq-key and --verify")
     if key is None and uniq_key is None and (begin or end or max_num is not None or topic is not None):
         raise UsageError("--topic, --begin, --end and --max go with --key or --uniq-key")
+    if key is not None and (not key or KEY_SEPARATOR in key):
+        # The client keeps a message whose KEYS, split at spaces, hold the key: such a key finds nothing.
+        raise UsageError(f"--key: one key, not empty and without spaces (KEYS are split at spaces), found {key!r}")
     if topic is not None:
         validate_topic(topic)
     if max_num is not None and max_num < 1:

@@ -49,6 +49,7 @@ from rmqdelay.store.indexer import (
     MessageIndexer,
     index_columns,
     index_file_name,
+    pwrite_all,
     rebuild_index,
 )
 
@@ -308,6 +309,16 @@ def test_a_new_index_file_is_sparse_and_written_with_pwrite(tmp_path):
     assert path.stat().st_size == index_file_size(5_000_000, 20_000_000)
     assert path.stat().st_blocks * 512 < 30 * 1024 * 1024  # the 420 MB are not allocated
     assert problems(store) == []
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_full_disk_is_an_error_naming_the_file_and_the_byte(tmp_path):
+    fd = os.open("/dev/full", os.O_WRONLY)  # every write fails with ENOSPC
+    try:
+        with pytest.raises(StoreError, match=r"index/x at byte 40: room to write 4 bytes \(No space left"):
+            pwrite_all(fd, b"abcd", 40, tmp_path / "index" / "x")
+    finally:
+        os.close(fd)
 
 
 # -- verify -----------------------------------------------------------------------------------------------

@@ -174,6 +174,7 @@ def test_verify_reports_one_line_per_problem_and_exits_1(store_copy, capsys):
     (("--begin", "0"), "go with --key"),
     (("--key", "a", "--max", "0"), "--max: at least 1"),
     (("--key", "a", "--topic", "bad topic!"), "topic"),
+    (("--key", "a b"), "without spaces"),
 ])
 def test_bad_arguments_get_one_line_and_exit_2(capsys, args, expected):
     result = run_cli(capsys, "inspect", "index", SAMPLES / "retry" / "store", *args)
