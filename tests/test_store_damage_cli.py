@@ -50,8 +50,10 @@ def test_a_scan_stopping_at_a_hole_says_so(store_copy):
     assert_one_line(listing, 2, f"{log} at byte {HOLE_AT}", "found zeros with more data after them",
                     "at byte 4496 of this file")
     assert len(listing.stdout.splitlines()) == 1  # what was read before the hole, then the error
-    key = console("inspect", "message", store, "--key", "ORDER_50")  # at 42721, after the hole
-    assert_one_line(key, 2, f"{log} at byte {HOLE_AT}")
+    # Through the index, a key after the hole is found without reading the damaged bytes.
+    key = console("inspect", "message", store, "--key", "ORDER_50", "--json")  # at 42721, after the hole
+    assert key.returncode == 0 and [m["commitLogOffset"] for m in map(json.loads, key.stdout.splitlines())] == \
+        [42721, 1958683]  # the parked copy and the delivered one
     lateness = console("analyze", "lateness", store)
     assert_one_line(lateness, 2, f"{log} at byte {HOLE_AT}")
     kept = console("analyze", "lateness", store, "--keep-going", "--json")
@@ -61,6 +63,12 @@ def test_a_scan_stopping_at_a_hole_says_so(store_copy):
     verify = console("inspect", "commitlog", store, "--verify", "--json")
     assert verify.returncode == 1
     assert snapshot(store.parent) == before
+    # Without an index, the scan stops at the hole and says so.
+    bare = store.parent / "no-index"
+    shutil.copytree(store, bare)
+    shutil.rmtree(bare / "index")
+    scanned = console("inspect", "message", bare, "--key", "ORDER_50")
+    assert_one_line(scanned, 2, f"{first_log(bare)} at byte {HOLE_AT}")
 
 
 def test_analyze_on_spark_refuses_bad_schedule_data_before_starting(store_copy):
