@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from importlib.metadata import PackageNotFoundError, version
 from typing import Optional
 
@@ -11,6 +12,7 @@ from typer._click.exceptions import NoArgsIsHelpError
 from typer.core import TyperOption
 
 from rmqdelay.errors import EXIT_BAD_INPUT, RmqDelayError
+from rmqdelay.store.directory import ConfigFallbackWarning
 
 from .common import configure_streams, err_console
 
@@ -76,10 +78,21 @@ def _one_line(message: str) -> str:
     return " ".join(message.split())
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    if issubclass(category, ConfigFallbackWarning):
+        err_console.print(f"rmqdelay: warning: {message}", markup=False, highlight=False, soft_wrap=True)
+    else:
+        _default_show_warning(message, category, filename, lineno, file, line)
+
+
+_default_show_warning = warnings.showwarning
+
+
 def main() -> None:
     configure_streams()
     TyperOption.display_type_rich = _flag_type_hidden
     _register()
+    warnings.showwarning = _show_warning
     try:
         code = app(prog_name="rmqdelay", standalone_mode=False)
     except NoArgsIsHelpError:

@@ -25,6 +25,30 @@ class StoreError(RmqDelayError):
         self.expected = expected
 
 
+class StoreReadError(StoreError):
+    """A store file that could not be read at all (the system said no: EACCES, EIO, EMFILE,
+    a FIFO where a file belongs): not bad content. Whoever skips bad records must not skip
+    these: the data is there, only out of reach for now."""
+
+
+class NotRegularFileError(StoreReadError):
+    """A FIFO, a directory, a device or a symbolic link loop where a regular file belongs:
+    refused at once (never waited on, never replaced by a ``.bak``)."""
+
+
+class StoreWriteError(RmqDelayError):
+    """A write to the store failed or came up short (ENOSPC, EIO, EFBIG, EROFS, ...). The
+    writer stops at the first one and publishes nothing after it, so a rerun once the fault
+    is gone finishes the work exactly once."""
+
+    def __init__(self, path: Path | str, offset: int | None, what: str) -> None:
+        where = f"{path}" if offset is None else f"{path} at byte {offset}"
+        super().__init__(f"{where}: {what}")
+        self.path = Path(path)
+        self.offset = offset
+        self.what = what
+
+
 class StoreLockedError(RmqDelayError):
     exit_code = EXIT_LOCKED
 

@@ -3,7 +3,6 @@ expected; a non-zero exit; no traceback; and not one byte of the store changed."
 
 from __future__ import annotations
 
-import builtins
 import hashlib
 import os
 import struct
@@ -148,14 +147,14 @@ def test_every_read_command_on_bad_input(capsys, store_copy, corrupt):
 def test_unreadable_commit_log_file(capsys, store_copy, monkeypatch):
     store = store_copy("delay-partial")
     victim = str(first_log(store))
-    real_open = builtins.open
+    real_open = os.open
 
     def deny(file, *args, **kwargs):
         if str(file) == victim:
             raise PermissionError(13, "Permission denied", victim)
         return real_open(file, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "open", deny)
+    monkeypatch.setattr(os, "open", deny)
     listing = run_cli(capsys, "inspect", "commitlog", store)
     assert listing.code == 2 and listing.err == f"rmqdelay: {victim}: a readable file (Permission denied)\n"
     message = run_cli(capsys, "inspect", "message", store, 0)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import stat
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from rmqdelay.errors import StoreError
+from rmqdelay.errors import NotRegularFileError, StoreError
 from rmqdelay.formats.checkpoint import Checkpoint, parse_checkpoint
 from rmqdelay.formats.commitlog import Message
 from rmqdelay.formats.constants import (
@@ -24,6 +25,7 @@ from rmqdelay.formats.javanum import java_parse_int
 from rmqdelay.formats.msgid import decode_message_id
 from rmqdelay.store.commitlog import CommitLog
 from rmqdelay.store.consumequeue import ConsumeQueue
+from rmqdelay.store.fileio import read_file
 from rmqdelay.store.lock import lock_holder
 from rmqdelay.store.problems import NOT_A_DIRECTORY, UNREADABLE, Problems, report
 
@@ -124,23 +126,22 @@ class Store:
         return self.abort_path.exists()
 
     def checkpoint(self) -> Checkpoint | None:
-        try:
-            data = self.checkpoint_path.read_bytes()
-        except FileNotFoundError:
+        data = read_file(self.checkpoint_path)
+        if data is None:
             return None
-        except OSError as exc:
-            raise StoreError(self.checkpoint_path, None, f"a readable file ({exc.strerror})") from None
         if len(data) < 24:
             raise StoreError(self.checkpoint_path, len(data), "24 bytes of checkpoint timestamps")
         return parse_checkpoint(data[:40])
 
-    def delay_offsets(self) -> DelayOffsets | None:
-        """config/delayOffset.json, falling back to .bak as ConfigManager.load does.
+    def delay_offsets(self, *, fallback: bool = True) -> DelayOffsets | None:
+        """config/delayOffset.json, falling back to .bak as ConfigManager.load does (with a
+        ``ConfigFallbackWarning``); ``fallback=False`` refuses a file that is there but
+        unusable, for writers that must not guess (see ``load_config_file``).
 
         None when neither exists (a broker that never ran its scheduler). When the file is
         unreadable and the backup too, the error names the main file.
         """
-        return load_config_file(self.delay_offset_path, parse_delay_offsets)
+        return load_config_file(self.delay_offset_path, parse_delay_offsets, fallback=fallback)
 
     # -- queues -------------------------------------------------------------------------
     def topics(self) -> dict[str, list[int]]:
@@ -233,26 +234,56 @@ class Store:
                 yield msg
 
 
-def load_config_file(path: Path, parse: Callable[[str], T]) -> T | None:
+class ConfigFallbackWarning(UserWarning):
+    """A broker config file was unusable and its ``.bak`` was read instead, as the broker's
+    ConfigManager.load does: the command goes on, and says so in one line."""
+
+
+def load_config_file(path: Path, parse: Callable[[str], T], *, fallback: bool = True) -> T | None:
     """A broker config file read as ConfigManager.load does: the ``.bak`` when the file is
     missing, empty or unparsable; None when neither exists. When both are unusable, the error
-    names the first file that was."""
+    names the first file that was.
+
+    Using the ``.bak`` for a file that is there but unusable is never silent: a
+    ``ConfigFallbackWarning`` names the file and what was wrong with it. A FIFO, a
+    directory or a symbolic link loop in its place is refused at once. ``fallback=False``
+    raises that problem instead (a missing file still falls back, as the broker's does):
+    what a writer wants, since an older ``.bak`` means work done again."""
     error: StoreError | None = None
+    missing: StoreError | None = None
     for candidate in (path, path.with_name(path.name + ".bak")):
+        problem: StoreError | None = None
         try:
-            text = candidate.read_bytes().decode("utf-8")
-        except FileNotFoundError:
-            continue
-        except (OSError, UnicodeDecodeError) as exc:
-            error = error or StoreError(candidate, None, f"readable UTF-8 text ({exc})")
-            continue
-        if not text.strip():
-            error = error or StoreError(candidate, 0, "a JSON object; the file is empty")
-            continue
-        try:
-            return parse(text)
-        except FormatError as exc:
-            error = error or StoreError(candidate, exc.offset, exc.expected)
+            data = read_file(candidate)
+            if data is None:
+                if candidate == path:
+                    missing = StoreError(path, None, "missing")
+                continue
+            text = data.decode("utf-8")
+        except NotRegularFileError:
+            raise  # a FIFO or a directory here is no file to fall back from: refused at once
+        except StoreError as exc:
+            problem = exc
+        except UnicodeDecodeError as exc:
+            problem = StoreError(candidate, exc.start, "UTF-8 text")
+        else:
+            if not text.strip():
+                problem = StoreError(candidate, 0, "a JSON object; the file is empty")
+            else:
+                try:
+                    value = parse(text)
+                except FormatError as exc:
+                    problem = StoreError(candidate, exc.offset, exc.expected)
+                else:
+                    if candidate != path:
+                        warnings.warn(ConfigFallbackWarning(
+                            f"{error or missing}; read {candidate.name} instead, as the broker would"), stacklevel=2)
+                    return value
+        if candidate == path and not fallback:
+            raise StoreError(problem.path, problem.offset,
+                             f"{problem.expected} (the broker would fall back to {path.name}.bak, an older "
+                             f"state; repair or remove the file first)")
+        error = error or problem
     if error is not None:
         raise error
     return None

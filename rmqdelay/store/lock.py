@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rmqdelay.errors import StoreLockedError
+from rmqdelay.store import fileio
 
 # struct flock on Linux: short l_type, short l_whence, off_t l_start, off_t l_len, pid_t l_pid
 _FLOCK = "hhqqi4x"
@@ -20,9 +21,8 @@ _FLOCK = "hhqqi4x"
 
 def lock_holder(path: Path) -> int | None:
     """The pid of another process holding the lock, or None. Takes no lock, writes nothing."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
+    fd = fileio.open_for_read(path)
+    if fd is None:
         return None
     try:
         query = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
@@ -87,17 +87,22 @@ class BrokerLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        # A read-only file system, a FIFO or a directory here: one line (StoreWriteError).
+        fd, _ = fileio.open_for_write(self.path)
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
         except OSError:
             os.close(fd)
             holder = describe_holder(lock_holder(self.path))
             raise StoreLockedError(self.path, holder.text, holder.advice) from None
-        if os.fstat(fd).st_size == 0:
-            # What the broker leaves in the file (DefaultMessageStore.start).
-            os.pwrite(fd, b"lock", 0)
-            os.fsync(fd)
+        try:
+            if os.fstat(fd).st_size == 0:
+                # What the broker leaves in the file (DefaultMessageStore.start).
+                fileio.write_all(fd, b"lock", 0, self.path)
+                fileio.fsync(fd, self.path)
+        except BaseException:
+            os.close(fd)
+            raise
         self._fd = fd
 
     def release(self) -> None:

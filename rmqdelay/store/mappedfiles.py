@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import mmap
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rmqdelay.errors import StoreError
+from rmqdelay.store.fileio import map_for_read
 from rmqdelay.store.problems import (
     FILE_SIZE,
     GAP,
@@ -94,7 +93,8 @@ def _usual_size(files: list[MappedFile]) -> int | None:
 
 
 class MappedFileReader:
-    """Read-only maps of a queue's files, opened on first use."""
+    """Read-only maps of a queue's files, opened on first use (``fileio.map_for_read``:
+    holes read as zeros, no file descriptor held)."""
 
     def __init__(self, files: list[MappedFile]) -> None:
         self.files = files
@@ -104,14 +104,7 @@ class MappedFileReader:
         view = self._maps.get(index)
         if view is None:
             mf = self.files[index]
-            if mf.size == 0:
-                view = memoryview(b"")
-            else:
-                try:
-                    with open(mf.path, "rb") as fh:
-                        view = memoryview(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
-                except OSError as exc:
-                    raise StoreError(mf.path, None, f"a readable file ({exc.strerror})") from None
+            view = memoryview(b"") if mf.size == 0 else map_for_read(mf.path)
             self._maps[index] = view
         return view
 
@@ -131,11 +124,8 @@ class MappedFileReader:
 
     def close(self) -> None:
         for view in self._maps.values():
-            obj = view.obj
             try:
                 view.release()
-                if isinstance(obj, mmap.mmap):
-                    obj.close()
             except BufferError:
-                pass  # arrays still point into the map; it closes when they are gone
+                pass  # arrays still point into the map; it is unmapped when they are gone
         self._maps.clear()

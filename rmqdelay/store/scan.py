@@ -7,7 +7,6 @@ log file on its executors), so they see the same rows.
 
 from __future__ import annotations
 
-import mmap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from rmqdelay.formats.javanum import java_int_range, java_parse_int
 from rmqdelay.formats.scan import DEFAULT_BATCH_ROWS, MESSAGE_SCHEMA, decode_records
 from rmqdelay.store.commitlog import data_after_end
 from rmqdelay.store.directory import Store, load_config_file
+from rmqdelay.store.fileio import map_for_read
 
 __all__ = [
     "MESSAGE_SCHEMA", "SCHEDULE_UNIT_SCHEMA", "Skipped", "scan_commitlog_file", "commitlog_files",
@@ -72,17 +72,16 @@ def scan_commitlog_file(path: Path | str, store_name: str, *, keep_going: bool =
     """
     path = Path(path)
     try:
-        with open(path, "rb") as fh:
-            size = fh.seek(0, 2)
-            if size == 0:
-                return
-            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-    except OSError as exc:
+        mapped = map_for_read(path)
+    except StoreError as exc:
         if keep_going:
             if skipped is not None:
-                skipped.append(Skipped(store_name, str(path), 0, _size_or_zero(path), f"a readable file ({exc.strerror})"))
+                skipped.append(Skipped(store_name, str(path), 0, _size_or_zero(path), exc.expected))
             return
-        raise StoreError(path, None, f"a readable file ({exc.strerror})") from None
+        raise
+    size = len(mapped)
+    if size == 0:
+        return
     try:
         end = 0  # where the records read so far end, in this file
         for batch in decode_records(mapped, store=store_name, file=path.name, batch_rows=batch_rows):
@@ -103,7 +102,7 @@ def scan_commitlog_file(path: Path | str, store_name: str, *, keep_going: bool =
             skipped.append(Skipped(store_name, str(path), exc.offset, size - exc.offset, exc.expected))
     finally:
         try:
-            mapped.close()
+            mapped.release()
         except BufferError:
             pass  # a view is still alive somewhere; the map goes with it
 
