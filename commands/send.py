@@ -13,7 +13,7 @@ from rmqdelay.errors import UsageError
 from rmqdelay.send import DEFAULT_STORE_HOST, SendRequest, Sent, send_messages
 from rmqdelay.store.writer import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CQ_FILE_SIZE
 
-from .common import emit_json, format_time_ms, int_option, progress
+from .common import emit_json, err_console, format_time_ms, int_option, progress
 
 
 def _int(name: str, text: str | None) -> int | None:
@@ -93,7 +93,9 @@ def send(
         sizes[name] = value if value is not None else default
     with progress("sending", request.count) as advance:
         sent = send_messages(store, request, commitlog_file_size=sizes["--commitlog-file-size"],
-                             cq_file_size=sizes["--cq-file-size"], on_progress=advance)
+                             cq_file_size=sizes["--cq-file-size"], on_progress=advance,
+                             on_notice=lambda text: err_console.print(text, markup=False, highlight=False,
+                                                                      soft_wrap=True))
     for item in sent:
         if json_out:
             emit_json(_json(item))

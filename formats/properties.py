@@ -25,16 +25,6 @@ def parse_properties(text: str) -> dict[str, str]:
     return result
 
 
-def parse_java_int(text: str) -> int | None:
-    """Integer.parseInt: an optional sign and decimal digits within the int range; None
-    where Java throws NumberFormatException (a DELAY of "abc", "", " 3", "3.0", 2^31)."""
-    body = text[1:] if text[:1] in ("+", "-") else text
-    if not body or not all(c.isdecimal() for c in body):
-        return None
-    value = int(text)
-    return value if -(1 << 31) <= value < (1 << 31) else None
-
-
 def format_properties(properties: dict[str, str]) -> str:
     """MessageDecoder.messageProperties2String, in the dict's own order."""
     return PROPERTY_SEPARATOR.join(

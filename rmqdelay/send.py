@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from rmqdelay.errors import StoreError, UsageError
+from rmqdelay.errors import StoreError, StoreWriteError, UsageError
 from rmqdelay.formats.constants import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     RMQ_SYS_SCHEDULE_TOPIC,
@@ -101,14 +101,18 @@ def send_messages(store_path: Path | str, req: SendRequest, *,
                   cq_file_size: int = DEFAULT_CQ_FILE_SIZE,
                   delay_levels: dict[int, int] | None = None,
                   clock: Callable[[], int] = _now_ms,
-                  on_progress: Callable[[int], None] | None = None) -> list[Sent]:
+                  on_progress: Callable[[int], None] | None = None,
+                  on_notice: Callable[[str], None] | None = None) -> list[Sent]:
     """Write ``req.count`` messages, flush, then publish the topic config. Returns what was put.
-    ``on_progress(1)`` after each message is put."""
+    ``on_progress(1)`` after each message is put; ``on_notice`` hears what the writer's
+    recovery found on open (one line each)."""
     path = Path(store_path)
     check_request(req)
     _check_store_dir(path)
     with StoreWriter(path, delay_levels=delay_levels, commitlog_file_size=commitlog_file_size,
                      cq_file_size=cq_file_size, clock=clock, create=True) as writer:
+        for note in writer.recovery.notices if on_notice else ():
+            on_notice(f"recovery: {note}")
         entry = read_topic_table(path).get(req.topic)
         queue_nums = write_queue_nums(entry) if entry is not None else DEFAULT_TOPIC_QUEUE_NUMS
         if req.queue_id is not None and entry is not None and req.queue_id >= queue_nums:
@@ -119,18 +123,29 @@ def send_messages(store_path: Path | str, req: SendRequest, *,
         uniq = UniqKeyFactory(born_host[0], os.getpid(), random.getrandbits(32),
                               datetime.now().astimezone().tzinfo)
         sent: list[Sent] = []
-        for i in range(req.count):
-            queue_id = req.queue_id if req.queue_id is not None else i % max(queue_nums, 1)
-            born = clock()
-            props = client_properties(req.tags, req.keys, req.properties, req.delay_level, uniq.create(born))
-            message = broker_message(req.topic, queue_id, req.body, props, born_timestamp=born,
-                                     born_host=born_host, store_host=req.store_host)
-            result = writer.put(message)
-            sent.append(Sent(props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX], born, req.topic, queue_id,
-                             min(req.delay_level, writer.max_level), result))
-            if on_progress is not None:
-                on_progress(1)
-        writer.flush()
+        try:
+            _put_all(writer, req, queue_nums, born_host, uniq, clock, sent, on_progress)
+            writer.flush()
+        except StoreWriteError as exc:
+            stored = sum(1 for s in sent if s.result.commitLogOffset < writer.flushed_end)
+            raise StoreWriteError(exc.path, exc.offset, f"{exc.what}; {stored} of {req.count} messages were "
+                                                        f"stored before it, the others were not") from None
         used = max(s.realQueueId for s in sent) + 1
         add_topics(path, {req.topic: max(used, queue_nums)}, clock())
     return sent
+
+
+def _put_all(writer: StoreWriter, req: SendRequest, queue_nums: int, born_host: tuple[bytes, int],
+             uniq: UniqKeyFactory, clock: Callable[[], int], sent: list[Sent],
+             on_progress: Callable[[int], None] | None) -> None:
+    for i in range(req.count):
+        queue_id = req.queue_id if req.queue_id is not None else i % max(queue_nums, 1)
+        born = clock()
+        props = client_properties(req.tags, req.keys, req.properties, req.delay_level, uniq.create(born))
+        message = broker_message(req.topic, queue_id, req.body, props, born_timestamp=born,
+                                 born_host=born_host, store_host=req.store_host)
+        result = writer.put(message)
+        sent.append(Sent(props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX], born, req.topic, queue_id,
+                         min(req.delay_level, writer.max_level), result))
+        if on_progress is not None:
+            on_progress(1)

@@ -473,6 +473,15 @@ class MessageIndexer:
             self._file.close()
             self._file = None
 
+    def abandon(self) -> None:
+        """Close without writing another byte (the writer stopped on an error): entries not
+        committed are indexed again from the commit log on the next open."""
+        self._keys.clear()
+        self._records.clear()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
 
 # -- the commit log, as buildIndex sees it ------------------------------------------------------
 

@@ -9,7 +9,6 @@ intact, so the walk goes on with the next record.
 
 from __future__ import annotations
 
-import mmap
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from rmqdelay.formats.constants import (
     BLANK_MAGIC_CODE,
     CQ_PRE_BLANK_SIZE,
     CQ_STORE_UNIT_SIZE,
+    PROPERTY_DELAY_TIME_LEVEL,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
@@ -35,8 +35,10 @@ from rmqdelay.formats.constants import (
 from rmqdelay.formats.errors import FormatError
 from rmqdelay.store import Store
 from rmqdelay.store.commitlog import first_nonzero
+from rmqdelay.store.fileio import map_for_read
 from rmqdelay.store.mappedfiles import MappedFile
 from rmqdelay.store.problems import FILE_SIZE, GAP, NOT_A_DIRECTORY, UNREADABLE, Problem
+from rmqdelay.store.recovery import schedule_delay_ok
 
 __all__ = ["Problem", "VerifyCounts", "iter_problems", "verify_store", "verify_total",
            "FILE_SIZE", "GAP", "NOT_A_DIRECTORY", "UNREADABLE"]
@@ -57,6 +59,7 @@ CQ_QUEUE = "cq-queue"
 CQ_QUEUE_OFFSET = "cq-queue-offset"
 CQ_UNREADABLE = "cq-unreadable"
 UNDISPATCHED = "undispatched"
+DELAY = "delay"
 
 
 @dataclass(slots=True)
@@ -86,14 +89,15 @@ class _Messages:
         # [start, end) of the commit log left unread after a framing problem.
         self.skipped: list[tuple[int, int]] = []
 
-    def add(self, offset: int, size: int, topic: str, queue_id: int, queue_offset: int, sys_flag: int) -> None:
+    def add(self, offset: int, size: int, topic: str, queue_id: int, queue_offset: int, sys_flag: int,
+            dispatchable: bool = True) -> None:
         key = self.keys.setdefault((topic, queue_id), len(self.keys))
         tran = sys_flag & TRANSACTION_TYPE_MASK
         self.offsets.append(offset)
         self.sizes.append(size)
         self.queue_keys.append(key)
         self.queue_offsets.append(queue_offset)
-        self.dispatched.append(tran not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE))
+        self.dispatched.append(dispatchable and tran not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE))
 
 
 Advance = Callable[[int], None]
@@ -163,9 +167,8 @@ def _all_zeros(mf: MappedFile) -> bool:
     if mf.size == 0:
         return True
     try:
-        with open(mf.path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            return first_nonzero(buf, 0) is None
-    except (OSError, ValueError):
+        return first_nonzero(map_for_read(mf.path), 0) is None
+    except StoreError:
         return False  # _check_file names what is wrong with it
 
 
@@ -182,18 +185,18 @@ def _check_file(mf: MappedFile, messages: _Messages) -> Iterator[Problem]:
     if mf.size == 0:
         return mf.start, None
     try:
-        with open(mf.path, "rb") as fh:
-            buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-    except OSError as exc:
-        yield Problem(UNREADABLE, name, None, f"a readable file ({exc.strerror})")
+        view = map_for_read(mf.path)
+    except StoreError as exc:
+        yield Problem(UNREADABLE, name, None, exc.expected)
         messages.skipped.append((mf.start, mf.end))
         return mf.start, None
-    with buf:
-        view = memoryview(buf)
+    try:
+        return (yield from _walk(view, mf, messages))
+    finally:
         try:
-            return (yield from _walk(view, mf, messages))
-        finally:
             view.release()
+        except BufferError:
+            pass  # arrays still point into the map; it is unmapped when they are gone
 
 
 def _walk(view: memoryview, mf: MappedFile, messages: _Messages) -> Iterator[Problem]:
@@ -243,7 +246,12 @@ def _walk(view: memoryview, mf: MappedFile, messages: _Messages) -> Iterator[Pro
         if crc != msg.bodyCRC:
             yield Problem(CRC, name, pos + 8, f"bodyCRC {crc} of the {len(msg.body)}-byte body, "
                                               f"found {msg.bodyCRC}", physical)
-        messages.add(physical, msg.storeSize, msg.topic, msg.queueId, msg.queueOffset, msg.sysFlag)
+        dispatched = schedule_delay_ok(msg)
+        if not dispatched:
+            yield Problem(DELAY, name, pos, f"a {msg.topic} record with a DELAY the broker can read, found "
+                                            f"{msg.properties.get(PROPERTY_DELAY_TIME_LEVEL)!r}: it dispatches no "
+                                            f"unit for it, and its recovery ends the commit log here", physical)
+        messages.add(physical, msg.storeSize, msg.topic, msg.queueId, msg.queueOffset, msg.sysFlag, dispatched)
         pos += total
     return mf.end, None
 

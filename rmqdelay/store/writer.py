@@ -1,22 +1,35 @@
 """The one writer: append a message to the commit log and dispatch its consume-queue unit,
 as the broker's putMessage and reput service do, crash-safely.
 
-Order of every batch: commit log records are written and fsynced, then their consume
-queue units, then the checkpoint. A crash at any point leaves whole records, units for a
-prefix of them, and a tail that ``recover`` (run on every open) finishes or wipes.
+Order of every flush: commit log records are written (and fsynced), then their consume
+queue units, then the checkpoint - records durable, then units (and, later, the index),
+then the checkpoint. Nothing is published that is not durable: a unit, the checkpoint, the
+removal of ``abort`` and (in the scheduler) the offsets only ever describe records already
+written and flushed. A kill -9 at any point leaves whole records, units for a prefix of
+them, and at most a torn tail, which recovery (recovery.py, run on every open) finishes.
+
+Every system call is checked (fileio.py): a short write is continued, a failed one is an
+error. The first error stops the writer for good: pending records and units are dropped,
+nothing more is written or published, ``abort`` stays, and the error - file, byte, errno
+text - reaches the caller. The store is then as a crash would leave it, and a rerun once
+the fault is gone does the work exactly once.
+
+Consume queue units are written with pwrite, not through maps: a store through a map into
+a sparse file on a full disk ends in SIGBUS, while pwrite says ENOSPC. At most
+``OPEN_QUEUE_FILES`` queue files stay open at once, whatever the number of queues.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rmqdelay.errors import StoreError, UsageError
+from rmqdelay.errors import StoreError, StoreWriteError, UsageError
 from rmqdelay.formats.checkpoint import (
     CHECKPOINT_FILE_SIZE,
     Checkpoint,
@@ -31,6 +44,7 @@ from rmqdelay.formats.commitlog import (
 )
 from rmqdelay.formats.constants import (
     BORNHOST_V6_FLAG,
+    CQ_PRE_BLANK_SIZE,
     CQ_STORE_UNIT_SIZE,
     MESSAGE_MAGIC_CODE,
     NAME_VALUE_SEPARATOR,
@@ -56,20 +70,30 @@ from rmqdelay.formats.javanum import java_parse_int
 from rmqdelay.formats.msgid import create_message_id
 from rmqdelay.formats.properties import format_properties, java_order, property_value
 from rmqdelay.schedule.levels import parse_delay_levels
-from rmqdelay.store import Store
-from rmqdelay.store.commitlog import END_FILE_MIN_BLANK_LENGTH, Blank
+from rmqdelay.store import Store, fileio
+from rmqdelay.store.commitlog import END_FILE_MIN_BLANK_LENGTH
 from rmqdelay.store.directory import check_store_directory
-from rmqdelay.store.durable import fsync_dir
 from rmqdelay.store.index import IndexSettings, index_dir
 from rmqdelay.store.indexer import MessageIndexer
 from rmqdelay.store.lock import BrokerLock
 from rmqdelay.store.mappedfiles import list_mapped_files
+from rmqdelay.store.recovery import (
+    RecoveryReport,
+    TornTail,
+    apply_recovery,
+    plan_recovery,
+)
 from rmqdelay.store.topics import validate_topic
+
+__all__ = ["DEFAULT_COMMITLOG_FILE_SIZE", "DEFAULT_CQ_FILE_SIZE", "NewMessage", "PutResult", "RecoveryReport",
+           "StoreWriter"]
 
 DEFAULT_COMMITLOG_FILE_SIZE = 1024 * 1024 * 1024  # mappedFileSizeCommitLog
 DEFAULT_CQ_FILE_SIZE = 300_000 * CQ_STORE_UNIT_SIZE  # mappedFileSizeConsumeQueue
 FLUSH_BYTES = 4 * 1024 * 1024
+OPEN_QUEUE_FILES = 64
 LOCALHOST = (bytes([127, 0, 0, 1]), 10911)
+ABORT_MARK = b"rmqdelay "  # + the log end this writer has written up to, in the abort file
 
 
 @dataclass(slots=True)
@@ -105,91 +129,143 @@ class PutResult:
     propertiesRaw: str = ""  # as stored (after the delay rewrite)
 
 
-@dataclass(slots=True)
-class RecoveryReport:
-    valid_end: int = 0
-    wiped_bytes: int = 0
-    redispatched: int = 0
-    truncated_units: int = 0
-    indexed: int = 0  # records the index lacked (a lost batch, or appended by an older rmqdelay)
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.wiped_bytes or self.redispatched or self.truncated_units)
-
-
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class _QueueFiles:
-    """Write side of one consume queue: units at logical offsets, files made on demand.
+_PRE_BLANK_UNIT = struct.pack(">qiq", 0, CQ_PRE_BLANK_SIZE, 0)
 
-    Units go through a shared memory map of each file, as the broker writes them: a unit is a
-    20-byte store, not a system call, and a killed process leaves in the file every unit it
-    stored, in the order it stored them. ``sync`` makes them durable (msync + fsync)."""
 
-    def __init__(self, directory: Path, file_size: int) -> None:
-        self.directory = directory
-        existing = list_mapped_files(directory)
-        self.file_size = existing[0].size if existing else file_size
-        self._fds: dict[int, int] = {}
-        self._maps: dict[int, mmap.mmap] = {}
-        self.dirty: set[int] = set()
+@dataclass(slots=True)
+class _Journal:
+    """What one flush has written so far, to undo it when the flush fails: byte ranges
+    (zeroed again: they were zeros before, appends into preallocated files) and the files
+    it created (removed)."""
 
-    def _fd(self, file_start: int) -> int:
-        fd = self._fds.get(file_start)
-        if fd is None:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            path = self.directory / f"{file_start:020d}"
-            created = not path.exists()
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            if created or os.fstat(fd).st_size < self.file_size:
-                os.ftruncate(fd, self.file_size)
-            if created:
-                fsync_dir(self.directory)
-            self._fds[file_start] = fd
+    ranges: list[tuple[Path | str, int, int]] = field(default_factory=list)
+    created: list[Path] = field(default_factory=list)
+
+    def undo(self) -> None:
+        """Best effort, last write first: units before the records they describe. At the
+        first write that fails the rest stays, so no unit is left without its record; what
+        is left is what a crash leaves, and the next open's recovery finishes it."""
+        for path, at, length in reversed(self.ranges):
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            except OSError:
+                return
+            try:
+                os.pwrite(fd, bytes(length), at)
+                os.fsync(fd)
+            except OSError:
+                return
+            finally:
+                os.close(fd)
+        for path in reversed(self.created):
+            _unlink_quietly(path)
+        for directory in dict.fromkeys(path.parent for path in self.created):
+            try:
+                fileio.fsync_dir(directory)
+            except StoreWriteError:
+                pass
+
+
+class _OpenFiles:
+    """File descriptors of the consume queue files being written: at most ``capacity`` open,
+    the least recently used closed first (a closed file is opened again when written)."""
+
+    def __init__(self, capacity: int = OPEN_QUEUE_FILES) -> None:
+        self.capacity = capacity
+        self._fds: OrderedDict[str, int] = OrderedDict()
+
+    def get(self, path: str) -> int | None:
+        fd = self._fds.get(path)
+        if fd is not None:
+            self._fds.move_to_end(path)
         return fd
 
-    def _map(self, file_start: int) -> mmap.mmap:
-        mapped = self._maps.get(file_start)
-        if mapped is None:
-            fd = self._fd(file_start)
-            mapped = mmap.mmap(fd, os.fstat(fd).st_size)
-            self._maps[file_start] = mapped
-        return mapped
-
-    def write(self, logical_offset: int, data: bytes) -> None:
-        """Write whole units starting at ``logical_offset``, splitting at file ends."""
-        pos = logical_offset * CQ_STORE_UNIT_SIZE
-        view = memoryview(data)
-        while view:
-            file_start = pos - pos % self.file_size
-            room = file_start + self.file_size - pos
-            chunk = view[:room]
-            at = pos - file_start
-            self._map(file_start)[at:at + len(chunk)] = chunk
-            self.dirty.add(file_start)
-            pos += len(chunk)
-            view = view[len(chunk):]
-
-    def sync(self) -> None:
-        for start in self.dirty:
-            self._maps[start].flush()
-            os.fsync(self._fds[start])
-        self.dirty.clear()
+    def put(self, path: str, fd: int) -> None:
+        self._fds[path] = fd
+        while len(self._fds) > self.capacity:
+            _, old = self._fds.popitem(last=False)
+            os.close(old)
 
     def close(self) -> None:
-        for mapped in self._maps.values():
-            mapped.close()
-        self._maps.clear()
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
 
 
+class _QueueFiles:
+    """Write side of one consume queue: units at logical offsets, files made on demand.
+    Paths are kept as strings: this is the hot path of every flush."""
+
+    def __init__(self, directory: Path, file_size: int, files: _OpenFiles, dirty: set[str]) -> None:
+        self.directory = directory
+        self._prefix = f"{directory}{os.sep}"
+        existing = list_mapped_files(directory)
+        self.file_size = existing[0].size if existing else file_size
+        self._has_files = bool(existing)
+        self._files = files
+        self._dirty = dirty
+
+    def _open(self, path: str, first_at: int, journal: _Journal | None) -> int:
+        fileio.make_dirs(self.directory)
+        fd, created = fileio.open_for_write(path)
+        try:
+            if created or os.fstat(fd).st_size < self.file_size:
+                fileio.ftruncate(fd, self.file_size, path)
+            if created:
+                if not self._has_files and first_at:
+                    # The queue's first file starting past its first unit: the broker's
+                    # fillPreBlank, so the units before are known not to exist.
+                    fileio.write_all(fd, _PRE_BLANK_UNIT * (first_at // CQ_STORE_UNIT_SIZE), 0, path)
+                fileio.fsync_dir(self.directory)
+        except BaseException:
+            os.close(fd)
+            if created:
+                _unlink_quietly(path)
+            raise
+        self._has_files = True
+        self._files.put(path, fd)
+        if created and journal is not None:
+            journal.created.append(Path(path))
+        return fd
+
+    def write(self, logical_offset: int, data: bytes, *, appending: bool = True,
+              journal: _Journal | None = None) -> None:
+        """Write whole units starting at ``logical_offset``, splitting at file ends."""
+        pos = logical_offset * CQ_STORE_UNIT_SIZE
+        size = self.file_size
+        while data:
+            file_start = pos - pos % size
+            at = pos - file_start
+            chunk = data[:file_start + size - pos]
+            path = f"{self._prefix}{file_start:020d}"
+            fd = self._files.get(path)
+            if fd is None:
+                fd = self._open(path, at, journal)
+            self._dirty.add(path)
+            fileio.write_all(fd, chunk, at, path, zero_on_failure=appending)
+            if journal is not None:
+                journal.ranges.append((path, at, len(chunk)))
+            pos += len(chunk)
+            data = data[len(chunk):]
+
+
+def _unlink_quietly(path: Path | str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 class StoreWriter:
-    """Holds STORE/lock while open; every other writer of a store goes through this."""
+    """Holds STORE/lock while open; every other writer of a store goes through this.
+
+    Used as a context manager: a clean exit flushes, fsyncs, writes the checkpoint and
+    removes ``abort`` (when this writer owns it); an exit by an exception abandons the
+    pending work instead (``abandon``), as a crash would."""
 
     def __init__(
         self,
@@ -201,6 +277,7 @@ class StoreWriter:
         clock: Callable[[], int] = _now_ms,
         sync: bool = True,
         create: bool = False,
+        open_queue_files: int = OPEN_QUEUE_FILES,
         index: IndexSettings | None = None,
     ) -> None:
         self.path = Path(path)
@@ -214,9 +291,17 @@ class StoreWriter:
         self._commitlog_file_size = commitlog_file_size
         self._cq_file_size = cq_file_size
         self._lock = BrokerLock(self.path)
+        self._owns_abort = False
         self._created_abort = False
+        self._abort_fd: int | None = None
+        self._inherited_mark: int | None = None
         self._opened = False
+        self._failed: StoreWriteError | None = None
+        self._wrote = False  # any byte of the store written by this writer (abort aside)
         self._valid_topics: set[str] = set()  # checked once each: put() is a hot path
+        self._queue_fds = _OpenFiles(open_queue_files)
+        self._cl_fd: int | None = None
+        self._cp_fd: int | None = None
         self.recovery = RecoveryReport()
 
     # -- open / close --------------------------------------------------------------------
@@ -224,18 +309,17 @@ class StoreWriter:
         if not self.path.is_dir():
             if not self._create:
                 check_store_directory(self.path)  # says what it is instead: missing, a file, ...
-            self.path.mkdir(parents=True)
-        (self.path / "commitlog").mkdir(exist_ok=True)
-        (self.path / "consumequeue").mkdir(exist_ok=True)
+            fileio.make_dirs(self.path)
+        fileio.make_dirs(self.path / "commitlog")
+        fileio.make_dirs(self.path / "consumequeue")
         self._lock.acquire()
         try:
-            if not (self.path / "abort").exists():
-                # The broker's own crash marker: present while writing, gone after a clean close.
-                (self.path / "abort").touch()
-                fsync_dir(self.path)
-                self._created_abort = True
+            self._take_abort()
             self._load()
         except BaseException:
+            self._close_files()
+            if self._created_abort and not self._wrote:
+                _unlink_quietly(self.path / "abort")  # nothing was changed: as it was before
             self._lock.release()
             raise
         self._opened = True
@@ -245,29 +329,105 @@ class StoreWriter:
         return self.open()
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.close()
+        if exc_type is None:
+            self.close()
+        else:
+            self.abandon()
 
     def close(self) -> None:
+        """Flush, fsync, write the checkpoint, then remove ``abort`` if this writer owns it."""
         if not self._opened:
             return
-        self.flush()
-        if self._indexer is not None:
-            self._indexer.close()
-            self._write_checkpoint()
-        if self._cl_fd is not None:
-            os.close(self._cl_fd)
-            self._cl_fd = None
-        for q in self._queues.values():
-            q.close()
-        self._cp_fd and os.close(self._cp_fd)
-        if self._created_abort:
-            (self.path / "abort").unlink(missing_ok=True)
-            fsync_dir(self.path)
+        try:
+            self.sync_to_disk()
+            if self._indexer is not None:
+                self._indexer_call(self._indexer.close)
+                self._indexer = None
+                self._write_checkpoint()
+            if self._owns_abort:
+                self._close_abort()
+                fileio.unlink(self.path / "abort")
+                fileio.fsync_dir(self.path)
+        except BaseException:
+            self.abandon()
+            raise
+        self._close_files()
         self._lock.release()
         self._opened = False
 
+    def abandon(self) -> None:
+        """Stop without writing another byte: pending records and units are dropped, the
+        checkpoint is not moved, ``abort`` stays (unless this writer made it and wrote
+        nothing). What a crash leaves, and what the next open's recovery finishes."""
+        if not self._opened:
+            return
+        self._pending.clear()
+        self._pending_units.clear()
+        self._close_files()
+        if self._created_abort and not self._wrote:
+            _unlink_quietly(self.path / "abort")
+        self._lock.release()
+        self._opened = False
+
+    def _close_files(self) -> None:
+        if self._indexer is not None:
+            self._indexer.abandon()  # what it has not committed is indexed again on the next open
+            self._indexer = None
+        if self._cl_fd is not None:
+            os.close(self._cl_fd)
+            self._cl_fd = None
+        self._queue_fds.close()
+        if self._cp_fd is not None:
+            os.close(self._cp_fd)
+            self._cp_fd = None
+        self._close_abort()
+
+    def _close_abort(self) -> None:
+        if self._abort_fd is not None:
+            os.close(self._abort_fd)
+            self._abort_fd = None
+
+    # -- abort -----------------------------------------------------------------------------
+    def _take_abort(self) -> None:
+        """The broker's crash marker, present while a writer works. This writer owns it when
+        it makes it, or when it was left by an rmqdelay writer that stopped before its
+        clean close and nothing was appended after that writer (checked after recovery:
+        the marker holds the log end that writer had reached). A marker left by a broker is
+        never touched: the broker's abnormal recovery does more than rmqdelay's."""
+        path = self.path / "abort"
+        fd, created = fileio.open_for_write(path)
+        self._abort_fd = fd
+        if created:
+            # Marked once the log's end is known (_load), before recovery writes anything.
+            self._created_abort = True
+            self._owns_abort = True
+            fileio.fsync_dir(self.path)
+            return
+        try:
+            content = os.pread(fd, 64, 0)
+        except OSError as exc:
+            raise StoreError(path, None, f"a readable file ({exc.strerror})") from None
+        self._inherited_mark = _parse_abort_mark(content)
+
+    def _mark_abort(self, end: int) -> None:
+        """Record in ``abort`` the log end this writer is about to write up to (before the
+        records: a marker at or past the log's end means no other writer came after)."""
+        if self._owns_abort:
+            fileio.write_all(self._abort_fd, ABORT_MARK + b"%020d\n" % end, 0, self.path / "abort")
+
     # -- state ---------------------------------------------------------------------------
     def _load(self) -> None:
+        self._queue_offsets: dict[tuple[str, int], int] = {}
+        self._queues: dict[tuple[str, int], _QueueFiles] = {}
+        self._dirty_queue_files: set[str] = set()
+        self._cl_file_start = -1
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._pending_start = 0  # physical offset of the first pending byte
+        self._pending_units: list[tuple[str, int, int, bytes]] = []
+        self._unsynced_files: set[int] = set()  # commit log files written, not yet fsynced
+        self._checkpoint_due = False
+        self._last_store_ts = 0
         store = Store(self.path)
         try:
             files = store.commitlog.files
@@ -279,143 +439,41 @@ class StoreWriter:
                     if size:
                         self._cq_file_size = size
                         break
-            self._queue_offsets: dict[tuple[str, int], int] = {}
-            self._queues: dict[tuple[str, int], _QueueFiles] = {}
-            self._cl_fd: int | None = None
-            self._cl_file_start = -1
-            self._pending: list[bytes] = []
-            self._pending_bytes = 0
-            self._pending_start = 0  # physical offset of the first pending byte
-            self._pending_units: list[tuple[str, int, int, bytes]] = []
-            self._unsynced_files: set[int] = set()  # commit log files written with sync=False
-            self._last_store_ts = 0
             cp = store.checkpoint()
             self._checkpoint = cp or Checkpoint(0, 0, 0)
-            self._cp_fd: int | None = None
-            self.recovery = self._recover(store)
+            plan = plan_recovery(store)  # reads only; raises (a refusal) before any change
+            if not self._owns_abort and self._inherited_mark is not None and plan.end <= self._inherited_mark:
+                self._owns_abort = True  # left by an rmqdelay writer; finished below
+            self._mark_abort(plan.end)
+            self._queue_offsets = plan.queue_offsets  # moved on by the dispatch below
+            self._end = plan.end
+            self.recovery = apply_recovery(store, plan, _Recovery(self))
             if self._index_settings.messageIndexEnable:
                 # IndexService.buildIndex for every record appended: the index follows the log.
                 self._indexer = MessageIndexer(index_dir(self.path), self._index_settings, sync=self.sync)
-                self.recovery.indexed = self._indexer.catch_up(store.commitlog, self._end)
+                self.recovery.indexed = self._indexer_call(self._indexer.catch_up, store.commitlog, self._end)
         finally:
             store.close()
 
-    def _recover(self, store: Store) -> RecoveryReport:
-        """Finish what a crash left: wipe a torn tail, dispatch undispatched records,
-        drop units that point past the log. What the broker's recovery would do, up front."""
-        report = RecoveryReport()
-        for info in store.queue_infos():
-            self._queue_offsets[(info.topic, info.queueId)] = info.maxOffset
-        start = self._scan_start(store)
-        valid_end = start
-        undispatched: list[Message] = []
+    def _indexer_call(self, call, *args):
+        """The indexer fails like the rest of the writer: one StoreWriteError, writer stopped.
+        Its entries count only once their header is written, so records and units stay."""
         try:
-            for record in store.commitlog.records(start, include_blanks=True):
-                if isinstance(record, Blank):
-                    valid_end = record.physicalOffset + record.totalSize
-                    continue
-                if not record.bodyCrcOk:
-                    break
-                undispatched.append(record)
-                valid_end = record.commitLogOffset + record.storeSize
-        except StoreError:
-            pass  # a torn or corrupt record: the log ends before it
-        report.valid_end = valid_end
-        report.wiped_bytes = self._wipe_after(valid_end)
-        for msg in undispatched:
-            report.redispatched += self._redispatch(msg)
-        report.truncated_units = self._truncate_units(store, valid_end)
-        for q in self._queues.values():
-            q.sync()
-        self._end = valid_end
-        return report
-
-    def _scan_start(self, store: Store) -> int:
-        """Where the undispatched tail begins: after the last unit's message when that
-        message is whole, else the start of its file (the queues ran ahead of the log)."""
-        commitlog = store.commitlog
-        if not commitlog.files:
-            return 0
-        best = None
-        for info in store.queue_infos():
-            if best is None or info.maxPhysicOffset > best[0]:
-                best = (info.maxPhysicOffset, info.topic, info.queueId, info.maxOffset)
-        if best is None or best[0] <= commitlog.min_offset:
-            return commitlog.min_offset
-        end, topic, qid, max_offset = best
-        unit = store.consume_queue(topic, qid).unit(max_offset - 1)
-        try:
-            msg = commitlog.read_message(unit.commitLogOffset, unit.size)
-            if msg.bodyCrcOk:
-                return end
-        except StoreError:
-            pass
-        index = commitlog.file_index(unit.commitLogOffset)
-        return commitlog.files[index].start if index >= 0 else commitlog.files[-1].start
-
-    def _wipe_after(self, valid_end: int) -> int:
-        """Zero whatever follows the last whole record in its file; drop later files."""
-        files = list_mapped_files(self.path / "commitlog")
-        wiped = 0
-        for mf in files:
-            if mf.end <= valid_end:
-                continue
-            if mf.start > valid_end or (mf.start == valid_end and mf is not files[0]):
-                wiped += mf.size
-                mf.path.unlink()
-                continue
-            fd = os.open(mf.path, os.O_RDWR)
-            try:
-                pos = valid_end - mf.start
-                chunk = 1 << 20
-                while pos < mf.size:
-                    data = os.pread(fd, min(chunk, mf.size - pos), pos)
-                    if not data.strip(b"\0"):
-                        break  # the rest was never written
-                    os.pwrite(fd, bytes(len(data)), pos)
-                    wiped += len(data)
-                    pos += len(data)
-                if wiped:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-        if wiped:
-            fsync_dir(self.path / "commitlog")
-        return wiped
-
-    def _redispatch(self, msg: Message) -> int:
-        key = (msg.topic, msg.queueId)
-        if _tran_type(msg.sysFlag) in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
-            return 0
-        if msg.queueOffset < self._queue_offsets.get(key, 0):
-            return 0  # already has its unit
-        unit = _unit_bytes(msg.commitLogOffset, msg.storeSize,
-                           self._tags_code(msg.topic, msg.properties, msg.storeTimestamp))
-        self._queue(msg.topic, msg.queueId).write(msg.queueOffset, unit)
-        self._queue_offsets[key] = msg.queueOffset + 1
-        return 1
-
-    def _truncate_units(self, store: Store, valid_end: int) -> int:
-        truncated = 0
-        for topic, ids in store.topics().items():
-            for qid in ids:
-                cq = store.consume_queue(topic, qid)
-                max_offset = self._queue_offsets.get((topic, qid), cq.max_offset)
-                units = cq.units(max(cq.min_offset, max_offset - 4096), max_offset)
-                ends = units["commitLogOffset"] + units["size"]
-                bad = int((ends > valid_end).sum())
-                if bad:
-                    first_bad = max_offset - bad
-                    self._queue(topic, qid).write(first_bad, bytes(bad * CQ_STORE_UNIT_SIZE))
-                    self._queue_offsets[(topic, qid)] = first_bad
-                    truncated += bad
-        return truncated
+            return call(*args)
+        except StoreWriteError as exc:
+            raise self._fail(exc) from None
+        except StoreError as exc:
+            raise self._fail(StoreWriteError(exc.path, exc.offset, exc.expected)) from None
+        except OSError as exc:
+            raise self._fail(StoreWriteError(exc.filename or index_dir(self.path), None,
+                                             f"index write failed: {exc.strerror}")) from None
 
     def _queue(self, topic: str, queue_id: int) -> _QueueFiles:
         key = (topic, queue_id)
         q = self._queues.get(key)
         if q is None:
-            q = _QueueFiles(self.path / "consumequeue" / topic / str(queue_id), self._cq_file_size)
+            q = _QueueFiles(self.path / "consumequeue" / topic / str(queue_id), self._cq_file_size,
+                            self._queue_fds, self._dirty_queue_files)
             self._queues[key] = q
         return q
 
@@ -424,24 +482,46 @@ class StoreWriter:
         """The physical offset the next record will be written at (pending included)."""
         return self._end
 
+    @property
+    def flushed_end(self) -> int:
+        """The physical offset up to which records are written (what flush() has done)."""
+        return self._pending_start if self._pending else self._end
+
+    @property
+    def failed(self) -> StoreWriteError | None:
+        return self._failed
+
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
         return self._queue_offsets.get((topic, queue_id), 0)
 
-    def _tags_code(self, topic: str, properties: dict[str, str], store_ts: int) -> int:
+    def _tags_code(self, topic: str, properties, store_ts: int) -> int:
         """CommitLog.checkMessageAndReturnSize: the deliver time for SCHEDULE_TOPIC_XXXX."""
         if topic == RMQ_SYS_SCHEDULE_TOPIC:
-            t = java_parse_int(properties.get(PROPERTY_DELAY_TIME_LEVEL, ""))
+            t = properties.get(PROPERTY_DELAY_TIME_LEVEL)
             if t is not None:
-                level = min(t, self.max_level)
+                level = java_parse_int(t)
+                if level is None:
+                    raise UsageError(f"a {RMQ_SYS_SCHEDULE_TOPIC} message whose DELAY {t!r} is not a number: "
+                                     f"the broker cannot dispatch it")
+                level = min(level, self.max_level)
                 if level > 0:
                     return store_ts + self.delay_levels[level]
         return tags_code(properties.get(PROPERTY_TAGS))
 
+    def _check_usable(self) -> None:
+        if not self._opened:
+            raise UsageError("the store writer is not open")
+        if self._failed is not None:
+            raise self._failed
+
+    def _fail(self, error: StoreWriteError) -> StoreWriteError:
+        self._failed = error
+        return error
+
     # -- put -----------------------------------------------------------------------------
     def put(self, new: NewMessage) -> PutResult:
         """CommitLog.putMessage: delay rewrite, queue offset, encode, append; unit queued."""
-        if not self._opened:
-            raise UsageError("the store writer is not open")
+        self._check_usable()
         topic, queue_id = new.topic, new.queueId
         if topic not in self._valid_topics:
             validate_topic(topic)
@@ -450,7 +530,7 @@ class StoreWriter:
         props_raw = new.propertiesRaw
         tran = _tran_type(new.sysFlag)
         if tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
-            level = _int_or_zero(props.get(PROPERTY_DELAY_TIME_LEVEL))
+            level = _delay_level(props.get(PROPERTY_DELAY_TIME_LEVEL))
             if level > 0:
                 props = dict(props)
                 if level > self.max_level:
@@ -463,6 +543,8 @@ class StoreWriter:
         if props_raw is None:
             props_raw = format_properties(java_order(props))
         store_ts = new.storeTimestamp if new.storeTimestamp is not None else self.clock()
+        dispatch = tran not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+        code = self._tags_code(topic, props if new.propertiesRaw is None else _props_of(props_raw), store_ts)
         sys_flag = new.sysFlag
         sys_flag = (sys_flag | BORNHOST_V6_FLAG) if len(new.bornHost[0]) == 16 else (sys_flag & ~BORNHOST_V6_FLAG)
         sys_flag = (sys_flag | STOREHOSTADDRESS_V6_FLAG) if len(new.storeHost[0]) == 16 else (sys_flag & ~STOREHOSTADDRESS_V6_FLAG)
@@ -473,7 +555,6 @@ class StoreWriter:
         size = message_size(sys_flag, len(new.body), len(topic_bytes), len(props_bytes))
         self._ensure_room(size)
         key = (topic, queue_id)
-        dispatch = tran not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
         queue_offset = self._queue_offsets.get(key, 0) if dispatch else 0
         offset = self._end
         msg = Message(size, MESSAGE_MAGIC_CODE, body_crc(new.body), queue_id, new.flag, queue_offset,
@@ -485,7 +566,6 @@ class StoreWriter:
         self._pending.append(encode_message(msg))
         self._end += size
         self._pending_bytes += size
-        code = self._tags_code(topic, props if new.propertiesRaw is None else _props_of(props_raw), store_ts)
         if self._indexer is not None:
             if new.propertiesRaw is None and props_raw.count(PROPERTY_SEPARATOR) == len(props) - 1 \
                     and props_raw.count(NAME_VALUE_SEPARATOR) == len(props):
@@ -520,86 +600,137 @@ class StoreWriter:
 
     # -- flush ---------------------------------------------------------------------------
     def flush(self) -> None:
-        """Write pending records, fsync, then their units, fsync, then the checkpoint."""
-        if self._pending:
-            data = b"".join(self._pending)
-            start = self._pending_start
-            self._pending.clear()
-            self._pending_bytes = 0
-            view = memoryview(data)
-            while view:
-                file_start = start - start % self._commitlog_file_size
-                room = file_start + self._commitlog_file_size - start
-                chunk = view[:room]
-                fd = self._commitlog_fd(file_start)
-                os.pwrite(fd, chunk, start - file_start)
-                if self.sync:
-                    os.fsync(fd)
-                else:
-                    self._unsynced_files.add(file_start)
-                start += len(chunk)
-                view = view[len(chunk):]
-        if self._pending_units:
-            # Units are written in commit log order (consecutive units of one queue in one
-            # write), so a kill -9 part way leaves dispatched a prefix of the records, which
-            # is what recovery's scan start (the highest unit's message end) assumes.
-            runs: list[tuple[tuple[str, int], int, list[bytes]]] = []
-            for topic, qid, qoff, unit in self._pending_units:
-                if runs and runs[-1][0] == (topic, qid):
-                    runs[-1][2].append(unit)
-                else:
-                    runs.append(((topic, qid), qoff, [unit]))
-            self._pending_units.clear()
-            touched = {}
-            for key, first, units in runs:
-                q = touched.get(key) or self._queue(*key)
-                touched[key] = q
-                q.write(first, b"".join(units))
-            if self.sync:
-                for q in touched.values():
-                    q.sync()
-            if self._indexer is not None:
-                self._indexer.flush()
-            self._write_checkpoint()
+        """Write pending records (fsync), then their units (fsync), then the checkpoint.
+        With ``sync=False`` nothing is fsynced here and the checkpoint waits for
+        ``sync_to_disk``: it may only name records that are durable."""
+        self._check_usable()
+        journal = _Journal()
+        try:
+            if self._pending:
+                self._flush_records(journal)
+            if self._pending_units:
+                self._flush_units(journal)
+                self._checkpoint_due = True
+        except StoreWriteError as exc:
+            # The records of this flush and their units go as they came: the store is as it
+            # was before the flush (nothing of it was published), and it verifies clean.
+            journal.undo()
+            raise self._fail(exc) from None
+        # Only now are the records and their units written: until here they stay pending
+        # (dropped with the writer on an error), never counted as stored.
+        self._pending.clear()
+        self._pending_bytes = 0
+        self._pending_units.clear()
+        if self._indexer is not None:
+            self._indexer_call(self._indexer.flush)  # records durable -> units -> index -> checkpoint
+        try:
+            if self.sync and self._checkpoint_due:
+                self._write_checkpoint()
+        except StoreWriteError as exc:
+            raise self._fail(exc) from None
+
+    def _flush_records(self, journal: _Journal) -> None:
+        data = b"".join(self._pending)
+        start = self._pending_start
+        self._mark_abort(start + len(data))
+        view = memoryview(data)
+        while view:
+            file_start = start - start % self._commitlog_file_size
+            room = file_start + self._commitlog_file_size - start
+            chunk = view[:room]
+            fd = self._commitlog_fd(file_start, journal)
+            path = self._commitlog_path(file_start)
+            self._wrote = True
+            fileio.write_all(fd, chunk, start - file_start, path, zero_on_failure=True)
+            journal.ranges.append((path, start - file_start, len(chunk)))
+            self._unsynced_files.add(file_start)
+            start += len(chunk)
+            view = view[len(chunk):]
+        if self.sync:
+            self._sync_records()
+
+    def _flush_units(self, journal: _Journal) -> None:
+        # Units are written in commit log order (consecutive units of one queue in one
+        # write), so a kill -9 part way leaves dispatched a prefix of the records, which
+        # is what recovery's dispatch start (the highest unit's message end) assumes.
+        runs: list[tuple[tuple[str, int], int, list[bytes]]] = []
+        for topic, qid, qoff, unit in self._pending_units:
+            if runs and runs[-1][0] == (topic, qid):
+                runs[-1][2].append(unit)
+            else:
+                runs.append(((topic, qid), qoff, [unit]))
+        self._wrote = True
+        queues = self._queues
+        for key, first, units in runs:
+            q = queues.get(key) or self._queue(*key)
+            q.write(first, b"".join(units), journal=journal)
+        if self.sync:
+            self._sync_units()
 
     def sync_to_disk(self) -> None:
         """fsync what flush() wrote with sync=False (commit log, then queues, then the
         checkpoint): after this, everything flushed so far survives a power loss."""
         self.flush()
-        for file_start in sorted(self._unsynced_files):
-            if file_start == self._cl_file_start and self._cl_fd is not None:
-                os.fsync(self._cl_fd)
-            else:
-                fd = os.open(self.path / "commitlog" / f"{file_start:020d}", os.O_RDWR)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-        self._unsynced_files.clear()
-        for q in self._queues.values():
-            q.sync()
+        try:
+            self._sync_records()
+            self._sync_units()
+        except StoreWriteError as exc:
+            raise self._fail(exc) from None
         if self._indexer is not None:
-            self._indexer.sync_to_disk()
-            self._write_checkpoint()
-        if self._cp_fd is not None:
-            os.fsync(self._cp_fd)
+            self._indexer_call(self._indexer.sync_to_disk)
+            self._checkpoint_due = True
+        try:
+            if self._checkpoint_due:
+                self._write_checkpoint()
+        except StoreWriteError as exc:
+            raise self._fail(exc) from None
 
-    def _commitlog_fd(self, file_start: int) -> int:
+    def _sync_records(self) -> None:
+        for file_start in sorted(self._unsynced_files):
+            path = self._commitlog_path(file_start)
+            if file_start == self._cl_file_start and self._cl_fd is not None:
+                fileio.fsync(self._cl_fd, path)
+            else:
+                fileio.fsync_path(path)
+        self._unsynced_files.clear()
+
+    def _sync_units(self) -> None:
+        for path in sorted(self._dirty_queue_files):
+            fd = self._queue_fds.get(path)
+            if fd is not None:
+                fileio.fsync(fd, path)
+            else:
+                fileio.fsync_path(path)
+        self._dirty_queue_files.clear()
+
+    def _commitlog_path(self, file_start: int) -> Path:
+        return self.path / "commitlog" / f"{file_start:020d}"
+
+    def _commitlog_fd(self, file_start: int, journal: _Journal | None = None) -> int:
         if self._cl_file_start != file_start:
             if self._cl_fd is not None:
                 os.close(self._cl_fd)
-            directory = self.path / "commitlog"
-            path = directory / f"{file_start:020d}"
-            created = not path.exists()
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            if os.fstat(fd).st_size < self._commitlog_file_size:
-                os.ftruncate(fd, self._commitlog_file_size)  # preallocated, zero-filled
-            if created:
-                fsync_dir(directory)
+                self._cl_fd, self._cl_file_start = None, -1
+            path = self._commitlog_path(file_start)
+            fd, created = fileio.open_for_write(path)
+            try:
+                if os.fstat(fd).st_size < self._commitlog_file_size:
+                    fileio.ftruncate(fd, self._commitlog_file_size, path)  # preallocated, zero-filled
+                if created:
+                    fileio.fsync_dir(path.parent)
+            except BaseException:
+                os.close(fd)
+                if created:
+                    _unlink_quietly(path)  # no file of the wrong size left behind
+                raise
+            if created and journal is not None:
+                journal.created.append(path)
             self._cl_fd, self._cl_file_start = fd, file_start
         return self._cl_fd
 
     def _write_checkpoint(self) -> None:
+        """Once the records and units are durable: the checkpoint's timestamps (and fsync)."""
+        self._checkpoint_due = False
         cp = self._checkpoint
         # indexMsgTimestamp: index files that end by then are whole (IndexService.load keeps
         # them after a crash); the indexer moves it only past entries it has committed.
@@ -609,25 +740,73 @@ class StoreWriter:
         cp.physicMsgTimestamp = max(cp.physicMsgTimestamp, self._last_store_ts)
         cp.logicsMsgTimestamp = max(cp.logicsMsgTimestamp, self._last_store_ts)
         cp.indexMsgTimestamp = max(cp.indexMsgTimestamp, index_ts)
+        path = self.path / "checkpoint"
         if self._cp_fd is None:
-            path = self.path / "checkpoint"
-            created = not path.exists()
-            self._cp_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._cp_fd, created = fileio.open_for_write(path)
             if created:
-                os.ftruncate(self._cp_fd, CHECKPOINT_FILE_SIZE)
-        os.pwrite(self._cp_fd, build_checkpoint(cp)[:24], 0)
-        if self.sync:
-            os.fsync(self._cp_fd)
+                fileio.ftruncate(self._cp_fd, CHECKPOINT_FILE_SIZE, path)
+        fileio.write_all(self._cp_fd, build_checkpoint(cp)[:24], 0, path)
+        fileio.fsync(self._cp_fd, path)
+
+
+class _Recovery:
+    """The writer's files, lent to recovery (recovery.RecoveryTarget)."""
+
+    def __init__(self, writer: StoreWriter) -> None:
+        self.writer = writer
+
+    def wipe(self, tail: TornTail) -> int:
+        w = self.writer
+        w._wrote = True
+        path = tail.file.path
+        fd, _ = fileio.open_for_write(path, create=False)
+        try:
+            at = tail.start - tail.file.start
+            length = tail.stop - tail.start
+            fileio.write_all(fd, bytes(length), at, path)
+            fileio.fsync(fd, path)
+        finally:
+            os.close(fd)
+        return length
+
+    def zero_units(self, topic: str, queue_id: int, first: int, count: int) -> None:
+        self.writer._wrote = True
+        self.writer._queue(topic, queue_id).write(first, bytes(count * CQ_STORE_UNIT_SIZE), appending=False)
+
+    def write_unit(self, topic: str, queue_id: int, queue_offset: int, msg: Message) -> None:
+        w = self.writer
+        w._wrote = True
+        unit = _unit_bytes(msg.commitLogOffset, msg.storeSize, w._tags_code(msg.topic, msg.properties,
+                                                                             msg.storeTimestamp))
+        w._queue(topic, queue_id).write(queue_offset, unit)
+
+    def sync_queues(self) -> None:
+        self.writer._sync_units()
+
+
+def _parse_abort_mark(content: bytes) -> int | None:
+    """The log end in an abort file an rmqdelay writer wrote; None for anything else (the
+    broker leaves it empty)."""
+    if not content.startswith(ABORT_MARK):
+        return None
+    text = content[len(ABORT_MARK):].strip()
+    return int(text) if text.isdigit() else None
 
 
 def _tran_type(sys_flag: int) -> int:
     return sys_flag & TRANSACTION_TYPE_MASK
 
 
-def _int_or_zero(text: str | None) -> int:
-    # Message.getDelayTimeLevel reads it with Integer.parseInt; a non-number is no delay.
-    value = java_parse_int(text) if text is not None else None
-    return 0 if value is None else value
+def _delay_level(text: str | None) -> int:
+    """Message.getDelayTimeLevel: Integer.parseInt of DELAY, which throws for a non-number,
+    so the broker refuses the message."""
+    if text is None:
+        return 0
+    level = java_parse_int(text)
+    if level is None:
+        raise UsageError(f"property DELAY={text!r}: not a number; the broker (Message.getDelayTimeLevel) "
+                         f"refuses such a message")
+    return level
 
 
 _UNIT = struct.Struct(">qiq")
