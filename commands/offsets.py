@@ -143,7 +143,7 @@ def reset(
         if execute:
             new_table = dict(recovery.table)
             new_table.update({row.level: row.after for row in plan})
-            OffsetPublisher(store, recovery.published, recovery.dataVersion).publish(end, new_table)
+            OffsetPublisher(store, recovery.published, recovery.dataVersion, table_levels).publish(end, new_table)
     finally:
         if lock is not None:
             lock.release()

@@ -4,15 +4,19 @@ where in the commit log those offsets are exact (config/rmqdelay.scheduler.json)
 Every file is written whole to a temporary file, fsynced, renamed over the old one, and
 the directory fsynced; the previous delayOffset.json is kept as ``.bak`` as the broker does
 (MixAll.string2File), so a reader never sees half a file and the broker's .bak fallback works.
+The two files are published together (durable.publish_files): both temporary files are
+written and fsynced before either is renamed, so a full disk publishes neither.
 
 The scheduler file exists because the broker's own scheme loses the last seconds of
-progress on a crash (at-least-once). It is written *before* delayOffset.json:
+progress on a crash (at-least-once). It is renamed into place *before* delayOffset.json:
 
-    {"commitLogOffset": X, "offsetTable": {...}, "previousOffsetTable": {...}}
+    {"commitLogOffset": X, "offsetTable": {...}, "previousOffsetTable": {...}, "delayLevels": {...}}
 
 ``offsetTable`` is exact at commit log offset X: every delivery appended before X is
 counted, none after it. ``previousOffsetTable`` is what delayOffset.json held when the
 file was written, so a crash between the two renames is recognised on the next start.
+``delayLevels`` is the level table of the run that wrote it (level -> ms), so a later run
+with other levels knows it (its replay covers every level of the store either way).
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from pathlib import Path
 from rmqdelay.errors import StoreError
 from rmqdelay.formats.delayoffset import DataVersion, DelayOffsets, format_delay_offsets
 from rmqdelay.formats.javanum import java_long_range, java_parse_int
-from rmqdelay.store.durable import atomic_write, config_dir, fsync_dir
+from rmqdelay.store.durable import FileUpdate, config_dir, fsync_dir, publish_files
+from rmqdelay.store.fileio import read_file
 
 DELAY_OFFSET_FILE = "delayOffset.json"
 SCHEDULER_STATE_FILE = "rmqdelay.scheduler.json"
@@ -36,6 +41,8 @@ class SchedulerState:
     commitLogOffset: int
     offsetTable: dict[int, int]
     previousOffsetTable: dict[int, int] | None  # None: there was no delayOffset.json
+    # messageDelayLevel of the run that wrote the file (level -> ms); None in older files.
+    delayLevels: dict[int, int] | None = None
 
 
 def delay_offset_path(store_path: Path | str) -> Path:
@@ -64,12 +71,13 @@ def _table_from_json(value, path: Path, what: str) -> dict[int, int] | None:
 
 def read_scheduler_state(store_path: Path | str) -> SchedulerState | None:
     path = scheduler_state_path(store_path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    data = read_file(path)
+    if data is None:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StoreError(path, None, f"readable UTF-8 text ({exc})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StoreError(path, exc.start, "UTF-8 text") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -80,16 +88,23 @@ def read_scheduler_state(store_path: Path | str) -> SchedulerState | None:
     if table is None:
         raise StoreError(path, 0, 'an "offsetTable" object')
     previous = _table_from_json(doc.get("previousOffsetTable"), path, '"previousOffsetTable"')
-    return SchedulerState(doc["commitLogOffset"], table, previous)
+    levels = _table_from_json(doc.get("delayLevels"), path, '"delayLevels"')
+    return SchedulerState(doc["commitLogOffset"], table, previous, levels)
 
 
-def write_scheduler_state(store_path: Path | str, state: SchedulerState) -> None:
+def _scheduler_state_update(store_path: Path | str, state: SchedulerState) -> FileUpdate:
     doc = {
         "commitLogOffset": state.commitLogOffset,
         "offsetTable": _table_json(state.offsetTable),
         "previousOffsetTable": _table_json(state.previousOffsetTable),
     }
-    atomic_write(scheduler_state_path(store_path), (json.dumps(doc, indent=1) + "\n").encode())
+    if state.delayLevels is not None:
+        doc["delayLevels"] = _table_json(state.delayLevels)
+    return FileUpdate(scheduler_state_path(store_path), (json.dumps(doc, indent=1) + "\n").encode())
+
+
+def write_scheduler_state(store_path: Path | str, state: SchedulerState) -> None:
+    publish_files([_scheduler_state_update(store_path, state)])
 
 
 def remove_scheduler_state(store_path: Path | str) -> None:
@@ -107,28 +122,41 @@ def next_data_version(current: DataVersion | None, now_ms: int | None = None) ->
     return DataVersion(current.counter + 1, current.stateVersion, stamp)
 
 
+def _delay_offsets_update(store_path: Path | str, table: dict[int, int],
+                          data_version: DataVersion | None) -> FileUpdate:
+    text = format_delay_offsets(DelayOffsets(dict(table), data_version))
+    return FileUpdate(delay_offset_path(store_path), text.encode("utf-8"), keep_bak=True)
+
+
 def write_delay_offsets(store_path: Path | str, table: dict[int, int],
                         data_version: DataVersion | None = None) -> None:
     """delayOffset.json exactly as the broker formats it; ``.bak`` keeps the previous one."""
-    text = format_delay_offsets(DelayOffsets(dict(table), data_version))
-    atomic_write(delay_offset_path(store_path), text.encode("utf-8"), keep_bak=True)
+    publish_files([_delay_offsets_update(store_path, table, data_version)])
 
 
 class OffsetPublisher:
     """Publishes offsets in the order that makes a crash recoverable: the scheduler file
-    (exact at a commit log offset), then delayOffset.json. The caller flushes the commit log
-    and the queues first: write, flush, then publish."""
+    (exact at a commit log offset), then delayOffset.json. Both are written to temporary
+    files and fsynced before either is renamed, so a failure (a full disk) publishes
+    neither. The caller flushes the commit log and the queues first: write, flush, then
+    publish. ``delay_levels`` is recorded with the offsets: the table a later run's replay
+    compares its own with."""
 
     def __init__(self, store_path: Path | str, published: dict[int, int] | None,
-                 data_version: DataVersion | None) -> None:
+                 data_version: DataVersion | None, delay_levels: dict[int, int] | None = None) -> None:
         self.store_path = Path(store_path)
         self.published = None if published is None else dict(published)
         self.data_version = data_version
+        self.delay_levels = None if delay_levels is None else dict(delay_levels)
 
     def publish(self, commit_log_offset: int, table: dict[int, int]) -> None:
         table = dict(table)
-        write_scheduler_state(self.store_path, SchedulerState(commit_log_offset, table, self.published))
+        updates = [_scheduler_state_update(self.store_path, SchedulerState(
+            commit_log_offset, table, self.published, self.delay_levels))]
+        version = self.data_version
         if table != self.published or not delay_offset_path(self.store_path).exists():
-            self.data_version = next_data_version(self.data_version)
-            write_delay_offsets(self.store_path, table, self.data_version)
+            version = next_data_version(self.data_version)
+            updates.append(_delay_offsets_update(self.store_path, table, version))
+        publish_files(updates)
+        self.data_version = version
         self.published = table

@@ -7,13 +7,16 @@ with the one writer. Deliver times never decrease within a level, so the first u
 is not due ends the level's batch, and the engine sleeps exactly until the earliest due
 unit of all levels - no polling interval.
 
-Exactly once, even under kill -9: offsets are published (``offsetstore.OffsetPublisher``)
-only after the writer has flushed, together with the commit log offset X where they are
-exact. Only deliveries are appended while the scheduler holds the store, and each
-delivered record keeps ``DELAY=<level>`` (the broker's 4.9.4 quirk), which names its level.
-So on start the records in [X, end) are matched, in order, against the next units of
-their levels, and those offsets advanced: nothing is delivered twice and the delivered
-bytes stay exactly the broker's.
+Exactly once, even under kill -9: offsets are published (``offsets.OffsetPublisher``)
+only after the writer has flushed and fsynced, together with the commit log offset X where
+they are exact, and never after an error (the writer is abandoned, nothing is published).
+Each delivered record keeps ``DELAY=<level>`` (the broker's 4.9.4 quirk), which names its
+level. So on start the deliveries in [X, end) are matched, in order, against the next units
+of their levels - every level with a schedule queue, whatever levels this run is given -
+and those offsets advanced: nothing is delivered twice and the delivered bytes stay exactly
+the broker's. Records there that cannot be deliveries (what `send` added) are passed over;
+a delivery that is not the next one of any level, or an X past the end of the log, is
+refused in one line rather than published as exact.
 
 The engine never prints: ``Scheduler.events()`` yields what happens.
 """
@@ -29,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rmqdelay.errors import StoreError, UsageError
+from rmqdelay.errors import StoreError, StoreReadError, UsageError
 from rmqdelay.formats.commitlog import Message
 from rmqdelay.formats.constants import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -43,7 +46,11 @@ from rmqdelay.formats.consumequeue import CQ_EXT_MAX_ADDR
 from rmqdelay.formats.delayoffset import DataVersion
 from rmqdelay.formats.javanum import java_parse_int
 from rmqdelay.schedule.levels import parse_delay_levels
-from rmqdelay.schedule.offsets import OffsetPublisher, read_scheduler_state
+from rmqdelay.schedule.offsets import (
+    OffsetPublisher,
+    read_scheduler_state,
+    scheduler_state_path,
+)
 from rmqdelay.schedule.redelivery import message_timeup
 from rmqdelay.schedule.status import corrected_deliver_times
 from rmqdelay.store import Store
@@ -171,6 +178,8 @@ def restore_unit(store: Store, commit_log_offset: int, size: int) -> tuple[Messa
     bytes, so a replay reaches the same decision as the run that wrote the log."""
     try:
         msg = store.commitlog.read_message(commit_log_offset, size)
+    except StoreReadError:
+        raise  # the file is there but out of reach now: not a reason to skip the message for good
     except StoreError as exc:
         # lookMessageByOffset finding nothing: the broker moves on to the next unit.
         return None, None, f"no readable message ({exc})"
@@ -215,9 +224,15 @@ def exact_offsets(store: Store, delay_levels: dict[int, int]) -> OffsetRecovery:
     """The offsets at the end of the commit log: delayOffset.json (or the scheduler file,
     when delayOffset.json is the table it published), clamped as correctDelayOffset does,
     then advanced over deliveries that were appended after that table was made exact.
-    Reads only."""
+    Reads only.
+
+    What a writer must not guess is refused (StoreError, one line): a delayOffset.json that
+    is there but unusable (the broker would take the older .bak: deliveries made again), a
+    scheduler file exact at an offset past the end of the log, a replay that meets a
+    delivery it cannot place. The replay depends on the store only, never on the levels
+    configured for this run: every level with a schedule queue is replayed."""
     notices: list[Notice] = []
-    loaded = store.delay_offsets()
+    loaded = store.delay_offsets(fallback=False)
     published = dict(loaded.offsetTable) if loaded else None
     state = read_scheduler_state(store.path)
     replay_from: int | None = None
@@ -226,13 +241,18 @@ def exact_offsets(store: Store, delay_levels: dict[int, int]) -> OffsetRecovery:
         if published == state.offsetTable or published == state.previousOffsetTable:
             base = dict(state.offsetTable)
             replay_from = state.commitLogOffset
+            if state.delayLevels is not None and state.delayLevels != delay_levels:
+                notices.append(Notice("delay-levels", "the delay levels differ from those of the run that wrote "
+                                                      "config/rmqdelay.scheduler.json; the replay covers every "
+                                                      "level of the store either way"))
         else:
             notices.append(Notice("foreign-offsets",
                                   "delayOffset.json was changed since rmqdelay last wrote it (a broker or "
                                   "another tool); taking it as it is, without replaying the commit log"))
     table = dict(base)
     offsets: dict[int, int] = {}
-    for level in sorted(delay_levels):
+    levels = sorted(set(delay_levels) | set(table) | _schedule_levels(store))
+    for level in levels:
         cq = store.schedule_queue(level)
         lo, hi = cq.min_offset, cq.max_offset
         if level not in table:
@@ -247,55 +267,69 @@ def exact_offsets(store: Store, delay_levels: dict[int, int]) -> OffsetRecovery:
         offsets[level] = corrected
     replayed = None
     if replay_from is not None:
-        counts, stop_note = _replay(store, delay_levels, offsets, replay_from)
-        for level, n in counts.items():
+        counts = _replay(store, offsets, replay_from)
+        for level in counts:
             table[level] = offsets[level]
         replayed = Replayed(replay_from, counts)
-        if stop_note:
-            notices.append(stop_note)
-    return OffsetRecovery(offsets, table, published, loaded.dataVersion if loaded else None, notices, replayed)
+    return OffsetRecovery({level: offsets[level] for level in delay_levels}, table, published,
+                          loaded.dataVersion if loaded else None, notices, replayed)
 
 
-def _replay(store: Store, delay_levels: dict[int, int], offsets: dict[int, int],
-            start: int) -> tuple[dict[int, int], Notice | None]:
-    """Advance ``offsets`` over the deliveries found in [start, end). Every record there
-    was appended by the scheduler, in order per level; the first one that is not the next
-    delivery of its level ends the replay."""
+def _schedule_levels(store: Store) -> set[int]:
+    return {queue_id + 1 for queue_id in store.topics().get(RMQ_SYS_SCHEDULE_TOPIC, []) if queue_id >= 0}
+
+
+_RECOURSE = ("remove config/rmqdelay.scheduler.json to take delayOffset.json as the broker would (what it does "
+             "not count is delivered again), or set the offsets with `rmqdelay offsets reset`")
+
+
+def _looks_delivered(record: Message) -> bool:
+    """A record the scheduler could have appended: a real topic, REAL_TOPIC, and the DELAY
+    of a level (deliveries keep DELAY=<level>, the 4.9.4 quirk)."""
+    if record.topic == RMQ_SYS_SCHEDULE_TOPIC:
+        return False
+    props = record.properties
+    level = java_parse_int(props.get(PROPERTY_DELAY_TIME_LEVEL, ""))
+    return PROPERTY_REAL_TOPIC in props and level is not None and level > 0
+
+
+def _replay(store: Store, offsets: dict[int, int], start: int) -> dict[int, int]:
+    """Advance ``offsets`` over the deliveries found in [start, end). Deliveries appear in
+    order per level; records that cannot be deliveries (what `send` or a producer added)
+    are passed over. A record that looks like a delivery but is not the next one of any
+    level is a refusal: offsets published past it would not be exact."""
     counts: dict[int, int] = {}
+    state_path = scheduler_state_path(store.path)
     end = store.end_offset()
     if start > end:
-        return counts, Notice("replay", f"the scheduler file says offsets are exact at commit log offset "
-                                        f"{start}, but the log ends at {end}; nothing replayed")
+        raise StoreError(state_path, None, f"offsets exact at commit log offset {start}, but the log ends at "
+                                           f"{end}: deliveries it counts are missing from the log; {_RECOURSE}")
     if start == end:
-        return counts, None
-    maxes = {level: store.schedule_queue(level).max_offset for level in delay_levels}
-    position = start
-    try:
-        for record in store.commitlog.records(start):
-            position = record.commitLogOffset
-            if not record.bodyCrcOk:
-                return counts, Notice("replay", f"commit log offset {position}: body CRC mismatch; "
-                                                f"replay stopped there")
-            level_text = record.properties.get(PROPERTY_DELAY_TIME_LEVEL)
-            named = java_parse_int(level_text) if level_text else None
-            # DELAY names the level (the 4.9.4 quirk keeps it); a hand-made schedule message
-            # may lack it or disagree with its queue, so the other levels are tried too.
-            candidates = ([named] if named in delay_levels else []) + [l for l in delay_levels if l != named]
-            found = None
-            for level in candidates:
-                offset = _next_delivery_matching(store, level, offsets[level], maxes[level], record)
-                if offset is not None:
-                    found = level
-                    break
-            if found is None:
-                return counts, Notice("replay", f"commit log offset {position}: a {record.topic} record that is "
-                                                f"not the next delivery of any level; replay stopped there")
-            level = found
-            offsets[level] = offset + 1
-            counts[level] = counts.get(level, 0) + 1
-    except StoreError as exc:
-        return counts, Notice("replay", f"replay stopped at an unreadable record: {exc}")
-    return counts, None
+        return counts
+    maxes = {level: store.schedule_queue(level).max_offset for level in offsets}
+    for record in store.commitlog.records(start):
+        if not _looks_delivered(record):
+            continue
+        named = java_parse_int(record.properties[PROPERTY_DELAY_TIME_LEVEL])
+        # DELAY names the level; a hand-made schedule message may disagree with its queue,
+        # so the other levels are tried too.
+        candidates = ([named] if named in offsets else []) + [level for level in offsets if level != named]
+        found = None
+        for level in candidates:
+            offset = _next_delivery_matching(store, level, offsets[level], maxes[level], record)
+            if offset is not None:
+                found = level
+                break
+        if found is None:
+            index = store.commitlog.file_index(record.commitLogOffset)
+            mf = store.commitlog.files[index]
+            raise StoreError(mf.path, record.commitLogOffset - mf.start,
+                             f"the replay of deliveries after commit log offset {start} (where "
+                             f"config/rmqdelay.scheduler.json is exact) found a delivery to {record.topic} that is "
+                             f"not the next one of any level; {_RECOURSE}")
+        offsets[found] = offset + 1
+        counts[found] = counts.get(found, 0) + 1
+    return counts
 
 
 def _next_delivery_matching(store: Store, level: int, offset: int, max_offset: int, record: Message) -> int | None:
@@ -409,28 +443,25 @@ class Scheduler:
         # Each pass writes its deliveries to the files at once (page cache, visible to any
         # reader); they are fsynced right before offsets are published, which is all that
         # exactly-once needs: deliveries lost with unpublished offsets are delivered again.
+        # An error anywhere leaves the block by an exception: the writer abandons what is
+        # pending and nothing is published (the next run replays what was written).
         with StoreWriter(self.store_path, delay_levels=self.delay_levels, clock=self.clock,
                          sync=False, index=self.index) as writer:
-            if writer.recovery.changed:
-                r = writer.recovery
-                yield Notice("recovery", f"recovered the commit log tail: valid up to {r.valid_end}, "
-                                         f"{r.wiped_bytes} torn bytes wiped, {r.redispatched} units dispatched, "
-                                         f"{r.truncated_units} units dropped")
+            for note in writer.recovery.notices:
+                yield Notice("recovery", note)
             if writer.recovery.indexed:
                 yield Notice("index", f"indexed {writer.recovery.indexed} records the index/ files lacked")
             store = Store(self.store_path)
             try:
                 recovery = yield from self._setup(store)
-                publisher = OffsetPublisher(self.store_path, recovery.published, recovery.dataVersion)
+                publisher = OffsetPublisher(self.store_path, recovery.published, recovery.dataVersion,
+                                            self.delay_levels)
                 # Publish at once: from here on every delivery is after a known, exact point.
                 self._publish(writer, publisher)
                 yield Persisted(writer.end_offset, dict(self.offset_table))
                 known_queues = {(t, q) for t, ids in store.topics().items() for q in ids}
-                reason = "stopped"
-                try:
-                    reason = yield from self._loop(store, writer, publisher, known_queues)
-                finally:
-                    self._publish(writer, publisher)
+                reason = yield from self._loop(store, writer, publisher, known_queues)
+                self._publish(writer, publisher)
                 yield Persisted(writer.end_offset, dict(self.offset_table))
                 yield Stopped(reason, self.delivered, self.skipped, dict(self.offset_table))
             finally:
@@ -504,6 +535,8 @@ class Scheduler:
                 try:
                     msg = store.commitlog.read_message(int(units["commitLogOffset"][i]), int(units["size"][i]))
                     times[i] = msg.storeTimestamp + state.delayMs
+                except StoreReadError:
+                    raise
                 except StoreError:
                     times[i] = now
         late = np.flatnonzero(times > now)
