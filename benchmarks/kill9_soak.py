@@ -1,17 +1,23 @@
-"""kill -9 soak: SIGKILL `rmqdelay run` at random points while it drains a store, many
-times, then prove every delay message was delivered exactly once, no record is torn,
-every consume queue unit points at a message of its topic/queue/queueOffset, and every
-key of every record is in the index once (`inspect index --verify`).
+"""kill -9 and fault soak: stop `rmqdelay run` at random points while it drains a store,
+many times - SIGKILL, or a system call made to fail (benchmarks/faultinject.py): a short
+write then a full disk, ENOSPC on the commit log, a consume queue or the offsets being
+published, EIO creating a file, EIO from fsync - then prove every delay message was
+delivered exactly once, no record is torn, every consume queue unit points at a message
+of its topic/queue/queueOffset, and every key of every record is in the index once
+(`inspect index --verify`). A run stopped by a fault must exit 2 with one line
+on stderr and no traceback.
 
-    python3 benchmarks/kill9_soak.py --kills 200 [--messages 4000] [--seed 7]
+    python3 benchmarks/kill9_soak.py --kills 200 [--messages 4000] [--seed 7] [--faults 0.6]
 
-The same functions drive tests/test_kill9.py with a smaller count.
+--faults is the share of the stops made by a fault rather than SIGKILL. The same functions
+drive tests/test_kill9.py with a smaller count.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import random
 import shutil
@@ -29,6 +35,7 @@ from rmqdelay.formats.constants import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     RMQ_SYS_SCHEDULE_TOPIC,
 )
+from rmqdelay.formats.properties import parse_java_int
 
 from rmqdelay.schedule.levels import parse_delay_levels
 from rmqdelay.store import Store
@@ -75,6 +82,8 @@ class StoreCheck:
     scheduled: int = 0
     delivered: int = 0
     pending: int = 0
+    duplicated: int = 0  # deliveries beyond the first of a message
+    lost: int = 0  # messages below their level's offset never delivered
     problems: list[str] = field(default_factory=list)
 
 
@@ -88,7 +97,10 @@ def check_store(path: Path, *, drained: bool = True) -> StoreCheck:
         delivered: collections.Counter = collections.Counter()
         for msg in store.commitlog.records():  # raises on a torn or corrupt record
             props = msg.properties
-            key = (props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), int(props.get(PROPERTY_DELAY_TIME_LEVEL, "0")))
+            level = parse_java_int(props.get(PROPERTY_DELAY_TIME_LEVEL, "0"))
+            if level is None:
+                continue  # a DELAY the broker cannot read: never dispatched, never delivered
+            key = (props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), level)
             if msg.topic == RMQ_SYS_SCHEDULE_TOPIC:
                 scheduled[key] = msg.commitLogOffset
             elif PROPERTY_REAL_TOPIC in props and key[1] > 0:
@@ -97,6 +109,7 @@ def check_store(path: Path, *, drained: bool = True) -> StoreCheck:
         result.delivered = sum(delivered.values())
         for key, n in delivered.items():
             if n > 1:
+                result.duplicated += n - 1
                 result.problems.append(f"{key} delivered {n} times")
             if key not in scheduled:
                 result.problems.append(f"{key} delivered but never scheduled")
@@ -108,6 +121,8 @@ def check_store(path: Path, *, drained: bool = True) -> StoreCheck:
             for i, u in enumerate(cq.units(cq.min_offset, cq.max_offset), start=cq.min_offset):
                 msg = store.commitlog.read_message(int(u["commitLogOffset"]), int(u["size"]))
                 key = (msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), level)
+                if i < done and delivered[key] == 0:
+                    result.lost += 1
                 if i < done and delivered[key] != 1:
                     result.problems.append(f"level {level} offset {i} {key}: below the offset, delivered "
                                            f"{delivered[key]} times")
@@ -146,18 +161,56 @@ def pending_units(path: Path) -> int:
 
 @dataclass
 class SoakResult:
-    kills: int = 0
+    kills: int = 0  # every stop, SIGKILL or fault
     killed_mid_delivery: int = 0
     finished_before_kill: int = 0
     added: int = 0
     seconds: float = 0.0
+    faults: collections.Counter = field(default_factory=collections.Counter)  # kind -> runs it stopped
+    faults_missed: int = 0  # fault runs that finished before meeting their fault
+
+
+FAULTINJECT = str(Path(__file__).resolve().parent / "faultinject.py")
+
+
+def fault_kinds(rng: random.Random) -> dict[str, list[dict]]:
+    """One fault of each kind, at a random point of the run (faultinject rules)."""
+    nth = rng.randint(1, 6)
+    return {
+        "short-write": [{"op": "pwrite", "path": "/commitlog/", "nth": nth, "short": rng.choice([1, 20, 4096, 9000]),
+                         "errno": "ENOSPC"}],
+        "enospc-commitlog": [{"op": "pwrite", "path": "/commitlog/", "nth": nth, "errno": "ENOSPC"}],
+        "enospc-queue": [{"op": "pwrite", "path": "/consumequeue/", "nth": nth, "errno": "ENOSPC"}],
+        "enospc-offsets": [{"op": "pwrite", "path": rng.choice(["delayOffset.json.tmp", "rmqdelay.scheduler.json.tmp"]),
+                            "nth": rng.randint(1, 3), "errno": "ENOSPC"}],
+        "eio-create": [{"op": "open", "path": rng.choice(["/commitlog/", "/consumequeue/"]), "mode": "create",
+                        "nth": rng.randint(1, 2), "errno": "EIO"}],
+        "eio-fsync": [{"op": "fsync", "path": rng.choice(["/commitlog/", "/consumequeue/"]), "nth": nth,
+                       "count": 1, "errno": "EIO"}],
+    }
+
+
+def fault_run(path: Path, kind: str, rules: list[dict], extra: list[str], result: SoakResult, out: Path) -> None:
+    """A run made to fail: exit 2 and one line, or exit 0 when it never met the fault."""
+    cmd = [sys.executable, FAULTINJECT, json.dumps(rules), *run_command(path, *extra)[3:]]
+    with open(out, "wb") as fh:
+        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.PIPE, timeout=120)
+    err = proc.stderr.decode(errors="replace")
+    if proc.returncode == 0:
+        result.faults_missed += 1
+        return
+    lines = [line for line in err.splitlines() if line.strip()]
+    if proc.returncode != 2 or len(lines) != 1 or not lines[0].startswith("rmqdelay: ") or "Traceback" in err:
+        raise RuntimeError(f"rmqdelay run under {kind} {rules}: exit {proc.returncode}, stderr: {err[-2000:]}")
+    result.faults[kind] += 1
 
 
 def kill_cycles(path: Path, kills: int, rng: random.Random, *, top_up: int = 400,
-                max_delay_s: float = 0.03, work: Path | None = None) -> SoakResult:
+                max_delay_s: float = 0.03, work: Path | None = None, faults: float = 0.0) -> SoakResult:
     """Start the scheduler, wait for its first delivery, SIGKILL it after a random delay;
-    repeat. A store that runs dry between kills gets new delay messages (as producers would
-    add), so every kill lands while there is work to do."""
+    or (a share ``faults`` of the time) start it with a system call made to fail; repeat.
+    A store that runs dry between stops gets new delay messages (as producers would add),
+    so every stop lands while there is work to do."""
     result = SoakResult()
     work = work or path.parent
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -171,6 +224,11 @@ def kill_cycles(path: Path, kills: int, rng: random.Random, *, top_up: int = 400
         out = work / "run.out"
         extra = ["--batch-size", str(rng.choice([1, 8, 64, 512])),
                  "--flush-interval", str(rng.choice([0, 0.005, 0.05, 10]))]
+        if rng.random() < faults:
+            kind, rules = rng.choice(sorted(fault_kinds(rng).items()))
+            fault_run(path, kind, rules, extra, result, out)
+            result.kills += 1
+            continue
         with open(out, "wb") as fh:
             proc = subprocess.Popen(run_command(path, *extra), stdout=fh, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 30
@@ -201,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kills", type=int, default=200)
     parser.add_argument("--messages", type=int, default=4000)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--faults", type=float, default=0.6, help="share of stops made by a fault, not SIGKILL")
     parser.add_argument("--keep", action="store_true", help="keep the store directory")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
@@ -208,15 +267,20 @@ def main(argv: list[str] | None = None) -> int:
     path = work / "store"
     try:
         add_messages(path, args.messages, rng, 0, create=True)
-        soak = kill_cycles(path, args.kills, rng, work=work)
+        soak = kill_cycles(path, args.kills, rng, work=work, faults=args.faults)
         finish(path)
         check = check_store(path)
         print(f"command: python3 benchmarks/kill9_soak.py --kills {args.kills} --messages {args.messages} "
-              f"--seed {args.seed}")
-        print(f"kills: {soak.kills} ({soak.killed_mid_delivery} while delivering, "
-              f"{soak.finished_before_kill} after the run had finished), {soak.seconds:.1f} s")
-        print(f"delay messages scheduled: {check.scheduled} ({args.messages} + {soak.added} added between kills); "
-              f"delivered: {check.delivered}; pending: {check.pending}")
+              f"--seed {args.seed} --faults {args.faults}")
+        sigkills = soak.killed_mid_delivery + soak.finished_before_kill
+        print(f"stops: {soak.kills} in {soak.seconds:.1f} s: {sigkills} SIGKILL ({soak.killed_mid_delivery} while "
+              f"delivering, {soak.finished_before_kill} after the run had finished), "
+              f"{sum(soak.faults.values())} by a fault (exit 2, one line), {soak.faults_missed} fault runs "
+              f"finished before meeting their fault")
+        print("faults: " + ", ".join(f"{kind} {n}" for kind, n in sorted(soak.faults.items())))
+        print(f"delay messages scheduled: {check.scheduled} ({args.messages} + {soak.added} added between stops); "
+              f"delivered: {check.delivered}; pending: {check.pending}; lost: {check.lost}; "
+              f"duplicated: {check.duplicated}")
         print("result: " + ("OK - every delay message delivered exactly once, no torn record, every unit valid, "
                             "every key indexed once"
                             if not check.problems and check.delivered == check.scheduled

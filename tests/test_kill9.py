@@ -1,6 +1,8 @@
-"""SIGKILL `rmqdelay run` at random points while it drains a store: afterwards every delay
-message is delivered exactly once, no record is torn, every consume queue unit is valid.
-The full count (>= 200 kills) is benchmarks/kill9_soak.py; CI runs fewer."""
+"""SIGKILL `rmqdelay run` at random points while it drains a store, or make one of its
+system calls fail (a short write, ENOSPC, EIO creating a file or from fsync): afterwards
+every delay message is delivered exactly once, no record is torn, every consume queue unit
+is valid, and every faulted run said what failed in one line. The full count (>= 200 stops)
+is benchmarks/kill9_soak.py; CI runs fewer."""
 
 import random
 import sys
@@ -26,3 +28,15 @@ def test_kill_9_at_random_points_delivers_every_message_exactly_once(tmp_path):
     assert check.problems == []
     assert check.delivered == check.scheduled == 2500 + soak.added
     assert len(list((path / "commitlog").iterdir())) > with_rollovers
+
+
+def test_faults_and_kills_mixed_deliver_every_message_exactly_once(tmp_path):
+    rng = random.Random(7)
+    path = tmp_path / "store"
+    add_messages(path, 1500, rng, 0, create=True)
+    soak = kill_cycles(path, 30, rng, work=tmp_path, faults=0.7)
+    assert sum(soak.faults.values()) >= 10 and len(soak.faults) >= 4, soak.faults
+    finish(path)
+    check = check_store(path)
+    assert check.problems == [] and check.lost == check.duplicated == 0
+    assert check.delivered == check.scheduled == 1500 + soak.added
