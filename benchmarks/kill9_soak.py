@@ -35,7 +35,7 @@ from rmqdelay.formats.constants import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     RMQ_SYS_SCHEDULE_TOPIC,
 )
-from rmqdelay.formats.properties import parse_java_int
+from rmqdelay.formats.javanum import java_parse_int
 
 from rmqdelay.schedule.levels import parse_delay_levels
 from rmqdelay.store import Store
@@ -97,7 +97,7 @@ def check_store(path: Path, *, drained: bool = True) -> StoreCheck:
         delivered: collections.Counter = collections.Counter()
         for msg in store.commitlog.records():  # raises on a torn or corrupt record
             props = msg.properties
-            level = parse_java_int(props.get(PROPERTY_DELAY_TIME_LEVEL, "0"))
+            level = java_parse_int(props.get(PROPERTY_DELAY_TIME_LEVEL, "0"))
             if level is None:
                 continue  # a DELAY the broker cannot read: never dispatched, never delivered
             key = (props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), level)
