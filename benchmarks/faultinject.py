@@ -2,8 +2,8 @@
 
     python benchmarks/faultinject.py SPEC rmqdelay-args...
 
-runs the `rmqdelay` command in this process after wrapping os.open, os.pwrite, os.write,
-os.fsync, os.ftruncate and os.replace so that chosen calls fail with an errno (ENOSPC,
+runs the `rmqdelay` command in this process after wrapping os.open (and open()), os.pwrite,
+os.write, os.fsync, os.ftruncate and os.replace so that chosen calls fail with an errno (ENOSPC,
 EIO, EMFILE, EACCES, ...) or write short, as a full disk, a failing device or a file that
 cannot be read would make them. rmqdelay's own code is not changed: it meets the faults
 where it would meet the real ones. SPEC is JSON, a list of rules:
@@ -26,7 +26,9 @@ RLIMIT_NOFILE in a child, a small tmpfs, FIFOs, directories where files belong.
 
 from __future__ import annotations
 
+import builtins
 import errno as errno_module
+import io
 import json
 import os
 import sys
@@ -129,6 +131,21 @@ def install(rules: list[Rule]) -> None:
             raise rule.error(os.fspath(dst))
         return real_replace(src, dst, **kw)
 
+    real_builtin_open = builtins.open
+
+    def fake_builtin_open(file, mode="r", *args, **kwargs):
+        # Path.read_bytes and open(): the same rules as os.open.
+        if isinstance(file, (str, bytes, os.PathLike)):
+            name = os.fsdecode(file)
+            writing = any(c in mode for c in "wax+")
+            kind = "create" if writing and not os.path.exists(name) else ("write" if writing else "read")
+            rule = first_hit("open", name, kind) or (first_hit("open", name, "write") if kind == "create" else None)
+            if rule is not None:
+                raise rule.error(name)
+        return real_builtin_open(file, mode, *args, **kwargs)
+
+    builtins.open = fake_builtin_open
+    io.open = fake_builtin_open
     os.open = fake_open
     os.close = fake_close
     os.pwrite = writer(real_pwrite, "pwrite")

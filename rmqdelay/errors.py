@@ -32,8 +32,8 @@ class StoreReadError(StoreError):
 
 
 class NotRegularFileError(StoreReadError):
-    """A FIFO, a directory, a device or a symbolic link loop where a regular file belongs:
-    refused at once (never waited on, never replaced by a ``.bak``)."""
+    """A FIFO, a directory or a device where a regular file belongs: refused at once (never
+    waited on, never replaced by a ``.bak``)."""
 
 
 class StoreWriteError(RmqDelayError):

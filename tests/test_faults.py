@@ -327,7 +327,7 @@ def kill_mid_delivery(store: Path, *extra: str) -> None:
     out = store.parent / "run.out"
     with open(out, "wb") as fh:
         proc = subprocess.Popen([CONSOLE_SCRIPT, "run", str(store), "--until-empty", "--now", FAR, "--json",
-                                 "--batch-size", "8", "--flush-interval", "0", *extra], stdout=fh,
+                                 "--batch-size", "8", "--flush-interval", "10", *extra], stdout=fh,
                                 stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while proc.poll() is None and time.monotonic() < deadline:

@@ -245,8 +245,8 @@ def load_config_file(path: Path, parse: Callable[[str], T], *, fallback: bool = 
     names the first file that was.
 
     Using the ``.bak`` for a file that is there but unusable is never silent: a
-    ``ConfigFallbackWarning`` names the file and what was wrong with it. A FIFO, a
-    directory or a symbolic link loop in its place is refused at once. ``fallback=False``
+    ``ConfigFallbackWarning`` names the file and what was wrong with it. A FIFO or a
+    directory in its place is refused at once. ``fallback=False``
     raises that problem instead (a missing file still falls back, as the broker's does):
     what a writer wants, since an older ``.bak`` means work done again."""
     error: StoreError | None = None

@@ -61,8 +61,8 @@ def open_for_read(path: Path | str) -> int | None:
     except _NotRegular as exc:
         raise NotRegularFileError(path, None, f"a regular file, found {exc.kind}") from None
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise NotRegularFileError(path, None, f"a regular file ({exc.strerror})") from None
+        # A symbolic link loop is no file at all, as for the broker's File: a config file's
+        # reader then takes the .bak, as ConfigManager.load does.
         raise StoreReadError(path, None, f"a readable file ({exc.strerror})") from None
     return fd
 
