@@ -589,7 +589,11 @@ def test_a_fifo_where_a_file_belongs_is_refused_at_once(tmp_path, name):
     for command in READERS[name]:
         args = [*command[:1], *command[1:2], store, *command[2:]] if command[0] in ("inspect", "offsets") \
             else [command[0], store, *command[1:]]
-        assert_one_line(cli(*args, timeout=30), str(path), "found a FIFO")
+        result = cli(*args, timeout=30)
+        if command[:2] == ("inspect", "store") and result.code == 1:  # a problem it lists among others
+            assert f"{path}: a regular file, found a FIFO" in result.out, result.out
+            continue
+        assert_one_line(result, str(path), "found a FIFO")
     assert log_data(store) == before
     path.unlink()
     if saved is not None:
