@@ -20,6 +20,7 @@ from rmqdelay.errors import EXIT_PROBLEMS, StoreError, UsageError
 from rmqdelay.schedule.levels import delay_levels_from_broker_config, parse_delay_levels
 from rmqdelay.schedule.status import level_statuses
 from rmqdelay.store import Store
+from rmqdelay.store.kind import store_features
 from rmqdelay.store.lock import describe_holder
 from rmqdelay.store.topics import validate_topic
 from rmqdelay.store.verify import VerifyCounts, iter_problems, verify_total
@@ -34,6 +35,14 @@ from .common import (
     progress,
 )
 from .inspect_index import find_messages_by_key, inspect_index
+from .inspect_timer import (
+    inspect_timer,
+    message_timer_info,
+    message_units,
+    print_features,
+    timer_rows,
+    unit_lines,
+)
 from .prometheus import delay_level_families, exposition
 from .render import (
     message_json,
@@ -63,9 +72,13 @@ def _exit_problems() -> None:
 # -- inspect store ---------------------------------------------------------------------------
 
 @app.command("store")
-def inspect_store(store_dir: Path = StoreArg, json_out: bool = JsonOpt) -> None:
-    """One screen: commit log files, offsets, queues, lock and abort state, checkpoint, delay
-    offsets. What cannot be read is listed under problems (exit 1); the rest is still shown."""
+def inspect_store(store_dir: Path = StoreArg, json_out: bool = JsonOpt,
+                  broker_config: Optional[Path] = typer.Option(None, "--broker-config",
+                                                               help="Read the timer settings from this broker.conf.")
+                  ) -> None:
+    """One screen: what kind of store (4.x or 5.x features), commit log files, offsets, queues,
+    lock and abort state, checkpoint, delay offsets. What cannot be read is listed under
+    problems (exit 1); the rest is still shown."""
     with Store(store_dir, lenient=True) as store:
         problems = store.problems
 
@@ -76,6 +89,7 @@ def inspect_store(store_dir: Path = StoreArg, json_out: bool = JsonOpt) -> None:
                 problems.add(kind, exc.path, exc.offset, exc.expected)
                 return default
 
+        features = store_features(store, broker_config, problems)
         files = [{"file": mf.path.name, "size": mf.size} for mf in store.commitlog.files]
         queues = []
         for topic, ids in store.topics().items():
@@ -104,8 +118,12 @@ def inspect_store(store_dir: Path = StoreArg, json_out: bool = JsonOpt) -> None:
             "checkpoint": None if checkpoint is None else {
                 "physicMsgTimestamp": checkpoint.physicMsgTimestamp,
                 "logicsMsgTimestamp": checkpoint.logicsMsgTimestamp,
-                "indexMsgTimestamp": checkpoint.indexMsgTimestamp},
+                "indexMsgTimestamp": checkpoint.indexMsgTimestamp,
+                # 5.x's two more longs; a 4.x store's checkpoint reads as it always did.
+                **({"masterFlushedOffset": checkpoint.masterFlushedOffset,
+                    "confirmPhyOffset": checkpoint.confirmPhyOffset} if features.version == "5.x" else {})},
             "delayOffsets": None if offsets is None else {str(k): v for k, v in sorted(offsets.offsetTable.items())},
+            "features": features.as_json(),
             "problems": [p.as_json() for p in problems],
         }
     if json_out:
@@ -118,6 +136,7 @@ def inspect_store(store_dir: Path = StoreArg, json_out: bool = JsonOpt) -> None:
 
 def _print_store(info: dict) -> None:
     console.print(Text(f"store {info['store']}", style="bold"))
+    print_features(info["features"])
     holder = info["lockHolder"]
     if holder is not None:
         what = {"broker": "a RocketMQ broker", "rmqdelay": "another rmqdelay"}.get(holder["kind"], "a process")
@@ -134,7 +153,9 @@ def _print_store(info: dict) -> None:
         console.print(Text(
             f"checkpoint: physicMsgTimestamp {format_time_ms(cp['physicMsgTimestamp'])}, "
             f"logicsMsgTimestamp {format_time_ms(cp['logicsMsgTimestamp'])}, "
-            f"indexMsgTimestamp {format_time_ms(cp['indexMsgTimestamp']) if cp['indexMsgTimestamp'] else '-'}"))
+            f"indexMsgTimestamp {format_time_ms(cp['indexMsgTimestamp']) if cp['indexMsgTimestamp'] else '-'}"
+            + (f", masterFlushedOffset {cp['masterFlushedOffset']}, confirmPhyOffset {cp['confirmPhyOffset']}"
+               if "confirmPhyOffset" in cp else "")))
     total = sum(f["size"] for f in info["commitLogFiles"])
     end = "?" if info["maxPhysicalOffset"] is None else info["maxPhysicalOffset"]
     console.print(Text(f"commit log: {len(info['commitLogFiles'])} file(s), {total} bytes; physical offsets "
@@ -344,11 +365,17 @@ def inspect_message(
             found = [msg]
         else:
             raise UsageError(f"a physical offset (digits) or a msgId (32 or 56 hex digits), found {target!r}")
-    for msg in found:
+        timers = [(message_timer_info(msg), message_units(store, msg)) for msg in found]
+    now_ms = time.time_ns() // 1_000_000
+    for msg, (timer, units) in zip(found, timers):
         if json_out:
-            emit_json(message_json(msg, body=body))
+            extra = {"timer": timer.as_json() | ({"units": units} if units is not None else {})} if timer else {}
+            emit_json(message_json(msg, body=body) | extra)
         else:
             fields, props = message_tables(msg)
+            for name, value in (timer_rows(timer) + (unit_lines(units, now_ms) if units is not None else [])
+                                if timer else ()):
+                fields.add_row(name, Text(value))
             console.print(fields)
             console.print(props)
             if len(found) > 1:
@@ -430,3 +457,4 @@ def inspect_delay(
 
 
 app.command("index")(inspect_index)  # commands/inspect_index.py
+app.command("timer")(inspect_timer)  # commands/inspect_timer.py

@@ -26,6 +26,7 @@ from rmqdelay.formats.msgid import decode_message_id
 from rmqdelay.store.commitlog import CommitLog
 from rmqdelay.store.consumequeue import ConsumeQueue
 from rmqdelay.store.fileio import read_file
+from rmqdelay.store.kind import refuse_unsupported
 from rmqdelay.store.lock import lock_holder
 from rmqdelay.store.problems import NOT_A_DIRECTORY, UNREADABLE, Problems, report
 
@@ -62,6 +63,7 @@ class Store:
         check_store_directory(self.path)
         if not (self.commitlog_dir.is_dir() or self.consumequeue_dir.is_dir()):
             raise StoreError(self.path, None, "a broker store directory holding commitlog/ and consumequeue/")
+        refuse_unsupported(self.path)  # RocksDB or batch consume queues
         self.problems: Problems | None = Problems() if lenient else None
         for sub in (self.commitlog_dir, self.consumequeue_dir):
             try:

@@ -33,6 +33,7 @@ from rmqdelay.formats.constants import (
     TRANSACTION_TYPE_MASK,
 )
 from rmqdelay.formats.errors import FormatError
+from rmqdelay.formats.propcrc import CRC32_RESERVED_LEN, check_record
 from rmqdelay.store import Store
 from rmqdelay.store.commitlog import first_nonzero
 from rmqdelay.store.fileio import map_for_read
@@ -60,6 +61,7 @@ CQ_QUEUE_OFFSET = "cq-queue-offset"
 CQ_UNREADABLE = "cq-unreadable"
 UNDISPATCHED = "undispatched"
 DELAY = "delay"
+PROP_CRC = "prop-crc"  # the __CRC32# property of enabledAppendPropCRC
 
 
 @dataclass(slots=True)
@@ -251,6 +253,10 @@ def _walk(view: memoryview, mf: MappedFile, messages: _Messages) -> Iterator[Pro
             yield Problem(DELAY, name, pos, f"a {msg.topic} record with a DELAY the broker can read, found "
                                             f"{msg.properties.get(PROPERTY_DELAY_TIME_LEVEL)!r}: it dispatches no "
                                             f"unit for it, and its recovery ends the commit log here", physical)
+        prop = check_record(view[pos:pos + total], msg.properties)
+        if prop is not None and prop[0] != prop[1]:
+            yield Problem(PROP_CRC, name, pos + total - CRC32_RESERVED_LEN,
+                          f"__CRC32# {prop[1]} (the record's CRC), found {prop[0]}", physical)
         messages.add(physical, msg.storeSize, msg.topic, msg.queueId, msg.queueOffset, msg.sysFlag, dispatched)
         pos += total
     return mf.end, None

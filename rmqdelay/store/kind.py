@@ -1,0 +1,151 @@
+"""What kind of store a directory is: the 4.x layout, a 5.x one (and which 5.x features it
+shows), or a store type rmqdelay does not read.
+
+5.x stores are told by what 5.x writes: the timer store's files, V2 records (topics longer
+than 127 bytes), the ``__CRC32#`` property (enabledAppendPropCRC), delayOffset.json's
+dataVersion, the checkpoint's masterFlushedOffset / confirmPhyOffset, ``compaction/``.
+``storeType=defaultRocksDB`` keeps the consume queues in a RocksDB database under
+``consumequeue/``, and batch consume queues live in ``batchconsumequeue/``: neither is read
+here, and a store holding them is refused in one line.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rmqdelay.errors import StoreError
+from rmqdelay.formats.commitlog import Message
+from rmqdelay.formats.constants import (
+    MESSAGE_MAGIC_CODE_V2,
+    PROPERTY_CRC32,
+    TOPIC_MAX_LENGTH,
+)
+
+# Files a RocksDB database always has.
+_ROCKSDB_MARKERS = ("CURRENT", "IDENTITY", "LOCK")
+_ROCKSDB_PREFIXES = ("MANIFEST-", "OPTIONS-")
+_CRC_SAMPLE_FILES = 16
+
+
+def refuse_unsupported(store_path: Path) -> None:
+    """StoreError when the store keeps its consume queues where rmqdelay cannot read them."""
+    cq = Path(store_path) / "consumequeue"
+    try:
+        names = os.listdir(cq)
+    except OSError:
+        names = []
+    if any(n in _ROCKSDB_MARKERS for n in names) and any(n.startswith(_ROCKSDB_PREFIXES) or n.endswith(".sst")
+                                                          for n in names):
+        raise StoreError(cq, None, "a consume queue directory of topic folders; found a RocksDB database "
+                                   "(storeType=defaultRocksDB), which rmqdelay does not read")
+    batch = Path(store_path) / "batchconsumequeue"
+    try:
+        batch_topics = [n for n in os.listdir(batch) if (batch / n).is_dir()]
+    except OSError:
+        batch_topics = []
+    if batch_topics:
+        raise StoreError(batch, None, f"no batch consume queues; found {len(batch_topics)} topic(s) "
+                                      f"(e.g. {sorted(batch_topics)[0]}) in batch consume queues, which rmqdelay "
+                                      f"does not read")
+
+
+@dataclass(slots=True)
+class StoreFeatures:
+    version: str  # "4.x" or "5.x"
+    signs: list[str] = field(default_factory=list)  # what shows 5.x
+    v2Topics: list[str] = field(default_factory=list)  # topics written as V2 records
+    propCrc: bool = False  # records carry __CRC32# (enabledAppendPropCRC)
+    propCrcSampled: int = 0  # how many records were looked at for it
+    timerFiles: list[str] = field(default_factory=list)
+    timer: dict | None = None  # precision, wheel and timer log sizes (TimerStore)
+
+    def as_json(self) -> dict:
+        return {"version": self.version, "signs": list(self.signs), "v2Topics": list(self.v2Topics),
+                "propCrc": self.propCrc, "propCrcSampled": self.propCrcSampled,
+                "timerFiles": list(self.timerFiles), "timer": self.timer}
+
+
+def store_features(store, broker_config: Path | None = None, problems=None) -> StoreFeatures:
+    """The 4.x / 5.x features ``store`` (a Store) shows. Reads a few records, never a scan.
+
+    What cannot be read is left out of the signs (whoever reads those files reports them);
+    a timer store that cannot be opened is noted in ``problems`` when given, else raised."""
+    from rmqdelay.timer.store import TimerStore, timer_files_present
+
+    signs = []
+    timer_files = timer_files_present(store.path)
+    if timer_files:
+        signs.append("timer store files (" + ", ".join(timer_files) + ")")
+    v2 = _v2_topics(store)
+    if v2:
+        signs.append(f"V2 records ({len(v2)} topic(s) longer than {TOPIC_MAX_LENGTH} bytes)")
+    crc, sampled = _prop_crc(store)
+    if crc:
+        signs.append("__CRC32# property (enabledAppendPropCRC)")
+    offsets = _or_none(store.delay_offsets)
+    if offsets is not None and offsets.dataVersion is not None:
+        signs.append("delayOffset.json with dataVersion")
+    cp = _or_none(store.checkpoint)
+    if cp is not None and (cp.masterFlushedOffset or cp.confirmPhyOffset):
+        signs.append("checkpoint with masterFlushedOffset/confirmPhyOffset")
+    if (store.path / "compaction").is_dir():
+        signs.append("compaction/")
+    timer = None
+    if timer_files:
+        try:
+            with TimerStore(store, broker_config) as ts:
+                timer = {**ts.config.as_json(), "precisionInFiles": ts.precision_in_files,
+                         "wheelFileSize": ts.wheel.size, "timerLogFiles": len(ts.log.files),
+                         "timerLogBytes": ts.log.size}
+        except StoreError as exc:
+            if problems is None:
+                raise
+            problems.add("timer", exc.path, exc.offset, exc.expected)
+    return StoreFeatures("5.x" if signs else "4.x", signs, v2, crc, sampled, timer_files, timer)
+
+
+def _or_none(read):
+    try:
+        return read()
+    except StoreError:
+        return None
+
+
+def _v2_topics(store) -> list[str]:
+    """Topics whose names need V2's two-byte length, confirmed by their first record's magic."""
+    found = []
+    for topic, ids in store.topics().items():
+        if len(topic.encode("utf-8")) <= TOPIC_MAX_LENGTH:
+            continue
+        for qid in ids:
+            cq = store.consume_queue(topic, qid)
+            if cq.max_offset <= cq.min_offset:
+                continue
+            unit = cq.unit(cq.min_offset)
+            try:
+                msg = store.commitlog.read_message(unit.commitLogOffset, unit.size)
+            except StoreError:
+                continue  # behind the log's start after retention, or damaged: verify says which
+            if msg.magicCode == MESSAGE_MAGIC_CODE_V2:
+                found.append(topic)
+            break
+    return found
+
+
+def _prop_crc(store) -> tuple[bool, int]:
+    """Whether the first record of (up to 16, spread) commit log files carries __CRC32#."""
+    files = store.commitlog.files
+    step = max(1, len(files) // _CRC_SAMPLE_FILES)
+    sampled = 0
+    for mf in files[::step][:_CRC_SAMPLE_FILES]:
+        try:
+            record = store.commitlog.read_record(mf.start)
+        except StoreError:
+            continue
+        if isinstance(record, Message):
+            sampled += 1
+            if PROPERTY_CRC32 in record.properties:
+                return True, sampled
+    return False, sampled

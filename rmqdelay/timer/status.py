@@ -1,0 +1,389 @@
+"""What the timer store says to an operator (``rmqdelay inspect timer``): how far dequeue and
+enqueue are behind, what waits in the wheel by due time, the hot slots, rolls, cancellations
+and whether each found its target, what a restart would skip, and the metrics against the
+true counts.
+
+The timer log is read file by file as columns (numpy), never unit by unit, so the figures of
+a log of tens of millions of units come in seconds. Records of the commit log are read only
+where a figure needs them: the cancellation markers and the units in their slots, the
+messages not yet enqueued, and one record per topic hash no known topic name explains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rmqdelay.errors import StoreError
+from rmqdelay.formats.constants import TIMER_MAGIC_DELETE, TIMER_MAGIC_ROLL
+from rmqdelay.formats.javahash import java_string_hash
+from rmqdelay.formats.timercheck import TimerCheckpoint
+from rmqdelay.formats.timerprops import delete_key, timer_info
+
+from .store import TimerStore, unit_slot_times
+
+MINUTE_MS = 60_000
+HOUR_MS = 3_600_000
+DAY_MS = 86_400_000
+# Due-time buckets of pending messages, upper bounds relative to now (inclusive).
+BUCKETS = (("dueNow", 0), ("nextMinute", MINUTE_MS), ("nextHour", HOUR_MS), ("nextDay", DAY_MS))
+LATER = "later"
+BEYOND_ROLL_WINDOW = "beyondRollWindow"
+
+# Cancellation states. TimerMessageStore.dequeue honours a marker only for a target in the same
+# slot in the same dequeue; a rolled marker is re-put like any rolled message and tried later.
+HONOURED = "honoured"  # its slot was read with its target in it: the target was dropped
+WILL_BE_HONOURED = "will-be-honoured"  # its target is in the same pending slot
+MISSED = "missed"  # its slot was read without its target: the target was delivered, or never existed
+NOT_IN_SLOT = "not-in-slot"  # pending, its target is not in its slot (yet): unless it arrives, it is delivered
+ROLLED = "rolled"  # a rolled marker whose slot was read: re-put (its later unit carries on)
+ROLLING = "rolling"  # a rolled marker, pending: it is tried when it reaches its own slot
+CANCEL_STATES = (HONOURED, WILL_BE_HONOURED, MISSED, NOT_IN_SLOT, ROLLED, ROLLING)
+
+Advance = Callable[[int], None]
+
+
+@dataclass(slots=True)
+class Pending:
+    """Pending timer messages (non-delete units at or after the read position), by due time."""
+
+    units: int = 0
+    buckets: dict[str, int] = field(default_factory=lambda: {name: 0 for name, _ in BUCKETS} | {LATER: 0})
+    beyondRollWindow: int = 0  # roll units: the message is due later than its slot (rolled there)
+    cancelMarkers: int = 0  # pending delete units (not messages)
+    oldestDueMs: int | None = None  # the earliest pending slot time
+    notEnqueued: int = 0  # in rmq_sys_wheel_timer after masterTimerQueueOffset: no unit yet
+    notEnqueuedBuckets: dict[str, int] = field(default_factory=lambda: {name: 0 for name, _ in BUCKETS} | {LATER: 0})
+    notEnqueuedCancels: int = 0
+
+    def as_json(self) -> dict:
+        return {"units": self.units, **self.buckets, BEYOND_ROLL_WINDOW: self.beyondRollWindow,
+                "cancelMarkers": self.cancelMarkers, "oldestDueMs": self.oldestDueMs,
+                "notEnqueued": self.notEnqueued, "notEnqueuedByDue": dict(self.notEnqueuedBuckets),
+                "notEnqueuedCancels": self.notEnqueuedCancels}
+
+
+@dataclass(slots=True, frozen=True)
+class HotSlot:
+    index: int
+    timeMs: int
+    num: int
+    firstPos: int
+    lastPos: int
+    congestion: str  # "" | "throttled" (num > timerCongestNumEachSlot) | "rejecting" (>= twice that)
+
+    def as_json(self) -> dict:
+        return {"index": self.index, "timeMs": self.timeMs, "num": self.num, "firstPos": self.firstPos,
+                "lastPos": self.lastPos, "congestion": self.congestion or None}
+
+
+@dataclass(slots=True, frozen=True)
+class Cancellation:
+    offset: int  # the delete unit's timer log offset
+    slotTimeMs: int
+    roll: bool
+    delUniqKey: str | None
+    timerOutMs: int | None
+    state: str
+    targetOffset: int | None  # the target's unit, when found
+
+    def as_json(self) -> dict:
+        return {"offset": self.offset, "slotTimeMs": self.slotTimeMs, "roll": self.roll,
+                "delUniqKey": self.delUniqKey, "timerOutMs": self.timerOutMs, "state": self.state,
+                "targetOffset": self.targetOffset}
+
+
+@dataclass(slots=True, frozen=True)
+class TopicMetric:
+    topic: str
+    count: int | None  # what config/timermetrics says (None: the topic is not in it)
+    trueCount: int  # net pending units of the topic in the wheel (non-delete - delete)
+
+    @property
+    def drift(self) -> int | None:
+        return None if self.count is None else self.count - self.trueCount
+
+    def as_json(self) -> dict:
+        return {"topic": self.topic, "count": self.count, "trueCount": self.trueCount, "drift": self.drift}
+
+
+@dataclass(slots=True)
+class TimerStatus:
+    store: str
+    nowMs: int
+    config: dict
+    precisionInFiles: int | None
+    checkpoint: TimerCheckpoint | None
+    timerLog: dict
+    dequeue: dict
+    enqueue: dict
+    pending: Pending
+    hotSlots: list[HotSlot]
+    rolls: dict
+    cancellations: list[Cancellation]
+    horizon: dict
+    metrics: list[TopicMetric]
+    metricsFile: bool
+    rollWindowInFiles: int | None = None  # slots, as the roll units show it
+
+    def cancellation_counts(self) -> dict[str, int]:
+        counts = {state: 0 for state in CANCEL_STATES}
+        for c in self.cancellations:
+            counts[c.state] += 1
+        return counts
+
+    def as_json(self) -> dict:
+        return {
+            "store": self.store, "nowMs": self.nowMs, "config": self.config,
+            "precisionInFiles": self.precisionInFiles, "rollWindowSlotsInFiles": self.rollWindowInFiles,
+            "checkpoint": None if self.checkpoint is None else self.checkpoint.as_json(),
+            "timerLog": self.timerLog, "dequeue": self.dequeue, "enqueue": self.enqueue,
+            "pending": self.pending.as_json(), "hotSlots": [s.as_json() for s in self.hotSlots],
+            "rolls": self.rolls, "cancellations": self.cancellation_counts(),
+            "horizon": self.horizon, "metricsFile": self.metricsFile,
+            "metrics": [m.as_json() for m in self.metrics],
+        }
+
+
+def bucket_of(due_ms: np.ndarray, now_ms: int) -> np.ndarray:
+    """0..len(BUCKETS): the due-time bucket of each time (the last one: later)."""
+    edges = np.array([now_ms + upper for _, upper in BUCKETS], dtype=np.int64)
+    return np.searchsorted(edges, due_ms, side="left")
+
+
+def restart_read_ms(checkpoint_read_ms: int, now_ms: int, ts: TimerStore) -> int:
+    """Where TimerMessageStore.recover starts reading if the broker started at ``now_ms``:
+    max(lastReadTimeMs, floor(now) - slotsTotal + 60 slots)."""
+    p = ts.config.precisionMs
+    return max(checkpoint_read_ms, now_ms // p * p - ts.config.slotsTotal * p + 60 * p)
+
+
+def timer_status(ts: TimerStore, now_ms: int, *, hot: int = 10, advance: Advance | None = None) -> TimerStatus:
+    advance = advance or (lambda n: None)
+    cp = ts.checkpoint()
+    # Without a checkpoint the broker starts reading where recovery puts it.
+    read_ms = cp.lastReadTimeMs if cp is not None else restart_read_ms(0, now_ms, ts)
+    horizon_ms = restart_read_ms(read_ms, now_ms, ts)
+    pending = Pending()
+    rolls = {"pending": 0, "done": 0}
+    net_by_hash: dict[int, int] = {}
+    first_unit_by_hash: dict[int, tuple[int, int]] = {}
+    deletes: list[tuple[int, int, bool, int, int, int]] = []  # offset, slot, roll, hash, offsetPy, sizePy
+    units_total = 0
+    skipped = 0
+    roll_delays: set[int] = set()
+    for mf, part in ts.log.iter_files():
+        units = part.units
+        units_total += len(units)
+        slot = unit_slot_times(units)
+        magic = units["magic"]
+        delete = (magic & TIMER_MAGIC_DELETE) != 0
+        roll = (magic & TIMER_MAGIC_ROLL) != 0
+        live = slot >= read_ms
+        message = live & ~delete
+        pending.units += int(message.sum())
+        pending.cancelMarkers += int((live & delete).sum())
+        plain = message & ~roll
+        counts = np.bincount(bucket_of(slot[plain], now_ms), minlength=len(BUCKETS) + 1)
+        for (name, _), n in zip(BUCKETS, counts):
+            pending.buckets[name] += int(n)
+        pending.buckets[LATER] += int(counts[len(BUCKETS)])
+        pending.beyondRollWindow += int((message & roll).sum())
+        if message.any():
+            oldest = int(slot[message].min())
+            pending.oldestDueMs = oldest if pending.oldestDueMs is None else min(pending.oldestDueMs, oldest)
+        rolls["pending"] += int((live & roll & ~delete).sum())
+        rolls["done"] += int((~live & roll & ~delete).sum())
+        roll_delays.update(np.unique(units["delayedTime"][roll]).tolist())
+        skipped += int((message & (slot < horizon_ms)).sum())
+        hashes = units["hashCodeOfRealTopic"]
+        for sign, mask in ((1, message), (-1, live & delete)):
+            values, index, n = np.unique(hashes[mask], return_index=True, return_counts=True)
+            rows = np.flatnonzero(mask)[index]
+            for h, row, c in zip(values.tolist(), rows.tolist(), n.tolist()):
+                net_by_hash[h] = net_by_hash.get(h, 0) + sign * c
+                first_unit_by_hash.setdefault(h, (int(units["offsetPy"][row]), int(units["sizePy"][row])))
+        for row in np.flatnonzero(delete):
+            deletes.append((int(units["offset"][row]), int(slot[row]), bool(roll[row]), int(hashes[row]),
+                            int(units["offsetPy"][row]), int(units["sizePy"][row])))
+        advance(mf.size)
+
+    slots = ts.wheel.non_empty()
+    live_slots = slots[ts.wheel.live(slots, read_ms)]
+    behind_messages = int(live_slots["num"].astype(np.int64).sum())
+    hot_slots = _hot_slots(live_slots, ts, hot)
+
+    cq = ts.timer_queue()
+    queue_max = cq.max_offset if cq is not None else 0
+    master = cp.masterTimerQueueOffset if cp is not None else 0
+    if cq is not None and master < queue_max:
+        _not_enqueued(ts, cq, max(master, cq.min_offset), queue_max, now_ms, pending)
+
+    metrics = ts.metrics()
+    topics = resolve_topics(ts, net_by_hash, first_unit_by_hash, metrics)
+    topic_metrics = metric_rows(net_by_hash, topics, metrics)
+    cancellations = _cancellations(ts, deletes, read_ms)
+
+    log_end = ts.log.end_offset()
+    config = ts.config
+    return TimerStatus(
+        store=str(ts.store.path), nowMs=now_ms, config=config.as_json(), precisionInFiles=ts.precision_in_files,
+        checkpoint=cp,
+        timerLog={"files": len(ts.log.files), "fileSize": ts.log.file_size, "units": units_total,
+                  "minOffset": ts.log.min_offset, "endOffset": log_end,
+                  "flushPosLag": None if cp is None else log_end - cp.lastTimerLogFlushPos},
+        dequeue={"lastReadTimeMs": None if cp is None else read_ms,
+                 "behindMs": now_ms - read_ms, "behindMessages": behind_messages},
+        enqueue={"queueMaxOffset": queue_max, "masterTimerQueueOffset": None if cp is None else master,
+                 "behindMessages": max(queue_max - master, 0)},
+        pending=pending, hotSlots=hot_slots, rolls=rolls, cancellations=cancellations,
+        horizon={"restartAtMs": now_ms, "readFromMs": horizon_ms, "skipped": skipped,
+                 "wheelSpanMs": config.wheelSpanMs},
+        metrics=topic_metrics, metricsFile=metrics is not None,
+        rollWindowInFiles=roll_window_from_delays(roll_delays, config.precisionMs),
+    )
+
+
+def roll_window_from_delays(delays: set[int], precision_ms: int) -> int | None:
+    """The roll window (slots) the roll units were written with: doEnqueue puts a roll unit
+    the whole window ahead, or half of it when little would be left after. None unless both
+    show (or the values cannot be one window)."""
+    slots = sorted({d // precision_ms for d in delays if d > 0 and d % precision_ms == 0})
+    if len(slots) == 2 and slots[1] // 2 == slots[0]:
+        return slots[1]
+    return None
+
+
+def _hot_slots(live: np.ndarray, ts: TimerStore, hot: int) -> list[HotSlot]:
+    if hot <= 0 or not len(live):
+        return []
+    order = np.lexsort((live["timeSlot"], -live["num"].astype(np.int64)))[:hot]
+    congest = ts.config.congestNumEachSlot
+    rows = []
+    for row in live[order]:
+        num = int(row["num"])
+        if num <= 0:
+            continue
+        level = "rejecting" if num >= 2 * congest else "throttled" if num > congest else ""
+        rows.append(HotSlot(int(row["index"]), int(row["timeSlot"]) * ts.config.precisionMs, num,
+                            int(row["firstPos"]), int(row["lastPos"]), level))
+    return rows
+
+
+def _not_enqueued(ts: TimerStore, cq, start: int, stop: int, now_ms: int, pending: Pending) -> None:
+    """Messages the enqueue has not reached: their due time from their records."""
+    units = cq.units(start, stop)
+    for u in units:
+        try:
+            msg = ts.store.commitlog.read_message(int(u["commitLogOffset"]), int(u["size"]))
+        except StoreError:
+            continue  # verify reports units that point nowhere
+        info = timer_info(msg.topic, msg.properties)
+        if info is None:
+            continue
+        if info.isCancel:
+            pending.notEnqueuedCancels += 1
+            continue
+        pending.notEnqueued += 1
+        if info.outMs is not None:
+            bucket = int(bucket_of(np.array([info.outMs], dtype=np.int64), now_ms)[0])
+            name = BUCKETS[bucket][0] if bucket < len(BUCKETS) else LATER
+            pending.notEnqueuedBuckets[name] += 1
+
+
+def known_topic_names(ts: TimerStore, metrics) -> set[str]:
+    names = set(ts.store.topics())
+    if metrics is not None:
+        names |= set(metrics.timingCount)
+    return names
+
+
+def resolve_topics(ts: TimerStore, net_by_hash: dict[int, int], first_unit: dict[int, tuple[int, int]],
+                    metrics) -> dict[int, str]:
+    """hashCodeOfRealTopic -> topic name: by the names the store knows, else by reading one
+    record of the hash (REAL_TOPIC). Two known names of one hash are told apart the same way."""
+    by_hash: dict[int, list[str]] = {}
+    for name in known_topic_names(ts, metrics):
+        by_hash.setdefault(java_string_hash(name), []).append(name)
+    topics: dict[int, str] = {}
+    for h in net_by_hash:
+        names = by_hash.get(h, [])
+        if len(names) == 1:
+            topics[h] = names[0]
+            continue
+        offset, size = first_unit[h]
+        try:
+            msg = ts.store.commitlog.read_message(offset, size)
+            info = timer_info(msg.topic, msg.properties)
+            topics[h] = info.realTopic if info is not None and info.realTopic else f"#{h}"
+        except StoreError:
+            topics[h] = f"#{h}"  # a unit pointing nowhere: verify names it
+    return topics
+
+
+def metric_rows(net_by_hash: dict[int, int], topics: dict[int, str], metrics) -> list[TopicMetric]:
+    true_counts: dict[str, int] = {}
+    for h, n in net_by_hash.items():
+        true_counts[topics[h]] = true_counts.get(topics[h], 0) + n
+    counts = {} if metrics is None else {t: m.count for t, m in metrics.timingCount.items()}
+    return [TopicMetric(t, counts.get(t), true_counts.get(t, 0)) for t in sorted(set(true_counts) | set(counts))]
+
+
+def _cancellations(ts: TimerStore, deletes: list[tuple[int, int, bool, int, int, int]],
+                   read_ms: int) -> list[Cancellation]:
+    """Each delete unit and whether its target (a non-delete unit of realTopic+uniqKey) is in
+    the same slot, where TimerMessageStore.dequeue looks for it."""
+    if not deletes:
+        return []
+    markers = []
+    for offset, slot, roll, topic_hash, offset_py, size_py in deletes:
+        try:
+            msg = ts.store.commitlog.read_message(offset_py, size_py)
+            info = timer_info(msg.topic, msg.properties)
+        except StoreError:
+            info = None  # verify names the unit that points nowhere
+        markers.append((offset, slot, roll, topic_hash, info.delUniqKey if info else None,
+                        info.outMs if info else None))
+    candidates = target_units(ts, {(slot, topic_hash) for _, slot, _, topic_hash, _, _ in markers})
+    result = []
+    for offset, slot, roll, _, key, out_ms in markers:
+        here = [c for c in candidates.get(key, []) if c[1] == slot] if key else []
+        target = here[0][0] if here else None
+        done = slot < read_ms
+        if roll:
+            state = ROLLED if done else ROLLING
+        elif here:
+            state = HONOURED if done else WILL_BE_HONOURED
+        else:
+            state = MISSED if done else NOT_IN_SLOT
+        result.append(Cancellation(offset, slot, roll, key, out_ms, state, target))
+    return result
+
+
+def target_units(ts: TimerStore, slot_topics: set[tuple[int, int]]) -> dict[str, list[tuple[int, int, bool]]]:
+    """Delete key (realTopic+uniqKey) -> [(unit offset, slot time, roll)] of the non-delete
+    units in the given (slot time, topic hash) pairs: the records read are those of the
+    markers' topics in the markers' slots."""
+    pairs = np.array(sorted(slot_topics), dtype=np.int64).reshape(-1, 2)
+    wanted_slots = np.unique(pairs[:, 0])
+    found: dict[str, list[tuple[int, int, bool]]] = {}
+    pair_set = {(int(a), int(b)) for a, b in pairs}
+    for _, part in ts.log.iter_files():
+        units = part.units
+        slot = unit_slot_times(units)
+        near = np.isin(slot, wanted_slots) & ((units["magic"] & TIMER_MAGIC_DELETE) == 0)
+        for row in np.flatnonzero(near):
+            if (int(slot[row]), int(units["hashCodeOfRealTopic"][row])) not in pair_set:
+                continue
+            try:
+                msg = ts.store.commitlog.read_message(int(units["offsetPy"][row]), int(units["sizePy"][row]))
+            except StoreError:
+                continue
+            info = timer_info(msg.topic, msg.properties)
+            if info is None or info.realTopic is None or info.uniqKey is None:
+                continue
+            found.setdefault(delete_key(info.realTopic, info.uniqKey), []).append(
+                (int(units["offset"][row]), int(slot[row]), bool(units["magic"][row] & TIMER_MAGIC_ROLL)))
+    return found

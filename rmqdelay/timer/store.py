@@ -1,0 +1,143 @@
+"""The timer store of a 5.x broker store, read-only: the timer log, the wheel, the timer
+checkpoint, the metrics, and the ``rmq_sys_wheel_timer`` queue they are fed from.
+
+``TimerStore`` opens them beside a ``Store`` (the commit log and queues); a timer scheduler
+reads through the same objects (timer log units by offset, wheel slots by time with
+TimerWheel.getSlot's "another time => empty" rule, the checkpoint).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from rmqdelay.errors import StoreError
+from rmqdelay.formats.commitlog import Message
+from rmqdelay.formats.constants import RMQ_SYS_WHEEL_TIMER_TOPIC
+from rmqdelay.formats.errors import FormatError
+from rmqdelay.formats.timercheck import TimerCheckpoint, parse_timer_checkpoint
+from rmqdelay.formats.timerlog import TimerLogUnit
+from rmqdelay.formats.timermetrics import TimerMetrics, parse_timer_metrics
+from rmqdelay.store.consumequeue import ConsumeQueue
+from rmqdelay.store.directory import Store, load_config_file
+
+from .config import TimerConfig, timer_config
+from .timerlog import TimerLog
+from .wheel import TimerWheel
+
+TIMER_LOG_DIR = "timerlog"
+TIMER_WHEEL_FILE = "timerwheel"
+TIMER_CHECK_FILE = "timercheck"
+TIMER_METRICS_FILE = "timermetrics"
+# The queue the put hook parks timer messages in: queue 0 only.
+TIMER_QUEUE_ID = 0
+
+
+def timer_paths(store_path: Path) -> dict[str, Path]:
+    store_path = Path(store_path)
+    return {"timerlog": store_path / TIMER_LOG_DIR, "timerwheel": store_path / TIMER_WHEEL_FILE,
+            "timercheck": store_path / "config" / TIMER_CHECK_FILE,
+            "timermetrics": store_path / "config" / TIMER_METRICS_FILE}
+
+
+def timer_files_present(store_path: Path) -> list[str]:
+    """Which of the timer store's files a store has (none: a 4.x store, or a 5.x broker whose
+    timer never started)."""
+    return [name for name, path in timer_paths(store_path).items() if path.exists()]
+
+
+class TimerStore:
+    def __init__(self, store: Store, broker_config: Path | None = None, config: TimerConfig | None = None) -> None:
+        self.store = store
+        paths = timer_paths(store.path)
+        self.timerlog_dir = paths["timerlog"]
+        self.wheel_path = paths["timerwheel"]
+        self.checkpoint_path = paths["timercheck"]
+        self.metrics_path = paths["timermetrics"]
+        self.log = TimerLog(self.timerlog_dir)
+        self._checkpoint: TimerCheckpoint | None | bool = False
+        try:
+            # What the files say: the precision the wheel's slots were written with.
+            self.precision_in_files = self._precision_from_files()
+            if config is None:
+                config = timer_config(broker_config, precision_from_files=self.precision_in_files,
+                                      log_file_size_from_files=self.log.file_size)
+            self.config = config
+            self.wheel = TimerWheel(self.wheel_path, config.precisionMs)
+        except BaseException:
+            self.log.close()
+            raise
+
+    def close(self) -> None:
+        self.log.close()
+        self.wheel.close()
+
+    def __enter__(self) -> "TimerStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def present(self) -> bool:
+        return bool(timer_files_present(self.store.path))
+
+    # -- the small files -----------------------------------------------------------------------
+    def checkpoint(self) -> TimerCheckpoint | None:
+        """config/timercheck, or None when there is none."""
+        if self._checkpoint is False:
+            try:
+                data = self.checkpoint_path.read_bytes()
+            except FileNotFoundError:
+                self._checkpoint = None
+                return None
+            except OSError as exc:
+                raise StoreError(self.checkpoint_path, None, f"a readable file ({exc.strerror})") from None
+            try:
+                self._checkpoint = parse_timer_checkpoint(data)
+            except FormatError as exc:
+                raise StoreError(self.checkpoint_path, exc.offset, exc.expected) from None
+        return self._checkpoint
+
+    def metrics(self) -> TimerMetrics | None:
+        """config/timermetrics (with the broker's .bak fallback), or None."""
+        return load_config_file(self.metrics_path, parse_timer_metrics)
+
+    # -- the queue and the commit log ------------------------------------------------------------
+    def timer_queue(self) -> ConsumeQueue | None:
+        if not self.store.has_queue(RMQ_SYS_WHEEL_TIMER_TOPIC, TIMER_QUEUE_ID):
+            return None
+        return self.store.consume_queue(RMQ_SYS_WHEEL_TIMER_TOPIC, TIMER_QUEUE_ID)
+
+    def message(self, unit: TimerLogUnit) -> Message:
+        """The rmq_sys_wheel_timer record a unit points at (StoreError when it is not there)."""
+        return self.store.commitlog.read_message(unit.offsetPy, unit.sizePy)
+
+    # -- precision -------------------------------------------------------------------------------
+    def _precision_from_files(self) -> int | None:
+        """The precision the files were written with: a slot stores time / precision, and its
+        last unit's slot time is that time. None when no slot tells (an empty wheel)."""
+        try:
+            wheel = TimerWheel(self.wheel_path, 1)
+        except StoreError:
+            return None  # the wheel itself is reported by whoever opens it
+        try:
+            slots = wheel.non_empty()
+            slots = slots[(slots["lastPos"] >= 0) & (slots["timeSlot"] > 0)]
+            for row in slots[:: max(1, len(slots) // 8)][:8]:
+                try:
+                    unit = self.log.unit_at(int(row["lastPos"]))
+                except StoreError:
+                    continue
+                time_ms, stored = unit.slotTimeMs, int(row["timeSlot"])
+                if time_ms > 0 and time_ms % stored == 0:
+                    return time_ms // stored
+            return None
+        finally:
+            wheel.close()
+
+
+def unit_slot_times(units: np.ndarray) -> np.ndarray:
+    """currWriteTime + delayedTime of UNITS_DTYPE rows: the time of each unit's slot."""
+    return units["currWriteTime"].astype(np.int64) + units["delayedTime"].astype(np.int64)

@@ -1,0 +1,104 @@
+"""The timer wheel file (``timerwheel``), read-only, mapped.
+
+The broker refuses a wheel whose length is neither 0 nor 2 * slotsTotal * 32 bytes
+("Timer wheel length ... != expected"); a 0-byte (or missing) wheel reads as all empty, as
+the broker would create it.
+"""
+
+from __future__ import annotations
+
+import mmap
+from pathlib import Path
+
+import numpy as np
+
+from rmqdelay.errors import StoreError
+from rmqdelay.formats.timerwheel import (
+    SLOT_SIZE,
+    SLOTS_DTYPE,
+    WHEEL_FILE_SIZE,
+    WHEEL_SLOTS,
+    Slot,
+    get_slot,
+    non_empty_slots,
+    raw_slot,
+    slot_from_row,
+    slot_index,
+)
+
+
+class TimerWheel:
+    def __init__(self, path: Path, precision_ms: int) -> None:
+        self.path = Path(path)
+        self.precision_ms = precision_ms
+        self._map: mmap.mmap | None = None
+        self._view: memoryview | bytes = b""
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        except OSError as exc:
+            raise StoreError(self.path, None, f"a readable file ({exc.strerror})") from None
+        if size not in (0, WHEEL_FILE_SIZE):
+            raise StoreError(self.path, size, f"a timer wheel of {WHEEL_FILE_SIZE} bytes ({WHEEL_SLOTS} slots of "
+                                              f"{SLOT_SIZE}; the broker refuses any other length), found {size} bytes")
+        self.size = size
+        if size:
+            try:
+                with open(self.path, "rb") as fh:
+                    self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            except OSError as exc:
+                raise StoreError(self.path, None, f"a readable file ({exc.strerror})") from None
+            self._view = memoryview(self._map)
+
+    @property
+    def exists(self) -> bool:
+        return self.size > 0
+
+    def close(self) -> None:
+        if isinstance(self._view, memoryview):
+            self._view.release()
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:
+                pass  # arrays still point into the map; it goes with them
+        self._map, self._view = None, b""
+
+    def __enter__(self) -> "TimerWheel":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def slot_index(self, time_ms: int) -> int:
+        return slot_index(time_ms, self.precision_ms)
+
+    def slot(self, time_ms: int) -> Slot:
+        """TimerWheel.getSlot: empty (-1, -1) when the slot was last written for another time."""
+        if not self.exists:
+            index = self.slot_index(time_ms)
+            return Slot(index, time_ms // self.precision_ms, -1, -1, 0, 0, self.precision_ms)
+        return get_slot(self._view, time_ms, self.precision_ms)
+
+    def raw_slot(self, index: int) -> Slot:
+        """TimerWheel.getRawSlot by index."""
+        if not self.exists:
+            return Slot(index, 0, 0, 0, 0, 0, self.precision_ms)
+        return raw_slot(self._view, index, self.precision_ms)
+
+    def non_empty(self) -> np.ndarray:
+        """Every slot with a non-zero byte (SLOTS_DTYPE), in index order."""
+        if not self.exists:
+            return np.empty(0, dtype=SLOTS_DTYPE)
+        return non_empty_slots(self._view)
+
+    def non_empty_slots(self) -> list[Slot]:
+        return [slot_from_row(row, self.precision_ms) for row in self.non_empty()]
+
+    def live(self, slots: np.ndarray, from_ms: int) -> np.ndarray:
+        """Which of ``slots`` TimerWheel.getAllNum(from_ms) counts: those holding a time in
+        [from_ms, from_ms + the wheel's span), each in its own index (stored time matches)."""
+        start = from_ms // self.precision_ms
+        return (slots["timeSlot"] >= start) & (slots["timeSlot"] < start + WHEEL_SLOTS) & \
+            (slots["timeSlot"] % WHEEL_SLOTS == slots["index"])
