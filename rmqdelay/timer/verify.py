@@ -43,8 +43,8 @@ from rmqdelay.formats.timerlog import (
 )
 from rmqdelay.formats.timerprops import timer_columns
 from rmqdelay.formats.timerwheel import SLOT_SIZE
+from rmqdelay.store.problems import Problem
 from rmqdelay.store.scan import Skipped, scan_commitlog_file
-from rmqdelay.store.verify import Problem
 
 from .status import metric_rows, resolve_topics
 from .store import TimerStore, unit_slot_times
