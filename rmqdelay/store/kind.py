@@ -117,7 +117,7 @@ def _v2_topics(store) -> list[str]:
     """Topics whose names need V2's two-byte length, confirmed by their first record's magic."""
     found = []
     for topic, ids in store.topics().items():
-        if len(topic.encode("utf-8")) <= TOPIC_MAX_LENGTH:
+        if len(os.fsencode(topic)) <= TOPIC_MAX_LENGTH:  # a directory name: its bytes, whatever they are
             continue
         for qid in ids:
             cq = store.consume_queue(topic, qid)
