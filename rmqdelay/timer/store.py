@@ -21,6 +21,7 @@ from rmqdelay.formats.timerlog import TimerLogUnit
 from rmqdelay.formats.timermetrics import TimerMetrics, parse_timer_metrics
 from rmqdelay.store.consumequeue import ConsumeQueue
 from rmqdelay.store.directory import Store, load_config_file
+from rmqdelay.store.fileio import read_file
 
 from .config import TimerConfig, timer_config
 from .timerlog import TimerLog
@@ -87,13 +88,10 @@ class TimerStore:
     def checkpoint(self) -> TimerCheckpoint | None:
         """config/timercheck, or None when there is none."""
         if self._checkpoint is False:
-            try:
-                data = self.checkpoint_path.read_bytes()
-            except FileNotFoundError:
+            data = read_file(self.checkpoint_path)
+            if data is None:
                 self._checkpoint = None
                 return None
-            except OSError as exc:
-                raise StoreError(self.checkpoint_path, None, f"a readable file ({exc.strerror})") from None
             try:
                 self._checkpoint = parse_timer_checkpoint(data)
             except FormatError as exc:

@@ -7,7 +7,6 @@ the broker would create it.
 
 from __future__ import annotations
 
-import mmap
 from pathlib import Path
 
 import numpy as np
@@ -25,13 +24,13 @@ from rmqdelay.formats.timerwheel import (
     slot_from_row,
     slot_index,
 )
+from rmqdelay.store.fileio import map_for_read
 
 
 class TimerWheel:
     def __init__(self, path: Path, precision_ms: int) -> None:
         self.path = Path(path)
         self.precision_ms = precision_ms
-        self._map: mmap.mmap | None = None
         self._view: memoryview | bytes = b""
         try:
             size = self.path.stat().st_size
@@ -44,26 +43,16 @@ class TimerWheel:
                                               f"{SLOT_SIZE}; the broker refuses any other length), found {size} bytes")
         self.size = size
         if size:
-            try:
-                with open(self.path, "rb") as fh:
-                    self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-            except OSError as exc:
-                raise StoreError(self.path, None, f"a readable file ({exc.strerror})") from None
-            self._view = memoryview(self._map)
+            # The wheel is mostly holes: only its data extents are mapped from the file.
+            self._view = map_for_read(self.path)
 
     @property
     def exists(self) -> bool:
         return self.size > 0
 
     def close(self) -> None:
-        if isinstance(self._view, memoryview):
-            self._view.release()
-        if self._map is not None:
-            try:
-                self._map.close()
-            except BufferError:
-                pass  # arrays still point into the map; it goes with them
-        self._map, self._view = None, b""
+        # Arrays taken from the view may still point into it; the map goes with the last of them.
+        self._view = b""
 
     def __enter__(self) -> "TimerWheel":
         return self
