@@ -293,6 +293,7 @@ class MessageIndexer:
         self.recovery = IndexRecovery()
         self._keys: list[str] = []
         self._records: list[tuple[int, int, int]] = []  # (offset, store time, keys) of each record queued
+        self._appended: list[tuple[int, int, str, str | None, str | None]] = []  # add()ed, keys not built yet
         self._file: _FileWriter | None = None
         self._names = [p.name for p in list_index_files(directory)]
         self._previous: IndexHeader | None = None  # the header of the file before the open one
@@ -371,9 +372,13 @@ class MessageIndexer:
             sys_flag: int) -> None:
         """buildIndex for one appended record: its KEYS and UNIQ_KEY as the broker reads them
         from the stored properties."""
-        if phy_offset < self.resume_offset or not indexed_by_broker(sys_flag):
+        if phy_offset <= self.resume_offset:
+            if phy_offset == self.resume_offset and indexed_by_broker(sys_flag):
+                self.add_keys(phy_offset, store_timestamp, message_index_keys(topic, keys, uniq_key))
             return
-        self.add_keys(phy_offset, store_timestamp, message_index_keys(topic, keys, uniq_key))
+        if (keys or uniq_key is not None) and indexed_by_broker(sys_flag):
+            # Keys are built at flush, for a whole batch: put() stays a tuple append.
+            self._appended.append((phy_offset, store_timestamp, topic, keys, uniq_key))
 
     def add_stored(self, phy_offset: int, store_timestamp: int, topic: str, properties_raw: str,
                    sys_flag: int) -> None:
@@ -384,6 +389,7 @@ class MessageIndexer:
     def add_keys(self, phy_offset: int, store_timestamp: int, keys: list[str]) -> int:
         """Queue the keys of one record; returns how many (fewer for the record at the resume
         point, whose first keys a crash left in the index)."""
+        self._expand()
         if phy_offset == self.resume_offset and self._resume_done:
             keys = keys[self._resume_done:]
         self._resume_done = 0
@@ -393,9 +399,21 @@ class MessageIndexer:
             self._records.append((phy_offset, store_timestamp, len(keys)))
         return len(keys)
 
+    def _expand(self) -> None:
+        """The keys of the records ``add`` queued, in order."""
+        if not self._appended:
+            return
+        keys_out, records = self._keys, self._records
+        for phy, ts, topic, keys, uniq in self._appended:
+            found = message_index_keys(topic, keys, uniq)
+            if found:
+                keys_out.extend(found)
+                records.append((phy, ts, len(found)))
+        self._appended.clear()
+
     @property
     def pending(self) -> int:
-        return len(self._keys)
+        return len(self._keys) + len(self._appended)
 
     def catch_up(self, commitlog: CommitLog, stop: int) -> int:
         """Index the records of [resume point, stop) that the index lacks; returns how many."""
@@ -421,6 +439,7 @@ class MessageIndexer:
         """Write the pending entries and their slots. They count (the header is written) at
         once when ``sync``, else at ``sync_to_disk``/``close``: a header never counts entries
         that are not on disk before it. A file that fills up is committed before the next."""
+        self._expand()
         if not self._keys:
             return
         hashes = key_hashes(self._keys)
