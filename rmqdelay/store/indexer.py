@@ -111,9 +111,8 @@ class IndexRecovery:
 
 
 class _FileWriter:
-    """The newest index file, open for appending: its header in memory, and its slots from
-    the first entry written (20 MB at the default size: a run that appends nothing does
-    not read them)."""
+    """The newest index file, open for appending: its header and slots in memory (the slots
+    read on first use)."""
 
     def __init__(self, path: Path, fd: int, hash_slot_num: int, index_num: int, header: IndexHeader,
                  slots: np.ndarray | None = None) -> None:
@@ -331,6 +330,10 @@ class MessageIndexer:
                 if r is not None:
                     r.close()
         self._file = _FileWriter.open(paths[-1], self.hashSlotNum, self.indexNum)
+        # The 20 MB of slots (default size) are read now, not at the first delivery's flush,
+        # and repaired if a kill left them pointing past indexCount.
+        self._file.slots
+        self.recovery.repairedSlots = self._file.repaired
         if len(paths) > 1:
             self._previous = headers[-2]
         header = self._file.header
@@ -430,8 +433,6 @@ class MessageIndexer:
         self.flush()
         self._commit()
         self.recovery.indexed += records
-        if self._file is not None:
-            self.recovery.repairedSlots += self._file.repaired
         return records
 
     # -- writing ---------------------------------------------------------------------------
