@@ -152,23 +152,6 @@ def message_index_keys(topic: str, keys: str | None, uniq_key: str | None) -> li
 
 # -- the key hash --------------------------------------------------------------------------------
 
-_POW31 = np.ones(1, dtype=np.uint32)
-
-
-def _pow31(n: int) -> np.ndarray:
-    """31**i mod 2**32 for i < n."""
-    global _POW31  # a cache of constants, grown on demand
-    if len(_POW31) < n:
-        size = max(n, 2 * len(_POW31))
-        powers = np.empty(size, dtype=np.uint32)
-        value = 1
-        for i in range(size):
-            powers[i] = value
-            value = (value * 31) & 0xFFFFFFFF
-        _POW31 = powers
-    return _POW31
-
-
 def _java_text(text: str) -> str:
     # The broker decodes properties with new String(bytes, UTF_8): undecodable bytes, kept
     # here as surrogate escapes, are U+FFFD there.
@@ -185,30 +168,36 @@ def key_hashes(keys: Sequence[str]) -> np.ndarray:
     """IndexFile.indexKeyHashMethod of many keys at once: abs(String.hashCode), with
     Integer.MIN_VALUE (whose abs is still negative) as 0. int64 array.
 
-    hashCode = sum(c[i] * 31**(n-1-i)) mod 2**32 over UTF-16 code units. ASCII keys (code
-    unit = byte) of one length are one matrix product with the powers of 31; the rest go
-    one by one."""
+    hashCode is h = 31 * h + c over UTF-16 code units, mod 2**32. ASCII keys (code unit =
+    byte) are encoded together and hashed a length at a time, one column of characters per
+    step across all keys of that length (uint32 wraps as Java's int does); others one by one."""
     n = len(keys)
     result = np.zeros(n, dtype=np.int64)
-    raw = [k.encode("ascii") if k.isascii() else None for k in keys]
-    lengths = np.fromiter((-1 if r is None else len(r) for r in raw), dtype=np.int64, count=n)
-    order = np.argsort(lengths, kind="stable")
-    bounds = np.flatnonzero(np.diff(lengths[order])) + 1
-    for group in np.split(order, bounds):
-        if not len(group):
-            continue
-        length = int(lengths[group[0]])
-        if length < 0:
-            for i in group.tolist():
-                result[i] = java_string_hash(_java_text(keys[i]))
-            continue
+    if n == 0:
+        return result
+    lengths = np.fromiter(map(len, keys), dtype=np.int64, count=n)
+    joined = "".join(keys)
+    if joined.isascii():
+        rows = np.arange(n)
+    else:
+        ascii_rows = np.fromiter(map(str.isascii, keys), dtype=bool, count=n)
+        for i in np.flatnonzero(~ascii_rows).tolist():
+            result[i] = java_string_hash(_java_text(keys[i]))
+        rows = np.flatnonzero(ascii_rows)
+        joined = "".join([keys[i] for i in rows.tolist()])
+    data = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
+    row_lengths = lengths[rows]
+    starts = np.zeros(len(rows), dtype=np.int64)
+    np.cumsum(row_lengths[:-1], out=starts[1:])
+    for length in np.unique(row_lengths).tolist():
         if length == 0:
             continue
-        codes = np.frombuffer(b"".join([raw[i] for i in group.tolist()]), dtype=np.uint8)
-        # Products stay below 2**40 and their sums below 2**47: exact in uint64.
-        weights = _pow31(length)[length - 1::-1].astype(np.uint64)
-        sums = codes.reshape(-1, length).astype(np.uint64) @ weights
-        result[group] = (sums & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        group = np.flatnonzero(row_lengths == length)
+        codes = data[starts[group][:, None] + np.arange(length)]
+        h = np.zeros(len(group), dtype=np.uint32)
+        for column in range(length):
+            h = h * np.uint32(31) + codes[:, column]
+        result[rows[group]] = h
     signed = np.where(result >= 0x80000000, result - 0x100000000, result)
     hashes = np.abs(signed)
     hashes[hashes == 0x80000000] = 0
