@@ -4,14 +4,17 @@ Same inputs, same rules and same result tables as the embedded engine (rmqdelay.
 docs/analyze.md describes every figure): the rows come from the same columnar scan, selected by
 the same predicates, and the results are cast to the same Arrow schemas and sorted the same
 way, so the two can be compared table by table. Percentiles are nearest rank, computed exactly
-with row numbers (ceil(p·n) in integers), never approximated.
+(ceil(p·n) in integers), never approximated: with row numbers, or, for lateness, from a
+histogram of (group, value, count) both engines fold the same way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from rmqdelay.formats.constants import (
@@ -74,10 +77,6 @@ def _nearest_rank(value: str, name: str, num: int, den: int) -> Column:
     return F.max(F.when(F.col("_rn") == F.floor(rank), F.col(value))).alias(name)
 
 
-def _percentiles(value: str, prefix: str = "") -> list[Column]:
-    return [_nearest_rank(value, prefix + p, num, den) for p, (num, den) in PERCENTILES.items()]
-
-
 # -- backlog ---------------------------------------------------------------------------------
 def _backlog(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: dict[int, int],
              keep_going: bool, messages_to: Path | None) -> AnalysisResult:
@@ -115,54 +114,64 @@ def _backlog(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: di
 
 
 # -- lateness --------------------------------------------------------------------------------
+# The rows behind lateness, as they leave the tasks that decode the commit log files:
+# schedule records already joined with their units, and delivered copies.
+_LATENESS_ROWS = pa.schema([
+    ("store", pa.string()), ("is_schedule", pa.bool_()), ("commitlog_offset", pa.int64()),
+    ("store_timestamp", pa.int64()), ("reconsume_times", pa.int32()), ("uniq_key", pa.string()),
+    ("real_topic", pa.string()), ("level", pa.int32()), ("deliver_ms", pa.int64()),
+])
+
+
+def _records_with_units(rows: pa.Table, units: pa.Table) -> pa.Table:
+    schedule, copies = embedded_lateness.with_units(rows, units)
+
+    def part(table: pa.Table, is_schedule: bool) -> pa.Table:
+        n = table.num_rows
+        columns = {name: table.column(name) if name in table.column_names else pa.nulls(n, field.type)
+                   for name, field in zip(_LATENESS_ROWS.names, _LATENESS_ROWS)}
+        columns["is_schedule"] = pa.array([is_schedule] * n, type=pa.bool_())
+        return pa.table(columns, schema=_LATENESS_ROWS)
+
+    return pa.concat_tables([part(schedule, True), part(copies, False)])
+
+
+def _match_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """All rows of one key hash: the embedded engine's match, on this partition's share."""
+    rows = pa.Table.from_batches(list(batches), schema=_LATENESS_ROWS)
+    is_schedule = rows.column("is_schedule")
+    yield from embedded_lateness.match(rows.filter(is_schedule), rows.filter(pc.invert(is_schedule))).to_batches()
+
+
 def _lateness(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: dict[int, int],
               keep_going: bool, messages_to: Path | None) -> AnalysisResult:
     problems = source.Problems(spark)
-    # Both sides of the match come from one scan: cached, so each commit log file is decoded once.
-    rows = source.messages(spark, stores, embedded_lateness._COLUMNS, embedded_lateness._is_schedule_or_copy,
-                           problems).cache()
-    is_schedule = F.col("topic") == RMQ_SYS_SCHEDULE_TOPIC
-    units = source.schedule_unit_rows(spark, stores).select("store", "commitlog_offset", "level", "deliver_ms")
-    schedule = rows.where(is_schedule).join(units, ["store", "commitlog_offset"])
-    key = embedded_lateness._KEY
-    delivered = (rows.where(~is_schedule & F.col("uniq_key").isNotNull()).groupBy(*key)
-                 .agg(F.min("store_timestamp").alias("actual_ms"), F.count(F.lit(1)).alias("deliveries")))
-    matched = (schedule.join(delivered, key, "left")
-               .select("store", "level", "real_topic", "uniq_key", "reconsume_times",
-                       F.col("commitlog_offset").alias("schedule_offset"),
-                       F.col("deliver_ms").alias("intended_ms"), "actual_ms",
-                       F.coalesce(F.col("deliveries"), F.lit(0)).alias("deliveries"),
-                       (F.col("actual_ms") - F.col("deliver_ms")).alias("lateness_ms"))
+    # Where each file is decoded, its schedule records meet their units; then the rows are
+    # split by key (store, UNIQ_KEY), so all the copies of a record meet it in one task, which
+    # matches them as the embedded engine does. Nothing else is shuffled but the summaries'
+    # histogram, which is small: exact percentiles come from it on the driver.
+    rows = source.schedule_records_and_copies(
+        spark, stores, embedded_lateness._COLUMNS, embedded_lateness._is_schedule_or_copy, _records_with_units,
+        _LATENESS_ROWS, problems)
+    matched = (rows.repartition("store", "uniq_key")
+               .mapInArrow(_match_partition, source.spark_schema(embedded_lateness.MESSAGES_SCHEMA))
                .cache())
-    tables = {
-        "levels": _arrow(_lateness_summary(matched, "level", at_ms, undelivered=True),
-                         embedded_lateness.LEVELS_SCHEMA, ["store", "level"]),
-        "topics": _arrow(_lateness_summary(matched, "real_topic", at_ms, undelivered=False),
-                         embedded_lateness.TOPICS_SCHEMA, ["store", "real_topic"]),
-    }
-    messages = _messages_out(matched, embedded_lateness.MESSAGES_SCHEMA, ["store", "level", "schedule_offset"], messages_to)
-    matched.unpersist()
-    rows.unpersist()
-    skipped = problems.resolve(stores, keep_going)
-    return AnalysisResult("lateness", tables, messages, skipped)
-
-
-def _lateness_summary(matched: DataFrame, by: str, at_ms: int, *, undelivered: bool) -> DataFrame:
-    keys = ["store", by]
     has_copy = F.col("actual_ms").isNotNull()
     overdue = ~has_copy & (F.col("intended_ms") < at_ms)
-    base = matched.groupBy(*keys).agg(
+    hist = _arrow(matched.groupBy(*embedded_lateness.HISTOGRAM_KEYS).agg(
+        F.count(F.lit(1)).alias("rows"),
         F.sum(F.when(has_copy, F.col("deliveries") - 1).otherwise(0)).alias("duplicates"),
-        _count_if(overdue).alias("undelivered_overdue"),
-        F.min(F.when(overdue, F.col("intended_ms"))).alias("oldest_undelivered_ms"))
-    stats = _ranked(matched.where(has_copy), keys, "lateness_ms").groupBy(*keys).agg(
-        F.count(F.lit(1)).alias("delivered"), *_percentiles("lateness_ms"),
-        F.max("lateness_ms").alias("max"), F.min("lateness_ms").alias("min"),
-        _count_if(F.col("lateness_ms") < 0).alias("early"))
-    table = base.join(stats, keys, "left").fillna(0, subset=["delivered", "early"])
-    if not undelivered:
-        table = table.drop("undelivered_overdue", "oldest_undelivered_ms")
-    return table
+        _count_if(overdue).alias("overdue"),
+        F.min(F.when(overdue, F.col("intended_ms"))).alias("oldest_overdue_ms")),
+        embedded_lateness.HISTOGRAM_SCHEMA, embedded_lateness.HISTOGRAM_KEYS)
+    tables = {
+        "levels": embedded_lateness.summaries(hist, "level", embedded_lateness.LEVELS_SCHEMA, undelivered=True),
+        "topics": embedded_lateness.summaries(hist, "real_topic", embedded_lateness.TOPICS_SCHEMA, undelivered=False),
+    }
+    messages = _messages_out(matched, embedded_lateness.MESSAGES_SCHEMA, embedded_lateness.MESSAGES_ORDER, messages_to)
+    matched.unpersist()
+    skipped = problems.resolve(stores, keep_going)
+    return AnalysisResult("lateness", tables, messages, skipped)
 
 
 # -- retries ---------------------------------------------------------------------------------

@@ -49,6 +49,14 @@ def nearest_rank(sorted_values: np.ndarray, num: int, den: int) -> int | None:
     return int(sorted_values[-(-num * n // den) - 1])
 
 
+def nearest_rank_counted(values: np.ndarray, counts: np.ndarray, num: int, den: int) -> int | None:
+    """``nearest_rank`` over ascending values each seen ``counts`` times."""
+    n = int(counts.sum())
+    if n == 0:
+        return None
+    return int(values[np.searchsorted(np.cumsum(counts), -(-num * n // den))])
+
+
 def sort_table(table: pa.Table, keys: list[str]) -> pa.Table:
     return table.sort_by([(k, "ascending") for k in keys])
 

@@ -9,10 +9,10 @@ import pyarrow.compute as pc
 
 from rmqdelay.formats.constants import RMQ_SYS_SCHEDULE_TOPIC
 from rmqdelay.store import Store
-from rmqdelay.store.scan import Skipped, schedule_units
+from rmqdelay.store.scan import SCHEDULE_UNIT_SCHEMA, Skipped, schedule_units
 
 from . import AnalysisResult, StoreRef
-from .common import PERCENTILES, nearest_rank, read_messages, sort_table
+from .common import PERCENTILES, groups, nearest_rank_counted, read_messages, sort_table
 
 MESSAGES_SCHEMA = pa.schema([
     ("store", pa.string()), ("level", pa.int32()), ("real_topic", pa.string()), ("uniq_key", pa.string()),
@@ -24,6 +24,18 @@ _STATS = [("delivered", pa.int64())] + [(p, pa.int64()) for p in PERCENTILES] + 
 LEVELS_SCHEMA = pa.schema([("store", pa.string()), ("level", pa.int32())] + _STATS + [
     ("undelivered_overdue", pa.int64()), ("oldest_undelivered_ms", pa.int64())])
 TOPICS_SCHEMA = pa.schema([("store", pa.string()), ("real_topic", pa.string())] + _STATS)
+
+MESSAGES_ORDER = ["store", "level", "schedule_offset"]
+# What a schedule unit adds to its record.
+UNIT_COLUMNS = ["store", "commitlog_offset", "level", "deliver_ms"]
+# The messages folded for the summaries (see ``histogram``).
+HISTOGRAM_KEYS = ["store", "level", "real_topic", "lateness_ms"]
+HISTOGRAM_SCHEMA = pa.schema([
+    ("store", pa.string()), ("level", pa.int32()), ("real_topic", pa.string()), ("lateness_ms", pa.int64()),
+    ("rows", pa.int64()), ("duplicates", pa.int64()), ("overdue", pa.int64()), ("oldest_overdue_ms", pa.int64()),
+])
+_HISTOGRAM_NAMES = {"one_sum": "rows", "duplicates_sum": "duplicates", "overdue_sum": "overdue",
+                    "overdue_ms_min": "oldest_overdue_ms"}
 
 _KEY = ["store", "uniq_key", "real_topic", "reconsume_times"]
 _COLUMNS = ["store", "commitlog_offset", "topic", "store_timestamp", "reconsume_times", "uniq_key",
@@ -42,16 +54,34 @@ def lateness(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *
              keep_going: bool = False) -> AnalysisResult:
     skipped: list[Skipped] = []
     rows = read_messages(stores, _COLUMNS, _is_schedule_or_copy, keep_going=keep_going, skipped=skipped)
-    is_schedule = pc.equal(rows.column("topic"), RMQ_SYS_SCHEDULE_TOPIC)
-    schedule = rows.filter(is_schedule)
-    copies = rows.filter(pc.invert(is_schedule))
     units = []
     for ref in stores:
         with Store(ref.path) as store:
-            units.append(schedule_units(store, ref.name).select(["store", "commitlog_offset", "level", "deliver_ms"]))
-    units = pa.concat_tables(units)
-    # A schedule record's level and intended time come from its unit.
-    schedule = schedule.join(units, ["store", "commitlog_offset"], join_type="inner")
+            units.append(schedule_units(store, ref.name).select(UNIT_COLUMNS))
+    units = pa.concat_tables(units) if units else SCHEDULE_UNIT_SCHEMA.empty_table().select(UNIT_COLUMNS)
+    schedule, copies = with_units(rows, units)
+    messages = sort_table(match(schedule, copies), MESSAGES_ORDER)
+    hist = histogram(messages, at_ms)
+    tables = {
+        "levels": summaries(hist, "level", LEVELS_SCHEMA, undelivered=True),
+        "topics": summaries(hist, "real_topic", TOPICS_SCHEMA, undelivered=False),
+    }
+    return AnalysisResult("lateness", tables, messages, skipped)
+
+
+def with_units(rows: pa.Table, units: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """(schedule records joined with their units, delivered copies) of rows read with
+    ``_COLUMNS``: a schedule record's level and intended time come from its unit, and one
+    without a unit is left out."""
+    is_schedule = pc.equal(rows.column("topic"), RMQ_SYS_SCHEDULE_TOPIC)
+    schedule = rows.filter(is_schedule).join(units, ["store", "commitlog_offset"], join_type="inner")
+    return schedule, rows.filter(pc.invert(is_schedule))
+
+
+def match(schedule: pa.Table, copies: pa.Table) -> pa.Table:
+    """The per-message table (unsorted): each schedule record (joined with its unit: ``level``,
+    ``deliver_ms``) with the delivered copies of its key. Both engines call this, the Spark
+    one on each partition of rows split by key."""
     delivered = copies.filter(pc.is_valid(copies.column("uniq_key"))).group_by(_KEY).aggregate(
         [("store_timestamp", "min"), ("store_timestamp", "count")])
     delivered = delivered.rename_columns([{"store_timestamp_min": "actual_ms",
@@ -61,7 +91,7 @@ def lateness(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *
     deliveries = pc.fill_null(matched.column("deliveries"), 0)
     # A null uniq_key never matches: the join leaves those rows without copies already.
     actual = matched.column("actual_ms")
-    messages = pa.table({
+    return pa.table({
         "store": matched.column("store"),
         "level": matched.column("level"),
         "real_topic": matched.column("real_topic"),
@@ -73,38 +103,52 @@ def lateness(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *
         "deliveries": pc.cast(deliveries, pa.int64()),
         "lateness_ms": pc.subtract(actual, matched.column("deliver_ms")),
     }, schema=MESSAGES_SCHEMA)
-    messages = sort_table(messages, ["store", "level", "schedule_offset"])
-    tables = {
-        "levels": _summaries(messages, "level", at_ms, LEVELS_SCHEMA, undelivered=True),
-        "topics": _summaries(messages, "real_topic", at_ms, TOPICS_SCHEMA, undelivered=False),
-    }
-    return AnalysisResult("lateness", tables, messages, skipped)
 
 
-def _summaries(messages: pa.Table, by: str, at_ms: int, schema: pa.Schema, *, undelivered: bool) -> pa.Table:
-    stores = messages.column("store").to_pylist()
-    keys = messages.column(by).to_pylist()
-    late = messages.column("lateness_ms").to_numpy(zero_copy_only=False)
-    has_copy = messages.column("actual_ms").is_valid().to_numpy(zero_copy_only=False)
-    deliveries = messages.column("deliveries").to_numpy()
-    intended = messages.column("intended_ms").to_numpy()
-    index: dict[tuple, list[int]] = {}
-    for i, key in enumerate(zip(stores, keys)):
-        index.setdefault(key, []).append(i)
+def histogram(messages: pa.Table, at_ms: int) -> pa.Table:
+    """``messages`` folded to one row per (store, level, real_topic, lateness_ms) (null
+    lateness: no copy yet), with what the summaries need: ``HISTOGRAM_SCHEMA``. Small next to
+    the messages (few distinct lateness values per level), and the same whichever engine
+    folds it, so the exact percentiles can be taken from it on one machine."""
+    has_copy = pc.is_valid(messages.column("actual_ms"))
+    overdue = pc.and_(pc.invert(has_copy), pc.less(messages.column("intended_ms"), at_ms))
+    folded = pa.table({
+        "store": messages.column("store"), "level": messages.column("level"),
+        "real_topic": messages.column("real_topic"), "lateness_ms": messages.column("lateness_ms"),
+        "duplicates": pc.if_else(has_copy, pc.subtract(messages.column("deliveries"), 1), 0),
+        "overdue": pc.cast(overdue, pa.int64()),
+        "overdue_ms": pc.if_else(overdue, messages.column("intended_ms"), pa.scalar(None, pa.int64())),
+        "one": pa.array(np.ones(messages.num_rows, dtype=np.int64)),
+    }).group_by(HISTOGRAM_KEYS).aggregate([("one", "sum"), ("duplicates", "sum"),
+                                           ("overdue", "sum"), ("overdue_ms", "min")])
+    return folded.rename_columns([_HISTOGRAM_NAMES.get(c, c) for c in folded.column_names]).select(
+        HISTOGRAM_SCHEMA.names).cast(HISTOGRAM_SCHEMA)
+
+
+def summaries(hist: pa.Table, by: str, schema: pa.Schema, *, undelivered: bool) -> pa.Table:
+    """The summary table per (store, ``by``) from a histogram: delivered, nearest-rank
+    percentiles, max, min, early, duplicates (and the undelivered overdue ones)."""
+    late = hist.column("lateness_ms").to_numpy(zero_copy_only=False)
+    has_copy = hist.column("lateness_ms").is_valid().to_numpy(zero_copy_only=False)
+    rows_of = hist.column("rows").to_numpy()
+    duplicates = hist.column("duplicates").to_numpy()
+    overdue = hist.column("overdue").to_numpy()
+    oldest = hist.column("oldest_overdue_ms")
     out = []
-    for (store, key), rows in index.items():
-        rows = np.asarray(rows, dtype=np.int64)
-        got = rows[has_copy[rows]]
-        values = np.sort(late[got].astype(np.int64))
-        row = {"store": store, by: key, "delivered": len(got),
-               **{p: nearest_rank(values, *frac) for p, frac in PERCENTILES.items()},
+    for (store, key), index in groups(list(zip(hist.column("store").to_pylist(), hist.column(by).to_pylist()))).items():
+        got = index[has_copy[index]]
+        order = got[np.argsort(late[got], kind="stable")]
+        values, counts = late[order].astype(np.int64), rows_of[order]
+        delivered = int(counts.sum())
+        row = {"store": store, by: key, "delivered": delivered,
+               **{p: nearest_rank_counted(values, counts, *frac) for p, frac in PERCENTILES.items()},
                "max": int(values[-1]) if len(values) else None,
                "min": int(values[0]) if len(values) else None,
-               "early": int((values < 0).sum()),
-               "duplicates": int((deliveries[got] - 1).sum())}
+               "early": int(counts[values < 0].sum()),
+               "duplicates": int(duplicates[got].sum())}
         if undelivered:
-            missing = rows[~has_copy[rows] & (intended[rows] < at_ms)]
-            row["undelivered_overdue"] = len(missing)
-            row["oldest_undelivered_ms"] = int(intended[missing].min()) if len(missing) else None
+            row["undelivered_overdue"] = int(overdue[index].sum())
+            ages = pc.drop_null(oldest.take(pa.array(index)))
+            row["oldest_undelivered_ms"] = pc.min(ages).as_py() if len(ages) else None
         out.append(row)
     return sort_table(pa.Table.from_pylist(out, schema=schema), ["store", by])
