@@ -4,12 +4,18 @@
   warm-up pass); all MB/s below count those bytes, not the preallocated zero tail;
 - the embedded engine, Spark ``local[1]`` and Spark ``local[2]``: MB/s of commit log bytes for
   one store and for all of them, per analysis that scans the commit log (lateness, retries);
-  on Spark each analysis first runs once cold (printed apart), then the measured runs are warm;
+  on Spark each analysis first runs once cold (printed apart), then the measured runs are warm,
+  in ``--rounds`` rounds (best of each kept), the embedded engine's runs alternating with
+  Spark ``local[1]``'s;
 - the ratios: Spark local[1] vs embedded (one core's worth), local[2] vs local[1] (cores),
-  and how the time grows from 1 to N stores; the driver's peak RSS (the commit log is never
-  held in the driver: it streams on the executors).
+  and how the time grows from 1 to N stores; peak RSS of this process and of the JVM (the
+  commit log is never held in the driver: it streams on the executors).
 
     python3 benchmarks/bench_analyze.py [--stores 4] [--messages-per-store 2500000] [--dir DIR] [--keep]
+                                        [--local-cluster]
+
+``--local-cluster`` also runs Spark on ``local-cluster[2,1,2048]`` (two executor processes of one
+core and 2 GiB each, as a real cluster's executors are separate JVMs) beside ``local[2]``.
 
 The fleet is made with `rmqdelay samples generate` (seeds 1..N) when that command exists,
 else with the scan benchmark's StoreWriter mix of ~500-byte records.
@@ -94,6 +100,8 @@ def main() -> None:
     parser.add_argument("--messages-per-store", type=int, default=2_500_000)
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the fleet afterwards")
+    parser.add_argument("--local-cluster", action="store_true", help="also measure local-cluster[2,1,2048]")
+    parser.add_argument("--rounds", type=int, default=2, help="measured rounds; the best of each is kept")
     args = parser.parse_args()
 
     root = args.dir or Path(tempfile.mkdtemp(prefix="rmqdelay-fleet-"))
@@ -120,41 +128,46 @@ def main() -> None:
     from rmqdelay.spark.jobs import analyze as spark_analyze
     from rmqdelay.spark.session import get_session
 
-    results = {}
+    masters = ["local[1]", "local[2]"] + (["local-cluster[2,1,2048]"] if args.local_cluster else [])
+    results: dict[tuple, float] = {}
     cold = {}
     jvm_peak = 0
-    # Spark first: the peak RSS of this process then is the Spark driver's alone.
-    for cores in (1, 2):
-        spark = get_session(f"local[{cores}]")
+
+    def record(key: tuple, seconds: float) -> None:
+        results[key] = min(results.get(key, float("inf")), seconds)
+
+    for master in masters:
+        spark = get_session(master)
         # A first run of each analysis pays the JVM's code generation and JIT and the Python
         # workers' imports: timed and printed apart, then the measured runs are warm.
         spark_analyze("backlog", refs[:1], at_ms, spark=spark)
         for kind in KINDS:
-            out = root / f"messages-{kind}-{cores}-cold"
-            cold[(f"spark local[{cores}]", kind)] = timed(
+            out = root / f"messages-{kind}-cold"
+            cold[(f"spark {master}", kind)] = timed(
                 lambda: spark_analyze(kind, refs[:1], at_ms, spark=spark, messages_to=out))
             shutil.rmtree(out, ignore_errors=True)
-        for kind in KINDS:
-            for n in (1, len(refs)):
-                # The per-message table stays on the executors (written as Parquet), as the CLI does.
-                out = root / f"messages-{kind}-{cores}-{n}"
-                results[(f"spark local[{cores}]", kind, n)] = timed(
-                    lambda: spark_analyze(kind, refs[:n], at_ms, spark=spark, messages_to=out))
-                shutil.rmtree(out, ignore_errors=True)
+        for _ in range(args.rounds):
+            for kind in KINDS:
+                for n in (1, len(refs)):
+                    # The per-message table stays on the executors (written as Parquet), as the CLI does.
+                    out = root / f"messages-{kind}-{n}"
+                    record((f"spark {master}", kind, n),
+                           timed(lambda: spark_analyze(kind, refs[:n], at_ms, spark=spark, messages_to=out)))
+                    shutil.rmtree(out, ignore_errors=True)
+                    if master == "local[1]":
+                        # The embedded engine in the same rounds as Spark on one core, so the
+                        # ratio compares times taken side by side on a shared machine.
+                        record(("embedded", kind, n), timed(lambda: analyze(kind, refs[:n], at_ms)))
         jvm_peak = max(jvm_peak, _peak_rss_kb(spark.sparkContext._gateway.proc.pid))
         spark.stop()
-    driver_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    for kind in KINDS:
-        results[("embedded", kind, 1)] = timed(lambda: analyze(kind, refs[:1], at_ms))
-        results[("embedded", kind, len(refs))] = timed(lambda: analyze(kind, refs, at_ms))
-    embedded_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    process_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
     for (engine, kind), seconds in cold.items():
         print(f"first run (cold) of {engine} {kind} on 1 store: {seconds:.2f} s")
-    print(f"{'engine':18} {'analysis':9} {'stores':>6} {'seconds':>8} {'MB/s':>8} {'vs raw':>7}")
+    print(f"{'engine':30} {'analysis':9} {'stores':>6} {'seconds':>8} {'MB/s':>8} {'vs raw':>7}")
     for (engine, kind, n), seconds in results.items():
         nbytes = sum(sizes[:n])
-        print(f"{engine:18} {kind:9} {n:>6} {seconds:8.2f} {nbytes / seconds / 1e6:8.1f} "
+        print(f"{engine:30} {kind:9} {n:>6} {seconds:8.2f} {nbytes / seconds / 1e6:8.1f} "
               f"{(nbytes / seconds) / (total / raw):7.1%}")
     n = len(refs)
     for kind in KINDS:
@@ -166,9 +179,12 @@ def main() -> None:
               f"local[2] speed-up over local[1] = {s1 / s2:.2f}x; "
               f"1 -> {n} stores: embedded {emb_n / emb1:.2f}x time, spark local[2] {s2 / s2_1:.2f}x time "
               f"(data {sum(sizes) / sizes[0]:.2f}x)")
+        if args.local_cluster:
+            lc = results[("spark local-cluster[2,1,2048]", kind, n)]
+            print(f"{kind}: local-cluster[2,1,2048] / local[2] (same {n} stores) = {lc / s2:.2f}x time")
     largest = max(p.stat().st_size for s in paths for p in commitlog_files(s))
-    print(f"peak RSS: Spark driver Python {driver_peak / 1024:,.0f} MB, Spark JVM (driver + local executors) "
-          f"{jvm_peak / 1024:,.0f} MB; embedded engine process {embedded_peak / 1024:,.0f} MB "
+    print(f"peak RSS: this process (Spark driver Python and the embedded engine) {process_peak / 1024:,.0f} MB, "
+          f"Spark JVM (driver + local executors) {jvm_peak / 1024:,.0f} MB "
           f"(fleet {total / 1e6:,.0f} MB, largest commit log file {largest / 1e6:,.0f} MB)")
     if not args.keep and args.dir is None:
         shutil.rmtree(root, ignore_errors=True)

@@ -86,6 +86,14 @@ def property_values(data: np.ndarray, twos: np.ndarray, offsets: np.ndarray, nam
     longest = 0
     for k in range(wanted):
         longest = max(longest, name_offsets[k + 1] - name_offsets[k])
+    # The wanted names of each length: a segment's name is compared with those only.
+    of_length = np.full((longest + 1, wanted), -1, dtype=np.int64)
+    for k in range(wanted):
+        length = name_offsets[k + 1] - name_offsets[k]
+        for slot in range(wanted):
+            if of_length[length, slot] < 0:
+                of_length[length, slot] = k
+                break
     e = 0
     count = len(twos)
     for row in range(len(offsets) - 1):
@@ -107,10 +115,11 @@ def property_values(data: np.ndarray, twos: np.ndarray, offsets: np.ndarray, nam
                     break
             if first_01 > segment and end > first_01 + 1:
                 length = first_01 - segment
-                for k in range(wanted):
+                for slot in range(wanted):
+                    k = of_length[length, slot]
+                    if k < 0:
+                        break
                     first = name_offsets[k]
-                    if name_offsets[k + 1] - first != length:
-                        continue
                     same = True
                     for i in range(length):
                         if data[segment + i] != names[first + i]:
