@@ -148,7 +148,7 @@ def main() -> None:
             shutil.rmtree(out, ignore_errors=True)
         for _ in range(args.rounds):
             for kind in KINDS:
-                for n in (1, len(refs)):
+                for n in sorted({1, len(refs)}):
                     # The per-message table stays on the executors (written as Parquet), as the CLI does.
                     out = root / f"messages-{kind}-{n}"
                     record((f"spark {master}", kind, n),
