@@ -3,9 +3,11 @@
 Same inputs, same rules and same result tables as the embedded engine (rmqdelay.analysis;
 docs/analyze.md describes every figure): the rows come from the same columnar scan, selected by
 the same predicates, and the results are cast to the same Arrow schemas and sorted the same
-way, so the two can be compared table by table. Percentiles are nearest rank, computed exactly
-(ceil(p·n) in integers), never approximated: with row numbers, or, for lateness, from a
-histogram of (group, value, count) both engines fold the same way.
+way, so the two can be compared table by table. Lateness and retries split their rows by key
+(a record with its copies, a chain with all its records) and run the embedded engine's own
+matching on each partition in Arrow. Percentiles are nearest rank, computed exactly (ceil(p·n)
+in integers), never approximated, from histograms of (group, value, count) that both engines
+fold the same way.
 """
 
 from __future__ import annotations
@@ -15,19 +17,20 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from rmqdelay.formats.constants import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
     RMQ_SYS_SCHEDULE_TOPIC,
 )
+from rmqdelay.formats.scan import MESSAGE_SCHEMA
 
 from rmqdelay.analysis import AnalysisResult, StoreRef, check_stores, checked_request
 from rmqdelay.analysis import backlog as embedded_backlog
 from rmqdelay.analysis import lateness as embedded_lateness
 from rmqdelay.analysis import retries as embedded_retries
-from rmqdelay.analysis.common import PERCENTILES, sort_table
+from rmqdelay.analysis.common import sort_table
 from rmqdelay.store import Store
 
 from . import source
@@ -63,18 +66,6 @@ def _messages_out(df: DataFrame, schema: pa.Schema, keys: list[str], messages_to
 
 def _count_if(condition: Column) -> Column:
     return F.sum(F.when(condition, 1).otherwise(0))
-
-
-def _ranked(df: DataFrame, keys: list[str], value: str) -> DataFrame:
-    """Each row's rank (1-based) by ``value`` within its key group, and the group's size."""
-    return (df.withColumn("_rn", F.row_number().over(Window.partitionBy(*keys).orderBy(value)))
-              .withColumn("_n", F.count(F.lit(1)).over(Window.partitionBy(*keys))))
-
-
-def _nearest_rank(value: str, name: str, num: int, den: int) -> Column:
-    """value at rank ceil(num/den · n), over rows from _ranked."""
-    rank = (F.col("_n") * num + (den - 1)) / den
-    return F.max(F.when(F.col("_rn") == F.floor(rank), F.col(value))).alias(name)
 
 
 # -- backlog ---------------------------------------------------------------------------------
@@ -175,71 +166,70 @@ def _lateness(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: d
 
 
 # -- retries ---------------------------------------------------------------------------------
+# What the tasks that follow the chains give back: a row per chain (``is_anomaly`` false) or
+# per anomaly of a chain (true; only store, group, chain, kind and detail set).
+_CHAIN_ROWS = pa.schema([*embedded_retries.CHAINS_SCHEMA, ("is_anomaly", pa.bool_()),
+                         ("kind", pa.string()), ("detail", pa.string())])
+
+
+def _chains_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """All rows of some chains: the embedded engine's chain following, on this partition."""
+    rows = pa.Table.from_batches(list(batches), schema=_RETRY_ROWS)
+    chains, anomalies = embedded_retries.follow_chains(rows)
+    if chains.num_rows:
+        yield from _with_columns(chains, is_anomaly=False).to_batches()
+    if anomalies.num_rows:
+        yield from _with_columns(anomalies, is_anomaly=True).to_batches()
+
+
+def _with_columns(table: pa.Table, *, is_anomaly: bool) -> pa.Table:
+    n = table.num_rows
+    columns = {f.name: table.column(f.name) if f.name in table.column_names else pa.nulls(n, f.type)
+               for f in _CHAIN_ROWS}
+    columns["is_anomaly"] = pa.array([is_anomaly] * n, type=pa.bool_())
+    return pa.table(columns, schema=_CHAIN_ROWS)
+
+
+# The retry-path rows as Spark hands them over (every column nullable).
+_RETRY_ROWS = pa.schema([(c, MESSAGE_SCHEMA.field(c).type) for c in embedded_retries._COLUMNS])
+
+
 def _retries(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: dict[int, int],
              keep_going: bool, messages_to: Path | None) -> AnalysisResult:
     problems = source.Problems(spark)
-    rows = (source.messages(spark, stores, embedded_retries._COLUMNS, embedded_retries._on_retry_path, problems)
-            .withColumn("chain", F.coalesce("origin_message_id", "uniq_key"))
-            .where(F.col("chain").isNotNull())
-            .cache())  # send-backs, DLQ and deliveries all come from this one scan
+    rows = source.messages(spark, stores, embedded_retries._COLUMNS, embedded_retries._on_retry_path, problems)
+    # Split by chain (store, group, ORIGIN_MESSAGE_ID or UNIQ_KEY, as follow_chains keys it),
+    # so each task follows whole chains as the embedded engine does; the group summaries
+    # come from small aggregates (counts, and a histogram of the spans for exact medians).
     topic = F.col("topic")
     retry_len, dlq_len = len(RETRY_GROUP_TOPIC_PREFIX), len(DLQ_GROUP_TOPIC_PREFIX)
-    send_backs = (rows.where(topic == RMQ_SYS_SCHEDULE_TOPIC)
-                  .withColumn("group", F.substring("real_topic", retry_len + 1, 1 << 20)))
-    dlq = (rows.where(topic.startswith(DLQ_GROUP_TOPIC_PREFIX))
-           .withColumn("group", F.substring("topic", dlq_len + 1, 1 << 20)))
-    deliveries = (rows.where(topic.startswith(RETRY_GROUP_TOPIC_PREFIX))
-                  .withColumn("group", F.substring("topic", retry_len + 1, 1 << 20)))
-    key = ["store", "group", "chain"]
-    failures = (send_backs.select(*key, "store_timestamp", "reconsume_times", "delay_level", F.lit(False).alias("is_dlq"))
-                .unionByName(dlq.select(*key, "store_timestamp", "reconsume_times", "delay_level", F.lit(True).alias("is_dlq"))))
-    sent = ~F.col("is_dlq")
-    chains = failures.groupBy(*key).agg(
-        F.coalesce(F.max(F.when(sent, F.col("reconsume_times"))), F.lit(0)).alias("attempts"),
-        F.max(F.col("is_dlq")).alias("in_dlq"),
-        F.max(sent).alias("has_send_back"),
-        F.min("store_timestamp").alias("first_failure_ms"),
-        F.min(F.when(F.col("is_dlq"), F.col("store_timestamp"))).alias("dlq_ms"),
-        F.array_sort(F.collect_list(F.when(sent, F.col("reconsume_times")))).alias("times"))
-    last = deliveries.groupBy(*key).agg(F.max("store_timestamp").alias("last_attempt_ms"))
-    answered = (deliveries.select(*key, F.col("reconsume_times").alias("attempts"))
-                .distinct().withColumn("answered", F.lit(True)))
-    chains = (chains.join(last, key, "left").join(answered, [*key, "attempts"], "left")
-              .withColumn("pending", F.col("has_send_back") & ~F.col("in_dlq") & F.col("answered").isNull())
-              .cache())
-
-    to_last = (F.col("last_attempt_ms") - F.col("first_failure_ms"))
-    to_dlq = (F.col("dlq_ms") - F.col("first_failure_ms"))
+    group = (F.when(topic == RMQ_SYS_SCHEDULE_TOPIC, F.substring("real_topic", retry_len + 1, 1 << 20))
+             .when(topic.startswith(DLQ_GROUP_TOPIC_PREFIX), F.substring("topic", dlq_len + 1, 1 << 20))
+             .otherwise(F.substring("topic", retry_len + 1, 1 << 20)))
+    followed = (rows.repartition("store", group, F.coalesce("origin_message_id", "uniq_key"))
+                .mapInArrow(_chains_partition, source.spark_schema(_CHAIN_ROWS))
+                .cache())
+    chains = followed.where(~F.col("is_anomaly"))
     gkeys = ["store", "group"]
-    groups = chains.groupBy(*gkeys).agg(
+    counts = chains.groupBy(*gkeys).agg(
         F.count(F.lit(1)).alias("messages"), _count_if(F.col("in_dlq")).alias("dlq"),
         _count_if(F.col("pending")).alias("pending"))
-    groups = groups.withColumn("dlq_rate", F.col("dlq") / F.col("messages"))
-    for name, span in (("to_last_attempt", to_last), ("to_dlq", to_dlq)):
-        spans = _ranked(chains.where(span.isNotNull()).withColumn("_span", span), gkeys, "_span").groupBy(*gkeys).agg(
-            _nearest_rank("_span", f"{name}_p50", *PERCENTILES["p50"]), F.max("_span").alias(f"{name}_max"))
-        groups = groups.join(spans, gkeys, "left")
-    attempts = chains.groupBy("store", "group", "attempts").agg(F.count(F.lit(1)).alias("chains"))
-
-    expected_level = F.col("reconsume_times") + 2
-    level_mismatch = send_backs.where(F.col("delay_level").isNull() | (F.col("delay_level") != expected_level)).select(
-        *key, F.lit("level_mismatch").alias("kind"),
-        F.format_string("reconsume_times=%d delay_level=%s expected=%d", F.col("reconsume_times"),
-                        F.coalesce(F.col("delay_level").cast("string"), F.lit("None")), expected_level).alias("detail"))
-    gap = chains.where((F.col("attempts") > 0) & (F.col("times") != F.sequence(F.lit(1), F.col("attempts")))).select(
-        *key, F.lit("gap").alias("kind"),
-        F.concat(F.lit("reconsume_times="), F.array_join(F.col("times"), ",")).alias("detail"))
-    early = chains.where(F.col("in_dlq") & (F.col("attempts") < embedded_retries.MAX_RECONSUME_TIMES)).select(
-        *key, F.lit("early_dlq").alias("kind"), F.format_string("attempts=%d", F.col("attempts")).alias("detail"))
-    anomalies = level_mismatch.unionByName(gap).unionByName(early)
-
+    spans = None
+    for name, end in (("to_last_attempt", "last_attempt_ms"), ("to_dlq", "dlq_ms")):
+        span = chains.select(*gkeys, F.lit(name).alias("kind"), (F.col(end) - F.col("first_failure_ms")).alias("span"))
+        span = span.where(F.col("span").isNotNull())
+        spans = span if spans is None else spans.unionByName(span)
+    spans = spans.groupBy(*gkeys, "kind", "span").agg(F.count(F.lit(1)).alias("chains"))
     tables = {
-        "groups": _arrow(groups, embedded_retries.GROUPS_SCHEMA, gkeys),
-        "attempts": _arrow(attempts, embedded_retries.ATTEMPTS_SCHEMA, ["store", "group", "attempts"]),
-        "anomalies": _arrow(anomalies, embedded_retries.ANOMALIES_SCHEMA, ["store", "group", "chain", "kind", "detail"]),
+        "groups": embedded_retries.groups_table(
+            _arrow(counts, embedded_retries.COUNTS_SCHEMA, gkeys),
+            _arrow(spans, embedded_retries.SPANS_SCHEMA, [*gkeys, "kind", "span"])),
+        "attempts": _arrow(chains.groupBy(*gkeys, "attempts").agg(F.count(F.lit(1)).alias("chains")),
+                           embedded_retries.ATTEMPTS_SCHEMA, [*gkeys, "attempts"]),
+        "anomalies": _arrow(followed.where(F.col("is_anomaly")), embedded_retries.ANOMALIES_SCHEMA,
+                            ["store", "group", "chain", "kind", "detail"]),
     }
-    messages = _messages_out(chains, embedded_retries.MESSAGES_SCHEMA, key, messages_to)
-    chains.unpersist()
-    rows.unpersist()
+    messages = _messages_out(chains, embedded_retries.MESSAGES_SCHEMA, ["store", "group", "chain"], messages_to)
+    followed.unpersist()
     skipped = problems.resolve(stores, keep_going)
     return AnalysisResult("retries", tables, messages, skipped)

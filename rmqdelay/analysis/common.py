@@ -41,16 +41,9 @@ def starts_with(array: pa.Array, prefix: str) -> pa.Array:
     return pc.fill_null(pc.starts_with(array, prefix), False)
 
 
-def nearest_rank(sorted_values: np.ndarray, num: int, den: int) -> int | None:
-    """value[ceil(p·n) − 1] of ascending values; None when there are none."""
-    n = len(sorted_values)
-    if n == 0:
-        return None
-    return int(sorted_values[-(-num * n // den) - 1])
-
-
 def nearest_rank_counted(values: np.ndarray, counts: np.ndarray, num: int, den: int) -> int | None:
-    """``nearest_rank`` over ascending values each seen ``counts`` times."""
+    """The nearest-rank percentile ceil(num/den · n) (exact, in integers) of ascending
+    ``values`` each seen ``counts`` times (n in all); None when there are none."""
     n = int(counts.sum())
     if n == 0:
         return None

@@ -15,7 +15,7 @@ from rmqdelay.formats.constants import (
 from rmqdelay.store.scan import Skipped
 
 from . import AnalysisResult, StoreRef
-from .common import nearest_rank, read_messages, sort_table, starts_with
+from .common import groups, nearest_rank_counted, read_messages, sort_table, starts_with
 
 # SubscriptionGroupConfig.retryMaxTimes / the client's maxReconsumeTimes default.
 MAX_RECONSUME_TIMES = 16
@@ -31,6 +31,15 @@ GROUPS_SCHEMA = pa.schema([
     ("to_last_attempt_p50", pa.int64()), ("to_last_attempt_max", pa.int64()),
     ("to_dlq_p50", pa.int64()), ("to_dlq_max", pa.int64()),
 ])
+# follow_chains: a row per chain, the per-message table and whether the chain waits for the
+# delivery of its last send-back.
+CHAINS_SCHEMA = pa.schema([*MESSAGES_SCHEMA, ("pending", pa.bool_())])
+# Per (store, group): chains, how many ended in the DLQ, how many are pending.
+COUNTS_SCHEMA = pa.schema([("store", pa.string()), ("group", pa.string()), ("messages", pa.int64()),
+                           ("dlq", pa.int64()), ("pending", pa.int64())])
+# How many chains of a (store, group) took ``span`` ms to their last attempt or to the DLQ.
+SPANS_SCHEMA = pa.schema([("store", pa.string()), ("group", pa.string()), ("kind", pa.string()),
+                          ("span", pa.int64()), ("chains", pa.int64())])
 ATTEMPTS_SCHEMA = pa.schema([("store", pa.string()), ("group", pa.string()), ("attempts", pa.int32()),
                              ("chains", pa.int64())])
 ANOMALIES_SCHEMA = pa.schema([("store", pa.string()), ("group", pa.string()), ("chain", pa.string()),
@@ -50,10 +59,27 @@ def _on_retry_path(batch: pa.RecordBatch) -> pa.Array:
 def retries(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *,
             keep_going: bool = False) -> AnalysisResult:
     skipped: list[Skipped] = []
-    rows = read_messages(stores, _COLUMNS, _on_retry_path, keep_going=keep_going, skipped=skipped).to_pydict()
+    rows = read_messages(stores, _COLUMNS, _on_retry_path, keep_going=keep_going, skipped=skipped)
+    chains, anomalies = follow_chains(rows)
+    tables = {
+        "groups": groups_table(group_counts(chains), span_histogram(chains)),
+        "attempts": sort_table(chains.group_by(["store", "group", "attempts"]).aggregate([("chain", "count")])
+                               .rename_columns(["store", "group", "attempts", "chains"]).select(ATTEMPTS_SCHEMA.names)
+                               .cast(ATTEMPTS_SCHEMA), ["store", "group", "attempts"]),
+        "anomalies": sort_table(anomalies, ["store", "group", "chain", "kind", "detail"]),
+    }
+    msgs = sort_table(chains.select(MESSAGES_SCHEMA.names), ["store", "group", "chain"])
+    return AnalysisResult("retries", tables, msgs, skipped)
+
+
+def follow_chains(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """(one row per chain: ``CHAINS_SCHEMA``, its anomalies) from retry-path rows read with
+    ``_COLUMNS`` that hold every record of each of their chains. Both engines call this, the
+    Spark one on each partition of rows split by chain."""
+    columns = rows.to_pydict()
     chains: dict[tuple[str, str, str], dict] = {}
     deliveries: dict[tuple[str, str, str], list[tuple[int, int]]] = {}
-    for store, topic, ts, times, level, real_topic, uniq, origin in zip(*(rows[c] for c in _COLUMNS)):
+    for store, topic, ts, times, level, real_topic, uniq, origin in zip(*(columns[c] for c in _COLUMNS)):
         chain_id = origin if origin is not None else uniq
         if chain_id is None:
             continue  # nothing to follow the message by
@@ -66,58 +92,69 @@ def retries(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *,
         else:
             key = (store, topic[len(RETRY_GROUP_TOPIC_PREFIX):], chain_id)
             deliveries.setdefault(key, []).append((times, ts))
-
-    messages, anomalies = [], []
-    per_group: dict[tuple[str, str], dict] = {}
+    out, anomalies = [], []
     for key, chain in chains.items():
         store, group, chain_id = key
         send_backs = sorted(chain["send_backs"])
         delivered = deliveries.get(key, [])
         attempts = max((t for t, _, _ in send_backs), default=0)
         failures = [ts for _, _, ts in send_backs] + chain["dlq"]
-        first_failure = min(failures)
-        last_attempt = max((ts for _, ts in delivered), default=None)
-        dlq_ms = min(chain["dlq"], default=None)
         in_dlq = bool(chain["dlq"])
-        delivered_times = {t for t, _ in delivered}
-        pending = bool(send_backs) and not in_dlq and attempts not in delivered_times
-        messages.append({"store": store, "group": group, "chain": chain_id, "attempts": attempts,
-                         "in_dlq": in_dlq, "first_failure_ms": first_failure,
-                         "last_attempt_ms": last_attempt, "dlq_ms": dlq_ms})
-        g = per_group.setdefault((store, group), {"messages": 0, "dlq": 0, "pending": 0, "to_last": [],
-                                                 "to_dlq": [], "attempts": {}})
-        g["messages"] += 1
-        g["dlq"] += in_dlq
-        g["pending"] += pending
-        g["attempts"][attempts] = g["attempts"].get(attempts, 0) + 1
-        if last_attempt is not None:
-            g["to_last"].append(last_attempt - first_failure)
-        if dlq_ms is not None:
-            g["to_dlq"].append(dlq_ms - first_failure)
+        out.append({"store": store, "group": group, "chain": chain_id, "attempts": attempts,
+                    "in_dlq": in_dlq, "first_failure_ms": min(failures),
+                    "last_attempt_ms": max((ts for _, ts in delivered), default=None),
+                    "dlq_ms": min(chain["dlq"], default=None),
+                    "pending": bool(send_backs) and not in_dlq and attempts not in {t for t, _ in delivered}})
         anomalies.extend(_anomalies(store, group, chain_id, send_backs, attempts, in_dlq))
+    return (pa.Table.from_pylist(out, schema=CHAINS_SCHEMA),
+            pa.Table.from_pylist(anomalies, schema=ANOMALIES_SCHEMA))
 
-    group_rows, attempt_rows = [], []
-    for (store, group), g in per_group.items():
-        to_last = np.sort(np.asarray(g["to_last"], dtype=np.int64))
-        to_dlq = np.sort(np.asarray(g["to_dlq"], dtype=np.int64))
-        group_rows.append({
-            "store": store, "group": group, "messages": g["messages"], "dlq": g["dlq"],
-            "dlq_rate": g["dlq"] / g["messages"], "pending": g["pending"],
-            "to_last_attempt_p50": nearest_rank(to_last, 1, 2),
-            "to_last_attempt_max": int(to_last[-1]) if len(to_last) else None,
-            "to_dlq_p50": nearest_rank(to_dlq, 1, 2),
-            "to_dlq_max": int(to_dlq[-1]) if len(to_dlq) else None,
-        })
-        attempt_rows.extend({"store": store, "group": group, "attempts": a, "chains": n}
-                            for a, n in g["attempts"].items())
-    tables = {
-        "groups": sort_table(pa.Table.from_pylist(group_rows, schema=GROUPS_SCHEMA), ["store", "group"]),
-        "attempts": sort_table(pa.Table.from_pylist(attempt_rows, schema=ATTEMPTS_SCHEMA), ["store", "group", "attempts"]),
-        "anomalies": sort_table(pa.Table.from_pylist(anomalies, schema=ANOMALIES_SCHEMA),
-                                ["store", "group", "chain", "kind", "detail"]),
-    }
-    msgs = sort_table(pa.Table.from_pylist(messages, schema=MESSAGES_SCHEMA), ["store", "group", "chain"])
-    return AnalysisResult("retries", tables, msgs, skipped)
+
+def group_counts(chains: pa.Table) -> pa.Table:
+    """Per (store, group): chains, in the DLQ, pending (``COUNTS_SCHEMA``)."""
+    counted = pa.table({
+        "store": chains.column("store"), "group": chains.column("group"),
+        "one": pa.array(np.ones(chains.num_rows, dtype=np.int64)),
+        "dlq": pc.cast(chains.column("in_dlq"), pa.int64()), "pending": pc.cast(chains.column("pending"), pa.int64()),
+    }).group_by(["store", "group"]).aggregate([("one", "sum"), ("dlq", "sum"), ("pending", "sum")])
+    return counted.rename_columns([{"one_sum": "messages", "dlq_sum": "dlq", "pending_sum": "pending"}.get(c, c)
+                                   for c in counted.column_names]).select(COUNTS_SCHEMA.names).cast(COUNTS_SCHEMA)
+
+
+def span_histogram(chains: pa.Table) -> pa.Table:
+    """How many chains of each (store, group) took each time to their last attempt and to the
+    DLQ (``SPANS_SCHEMA``): the exact medians come from it."""
+    first = chains.column("first_failure_ms")
+    parts = []
+    for name, end in (("to_last_attempt", "last_attempt_ms"), ("to_dlq", "dlq_ms")):
+        span = pc.subtract(chains.column(end), first)
+        keep = pc.is_valid(span)
+        part = pa.table({"store": chains.column("store"), "group": chains.column("group"),
+                         "span": span}).filter(keep)
+        part = part.group_by(["store", "group", "span"]).aggregate([("span", "count")])
+        parts.append(part.append_column("kind", pa.array([name] * part.num_rows, type=pa.string())))
+    table = pa.concat_tables([p.rename_columns([{"span_count": "chains"}.get(c, c) for c in p.column_names])
+                              for p in parts])
+    return table.select(SPANS_SCHEMA.names).cast(SPANS_SCHEMA)
+
+
+def groups_table(counts: pa.Table, spans: pa.Table) -> pa.Table:
+    """The groups table from per-group counts and the span histogram."""
+    medians: dict[tuple[str, str, str], tuple[int, int]] = {}
+    keys = list(zip(*(spans.column(c).to_pylist() for c in ("store", "group", "kind"))))
+    values = spans.column("span").to_numpy()
+    chains = spans.column("chains").to_numpy()
+    for key, index in groups(keys).items():
+        order = index[np.argsort(values[index], kind="stable")]
+        medians[key] = (nearest_rank_counted(values[order], chains[order], 1, 2), int(values[order[-1]]))
+    rows = []
+    for store, group, messages, dlq, pending in zip(*(counts.column(c).to_pylist() for c in COUNTS_SCHEMA.names)):
+        last = medians.get((store, group, "to_last_attempt"), (None, None))
+        to_dlq = medians.get((store, group, "to_dlq"), (None, None))
+        rows.append({"store": store, "group": group, "messages": messages, "dlq": dlq, "dlq_rate": dlq / messages,
+                     "pending": pending, "to_last_attempt_p50": last[0], "to_last_attempt_max": last[1],
+                     "to_dlq_p50": to_dlq[0], "to_dlq_max": to_dlq[1]})
+    return sort_table(pa.Table.from_pylist(rows, schema=GROUPS_SCHEMA), ["store", "group"])
 
 
 def _new_chain() -> dict:
