@@ -155,6 +155,21 @@ def test_many_messages_roll_over_files_with_blank_records(tmp_path, capsys):
     assert run_cli(capsys, "inspect", "commitlog", store, "--verify").code == 0
 
 
+def test_a_consume_queue_file_left_empty_by_a_kill_is_grown_and_written(tmp_path, capsys):
+    store = tmp_path / "store"
+    assert send(capsys, store, "--topic", "TopicA", "--body", "x").code == 0
+    # A kill between creating a queue's first file and sizing it leaves 0 bytes.
+    empty = store / "consumequeue" / "TopicA" / "1" / ("0" * 20)
+    empty.parent.mkdir(parents=True)
+    empty.touch()
+    result = send(capsys, store, "--topic", "TopicA", "--body", "y", "--count", "4", "--json")
+    assert result.code == 0, result.err
+    assert empty.stat().st_size == 1280
+    with Store(store) as st:
+        assert st.consume_queue("TopicA", 1).max_offset == 1
+    assert run_cli(capsys, "inspect", "commitlog", store, "--verify").code == 0
+
+
 @pytest.mark.parametrize("raw", [
     "", "TAGS\x01a", "A\x01b\x02TAGS\x01t\x02C\x01d", "XTAGS\x01no\x02TAGS\x01yes", "TAGS\x01\x02B\x01c",
     "TAGS\x01first\x02TAGS\x01last", "B\x01TAGS\x01inside", "TAGS\x01a\x01b", "\x02TAGS\x01x\x02",

@@ -204,7 +204,10 @@ class _QueueFiles:
         self.directory = directory
         self._prefix = f"{directory}{os.sep}"
         existing = list_mapped_files(directory)
-        self.file_size = existing[0].size if existing else file_size
+        # A file of 0 bytes is one a kill left between its creation and its ftruncate: it
+        # tells no size, and it is grown to the queue's size when it is opened.
+        sizes = [f.size for f in existing if f.size]
+        self.file_size = sizes[0] if sizes else file_size
         self._has_files = bool(existing)
         self._files = files
         self._dirty = dirty
