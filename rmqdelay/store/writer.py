@@ -47,6 +47,7 @@ from rmqdelay.formats.constants import (
     CQ_PRE_BLANK_SIZE,
     CQ_STORE_UNIT_SIZE,
     MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
@@ -586,6 +587,47 @@ class StoreWriter:
         return PutResult(topic, queue_id, queue_offset, offset, size, store_ts, code,
                          create_message_id(new.storeHost[0], new.storeHost[1], offset), props_raw)
 
+    def put_encoded(self, topic: str, queue_id: int, record: bytearray, tags_code_value: int,
+                    keys: str | None, uniq_key: str | None) -> tuple[int, int]:
+        """Append a record the caller serialised as the broker stores it: putMessage's
+        rewrites (the delay rewrite, the stored properties string) and the tagsCode of its
+        unit are the caller's, and ``keys``/``uniq_key`` are the KEYS and UNIQ_KEY of its
+        stored properties (for the index). The record's queueOffset and physicalOffset
+        (bytes 20..36) are filled in here, in place. Returns (queueOffset, physicalOffset).
+
+        For a caller that writes many records whose stored form it already knows (the
+        sample generator): none of put()'s parsing, re-serialising or result object."""
+        self._check_usable()
+        if topic not in self._valid_topics:
+            validate_topic(topic)
+            self._valid_topics.add(topic)
+        size, magic, sys_flag = _ENCODED_HEAD.unpack_from(record)
+        if size != len(record) or magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+            raise UsageError(f"an encoded record of {len(record)} bytes whose head says {size} bytes, "
+                             f"magic code {magic:#x}")
+        store_ts = _STORE_TS.unpack_from(record, 68 if sys_flag & BORNHOST_V6_FLAG else 56)[0]
+        dispatch = _tran_type(sys_flag) not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+        self._ensure_room(size)
+        key = (topic, queue_id)
+        queue_offset = self._queue_offsets.get(key, 0) if dispatch else 0
+        offset = self._end
+        _OFFSETS.pack_into(record, 20, queue_offset, offset)
+        if not self._pending:
+            self._pending_start = offset
+        self._pending.append(record)
+        self._end += size
+        self._pending_bytes += size
+        if self._indexer is not None:
+            self._indexer.add(offset, store_ts, topic, keys, uniq_key, sys_flag)
+        if dispatch:
+            self._queue_offsets[key] = queue_offset + 1
+            self._pending_units.append((topic, queue_id, queue_offset, _UNIT.pack(offset, size, tags_code_value)))
+        if store_ts > self._last_store_ts:
+            self._last_store_ts = store_ts
+        if self._pending_bytes >= FLUSH_BYTES:
+            self.flush()
+        return queue_offset, offset
+
     def _ensure_room(self, size: int) -> None:
         """Roll over to a new file with a BLANK record when the message does not fit."""
         file_size = self._commitlog_file_size
@@ -813,6 +855,9 @@ def _delay_level(text: str | None) -> int:
 
 
 _UNIT = struct.Struct(">qiq")
+_ENCODED_HEAD = struct.Struct(">ii28xi")  # totalSize, magicCode, sysFlag (at 36)
+_OFFSETS = struct.Struct(">qq")  # queueOffset, physicalOffset (at 20)
+_STORE_TS = struct.Struct(">q")
 
 
 def _unit_bytes(offset: int, size: int, tags_code_value: int) -> bytes:
