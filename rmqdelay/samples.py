@@ -30,28 +30,45 @@ import gc
 import heapq
 import json
 import random
+import struct
 from bisect import bisect_right
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from math import log
+from operator import itemgetter
 from pathlib import Path
+from typing import NamedTuple
 
 from rmqdelay.errors import StoreError, UsageError
-from rmqdelay.formats.commitlog import Message
+from rmqdelay.formats.commitlog import Message, body_crc
 from rmqdelay.formats.constants import (
+    BORNHOST_V6_FLAG,
     DEFAULT_MAX_RECONSUME_TIMES,
     DLQ_GROUP_TOPIC_PREFIX,
     MESSAGE_MAGIC_CODE,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_CLUSTER,
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+    PROPERTY_WAIT_STORE_MSG_OK,
     RETRY_GROUP_TOPIC_PREFIX,
+    RMQ_SYS_SCHEDULE_TOPIC,
 )
+from rmqdelay.formats.constants import (
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as PROPERTY_UNIQ,
+)
+from rmqdelay.formats.javahash import tags_code
+from rmqdelay.formats.msgid import create_message_id
 from rmqdelay.formats.properties import java_order, parse_properties
-from rmqdelay.producer import broker_message, client_properties
+from rmqdelay.producer import DEFAULT_CLUSTER, broker_message, client_properties
 from rmqdelay.schedule.levels import parse_delay_levels
 from rmqdelay.schedule.offsets import write_delay_offsets
-from rmqdelay.schedule.redelivery import consumer_send_back, message_timeup
+from rmqdelay.schedule.redelivery import consumer_send_back
 from rmqdelay.store.brokerconfig import add_topics, write_consumer_offsets
 from rmqdelay.store.durable import atomic_write
 from rmqdelay.store.index import IndexSettings
@@ -167,6 +184,87 @@ class _Producer:
     uniq: UniqKeyFactory
 
 
+# The record up to its body: totalSize, magicCode, bodyCRC, queueId, flag, queueOffset,
+# physicalOffset (both filled in by the writer), sysFlag, bornTimestamp, bornHost, storeTimestamp,
+# storeHost, reconsumeTimes, preparedTransactionOffset, bodyLength.
+_HEAD_V4 = struct.Struct(">iiiiiqqiq4siq4siiqi")
+_HEAD_V6 = struct.Struct(">iiiiiqqiq16siq4siiqi")
+_SHORT = struct.Struct(">h")
+USER_KEYS = {"TopicOrder": ("orderId", "region"), "TopicPay": ("amount", "备注"), "TopicLogistics": ("carrier",),
+             "TopicNotify": ()}
+
+
+class _Content(NamedTuple):
+    """What a message carries from record to record: a delivered copy repeats its schedule
+    record's properties string byte for byte (messageTimeup re-serialises a map already in
+    HashMap order), so the string is encoded once (``props_part``, with its length) and
+    shared by the schedule record and its copy. (Tuples: a few million are made per run.)"""
+
+    raw: str
+    props_part: bytes
+    body: bytes
+    crc: int
+    head: struct.Struct  # _HEAD_V4 or _HEAD_V6: the born host's length
+    born_ts: int
+    born_addr: bytes
+    born_port: int
+    sys_flag: int
+    reconsume: int
+    tags_code: int  # of TAGS, for a unit outside SCHEDULE_TOPIC_XXXX
+    keys: str | None
+    uniq: str | None
+
+
+class _Rec(NamedTuple):
+    """A record in the store: its content, where it is stored and, for a schedule record,
+    where it is delivered to."""
+
+    content: _Content
+    topic: str
+    queue_id: int
+    queue_offset: int
+    offset: int
+    real_topic: str = ""
+    real_qid: int = 0
+
+    def message(self) -> Message:
+        """The record as the broker reads it back (for a consumer's send-back): its size,
+        store time and body CRC are not read by that path and left 0."""
+        c = self.content
+        return Message(0, MESSAGE_MAGIC_CODE, 0, self.queue_id, 0, self.queue_offset, self.offset, c.sys_flag,
+                       c.born_ts, c.born_addr, c.born_port, 0, STORE_HOST[0], STORE_HOST[1],
+                       c.reconsume, 0, c.body, self.topic, c.raw, parse_properties(c.raw))
+
+
+def _props_part(raw: str) -> bytes:
+    data = raw.encode("utf-8")
+    return _SHORT.pack(len(data)) + data
+
+
+class _Layout:
+    """One kind of producer message (topic, with or without TAGS, delayed or not): the order
+    the broker's HashMap writes its stored properties in, as a %-template over the message's
+    values (TAGS, KEYS, WAIT, the user's, DELAY, UNIQ_KEY, CLUSTER, REAL_TOPIC, REAL_QID).
+    The order comes from running the producer and putMessage code once on stand-in values."""
+
+    __slots__ = ("template", "pick")
+
+    def __init__(self, topic: str, tagged: bool, delayed: bool) -> None:
+        user = USER_KEYS[topic]
+        names = (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_WAIT_STORE_MSG_OK, *user, PROPERTY_DELAY_TIME_LEVEL,
+                 PROPERTY_UNIQ, PROPERTY_CLUSTER, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID)
+        position = {name: i for i, name in enumerate(names)}
+        client = client_properties(PROPERTY_TAGS if tagged else None, PROPERTY_KEYS, {k: k for k in user},
+                                   1 if delayed else 0, PROPERTY_UNIQ)
+        new = broker_message(topic, 0, b"", client, born_timestamp=0, born_host=STORE_HOST, store_host=STORE_HOST)
+        if delayed:
+            order = tuple(java_order(dict(new.properties, **{PROPERTY_REAL_TOPIC: "", PROPERTY_REAL_QUEUE_ID: ""})))
+        else:
+            order = tuple(parse_properties(new.propertiesRaw))
+        self.template = PROPERTY_SEPARATOR.join(f"{name}{NAME_VALUE_SEPARATOR}%s" for name in order)
+        self.pick = itemgetter(*(position[name] for name in order))
+
+
 def _bodies(rng: random.Random, count: int = 256) -> list[bytes]:
     """A pool of bodies (shared by reference): ~600 bytes on average, most of them smaller."""
     pool = []
@@ -260,21 +358,33 @@ class SampleGenerator:
         self.heap: list = []
         self.seq = 0
         self.serial = 0
+        self.body_crcs = [body_crc(body) for body in self.bodies]
+        self.heads = [_HEAD_V6 if len(p.host[0]) == 16 else _HEAD_V4 for p in self.producers]
+        self.layouts = {(t.name, tagged, delayed): _Layout(t.name, tagged, delayed)
+                        for t in TOPICS for tagged in (True, False) for delayed in (True, False)}
+        self.tag_codes = {tag: tags_code(tag) for t in TOPICS for tag in t.tags}
+        self.topic_parts: dict[str, bytes] = {}
+        self.writer: StoreWriter | None = None
+        self.put_encoded = None
+        self.rnd = rng.random
+        self.gap_rate = 0.0
 
     # -- the run -------------------------------------------------------------------------
     def run(self) -> dict:
         self._check_dir()
         opt = self.opt
         # About 1.6 records per producer message (deliveries, retries); spread N over `hours`.
-        gap_rate = 1.0 / (opt.hours * 3_600_000 * 1.6 / opt.messages)  # producer messages per ms
+        self.gap_rate = 1.0 / (opt.hours * 3_600_000 * 1.6 / opt.messages)  # producer messages per ms
         with StoreWriter(self.dir, delay_levels=self.delays, commitlog_file_size=opt.commitlog_file_size,
                          cq_file_size=opt.cq_file_size, sync=False, create=True, index=opt.index) as writer:
+            self.writer = writer
+            self.put_encoded = writer.put_encoded
             # The heap holds hundreds of thousands of long-lived events and nothing in it forms
             # a reference cycle: the cyclic collector would only rescan them, again and again.
             collecting = gc.isenabled()
             gc.disable()
             try:
-                self._loop(opt.messages, writer.put, self.start_ms, gap_rate)
+                self._loop(opt.messages, self.start_ms)
             finally:
                 if collecting:
                     gc.enable()
@@ -284,34 +394,31 @@ class SampleGenerator:
                 if chain is not None:
                     self._fold(chain)
             self._write_config()
+        self.writer = self.put_encoded = None
         plan = self.build_plan()
         atomic_write(self.dir / "plan.json", (json.dumps(plan, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
         return plan
 
-    def _loop(self, n: int, put, next_original: int, gap_rate: float) -> None:
+    def _loop(self, n: int, next_original: int) -> None:
         """Write ``n`` records: at each step the earliest of the next producer message and the
         first event in the heap."""
-        rng = self.rng
         heap = self.heap
         heappop = heapq.heappop
-        on_put = self.on_put
+        original, deliver, send_back = self._original, self._deliver, self._send_back
         last_t = next_original
         done = 0
         while done < n:
             step = min(PROGRESS_STEP, n - done)
             for _ in range(step):
                 if heap and heap[0][0] <= next_original:
-                    t, _seq, kind, arg, msg, chain = heappop(heap)
+                    t, _seq, kind, arg, rec, chain = heappop(heap)
                     if kind == _DELIVER:
-                        new, result = self._deliver(t, arg, msg, chain, put)
+                        deliver(t, arg, rec, chain)
                     else:
-                        new, result = self._send_back(t, arg, msg, chain, put)
+                        send_back(t, arg, rec, chain)
                 else:
                     t = next_original
-                    new, result = self._original(t, put)
-                    next_original = t + int(rng.expovariate(gap_rate))
-                if on_put is not None:
-                    on_put(new, result)
+                    next_original = original(t)
                 last_t = t
             done += step
             if self.on_progress is not None:
@@ -322,51 +429,100 @@ class SampleGenerator:
         if self.dir.exists() and (not self.dir.is_dir() or any(self.dir.iterdir())):
             raise StoreError(self.dir, None, "a new or empty directory for the sample store")
 
-    def _push(self, t: int, kind: int, arg: int, msg: Message, chain: _Chain | None) -> None:
+    def _push(self, t: int, kind: int, arg: int, rec: _Rec, chain: _Chain | None) -> None:
         self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, kind, arg, msg, chain))
+        heapq.heappush(self.heap, (t, self.seq, kind, arg, rec, chain))
+
+    def _topic_part(self, topic: str) -> bytes:
+        part = self.topic_parts.get(topic)
+        if part is None:
+            data = topic.encode("utf-8")
+            part = self.topic_parts[topic] = bytes([len(data)]) + data
+        return part
+
+    def _append(self, c: _Content, topic: str, queue_id: int, store_ts: int, code: int) -> tuple[int, int, int]:
+        """Serialise ``c`` stored in ``topic``/``queue_id`` at ``store_ts`` (its unit's tagsCode
+        ``code``) and append it through the writer: (queueOffset, physicalOffset, size)."""
+        body = c.body
+        head = c.head
+        topic_part = self.topic_parts.get(topic) or self._topic_part(topic)
+        props_part = c.props_part
+        size = head.size + len(body) + len(topic_part) + len(props_part)
+        record = bytearray().join((
+            head.pack(size, MESSAGE_MAGIC_CODE, c.crc, queue_id, 0, 0, 0, c.sys_flag, c.born_ts, c.born_addr,
+                      c.born_port, store_ts, STORE_HOST[0], STORE_HOST[1], c.reconsume, 0, len(body)),
+            body, topic_part, props_part))
+        return (*self.put_encoded(topic, queue_id, record, code, c.keys, c.uniq), size)
+
+    def _report(self, new: NewMessage, rec: _Rec, size: int, store_ts: int, code: int) -> None:
+        """Tell ``on_put`` (tests) about a record written by ``_append``, as put() would."""
+        self.on_put(new, PutResult(rec.topic, rec.queue_id, rec.queue_offset, rec.offset, size, store_ts, code,
+                                   create_message_id(STORE_HOST[0], STORE_HOST[1], rec.offset), rec.content.raw))
 
     # -- producers -----------------------------------------------------------------------
-    def _original(self, t: int, put) -> tuple[NewMessage, PutResult]:
-        # random() scaled by hand: a third of the cost of randrange/choice on this hot path.
-        rnd = self.rng.random
+    def _original(self, t: int) -> int:
+        """A producer's message stored at ``t``; returns the time of the next one."""
+        # random() scaled by hand: a third of the cost of randrange/choice on this hot path;
+        # -log(1 - random()) / rate is random.expovariate's own formula, without the call.
+        rnd = self.rnd
         spec = TOPICS[bisect_right(self.topic_cumulative, rnd())]
         queue_id = int(rnd() * spec.queues)
-        producer = self.producers[int(rnd() * len(self.producers))]
-        born = t - 1 - int(self.rng.expovariate(0.1))  # network and send path, ~10 ms
+        pi = int(rnd() * len(self.producers))
+        producer = self.producers[pi]
+        born = t - 1 - int(-log(1.0 - rnd()) / 0.1)  # network and send path, ~10 ms
         self.serial += 1
         serial = self.serial
-        user = self._user_properties(spec, serial)
+        user = self._user_values(spec, serial)
         level = 1 + int(rnd() * self.max_level) if rnd() < self.opt.delay_share else 0
-        props = client_properties(spec.tags[int(rnd() * len(spec.tags))], f"{spec.key_prefix}{serial}", user,
-                                  level, producer.uniq.create(born))
-        new = broker_message(spec.name, queue_id, self.bodies[int(rnd() * len(self.bodies))], props,
-                             born_timestamp=born, born_host=producer.host, store_host=STORE_HOST,
-                             store_timestamp=t)
-        result = put(new)
+        tag = spec.tags[int(rnd() * len(spec.tags))]
+        keys = f"{spec.key_prefix}{serial}"
+        uniq = producer.uniq.create(born)
+        bi = int(rnd() * len(self.bodies))
+        # What putMessage stores: the broker's map without WAIT; a delayed one gets WAIT back,
+        # REAL_TOPIC and REAL_QID, and goes to its level's queue of SCHEDULE_TOPIC_XXXX.
+        layout = self.layouts[(spec.name, tag is not None, level > 0)]
+        raw = layout.template % layout.pick(
+            (tag, keys, "true", *user, str(level), uniq, DEFAULT_CLUSTER, spec.name, str(queue_id)))
+        head = self.heads[pi]
+        tag_code = self.tag_codes[tag] if tag else 0
+        c = _Content(raw, _props_part(raw), self.bodies[bi], self.body_crcs[bi], head, born, *producer.host,
+                     BORNHOST_V6_FLAG if head is _HEAD_V6 else 0, 0, tag_code, keys, uniq)
         if level:
+            code = t + self.delays[level]
+            rec = _Rec(c, RMQ_SYS_SCHEDULE_TOPIC, level - 1,
+                       *self._append(c, RMQ_SYS_SCHEDULE_TOPIC, level - 1, t, code)[:2], spec.name, queue_id)
             self.kinds["delay"] += 1
-            self._scheduled(t, new, result, None)
         else:
+            code = tag_code
+            rec = _Rec(c, spec.name, queue_id, *self._append(c, spec.name, queue_id, t, code)[:2])
             self.kinds["normal"] += 1
-            self._landed(t, new, result)
-        return new, result
+        if self.on_put is not None:
+            client = client_properties(tag, keys, dict(zip(USER_KEYS[spec.name], user)), level, uniq)
+            self._report(broker_message(spec.name, queue_id, c.body, client, born_timestamp=born,
+                                        born_host=producer.host, store_host=STORE_HOST, store_timestamp=t),
+                         rec, self.writer.end_offset - rec.offset, t, code)
+        if level:
+            self._scheduled(t, rec, code, None)
+        else:
+            self._landed(t, rec)
+        return t + int(-log(1.0 - rnd()) / self.gap_rate)
 
-    def _user_properties(self, spec: TopicSpec, serial: int) -> dict[str, str]:
+    def _user_values(self, spec: TopicSpec, serial: int) -> tuple[str, ...]:
+        """The values of the topic's USER_KEYS."""
         rng = self.rng
         if spec.name == "TopicOrder":
-            return {"orderId": f"OID-{100000 + serial}", "region": REGIONS[int(rng.random() * len(REGIONS))]}
+            return f"OID-{100000 + serial}", REGIONS[int(rng.random() * len(REGIONS))]
         if spec.name == "TopicPay":
-            return {"amount": str(100 + int(rng.random() * 99900)), "备注": f"订单-{serial}"}
+            return str(100 + int(rng.random() * 99900)), f"订单-{serial}"
         if spec.name == "TopicLogistics":
-            return {"carrier": CARRIERS[int(rng.random() * len(CARRIERS))]}
-        return {}
+            return (CARRIERS[int(rng.random() * len(CARRIERS))],)
+        return ()
 
     # -- the scheduler -------------------------------------------------------------------
-    def _scheduled(self, t: int, new: NewMessage, result: PutResult, chain: _Chain | None) -> None:
-        """A record just landed in SCHEDULE_TOPIC_XXXX: plan its delivery."""
-        level = result.queueId + 1
-        due = result.tagsCode
+    def _scheduled(self, t: int, rec: _Rec, due: int, chain: _Chain | None) -> None:
+        """A record just landed in SCHEDULE_TOPIC_XXXX (due at its unit's tagsCode): plan its
+        delivery."""
+        level = rec.queue_id + 1
         rng = self.rng
         roll = rng.random()
         if roll < 0.003:
@@ -374,33 +530,35 @@ class SampleGenerator:
         elif roll < 0.005:
             jitter = -rng.randrange(1, 800)  # a clock step: delivered before its time
         else:
-            jitter = int(rng.expovariate(1 / 30))
+            jitter = int(-log(1.0 - rng.random()) * 30)  # expovariate(1 / 30)
         actual = max(due + jitter, self.level_last_actual[level], t + 1)
         self.level_last_actual[level] = actual
         self.level_put[level] += 1
-        # The record as stored, as lookMessageByOffset returns it: putMessage's rewrite of the
-        # map (cheaper than parsing result.propertiesRaw, and the same map).
-        props = dict(new.properties)
-        if int(props[PROPERTY_DELAY_TIME_LEVEL]) > self.max_level:
-            props[PROPERTY_DELAY_TIME_LEVEL] = str(self.max_level)
-        props[PROPERTY_REAL_TOPIC] = new.topic
-        props[PROPERTY_REAL_QUEUE_ID] = str(new.queueId)
-        self._push(actual, _DELIVER, due, self._stored(new, result, java_order(props)), chain)
+        self._push(actual, _DELIVER, due, rec, chain)
 
-    def _deliver(self, t: int, due: int, msg: Message, chain: _Chain | None, put) -> tuple[NewMessage, PutResult]:
-        new = message_timeup(msg)
-        new.storeTimestamp = t
-        result = put(new)
-        level = msg.queueId + 1
+    def _deliver(self, t: int, due: int, scheduled: _Rec, chain: _Chain | None) -> None:
+        """messageTimeup: the copy keeps the schedule record's properties string (DELAY,
+        REAL_TOPIC and REAL_QID included), on its real topic and queue."""
+        c = scheduled.content
+        topic, queue_id = scheduled.real_topic, scheduled.real_qid
+        queue_offset, offset, size = self._append(c, topic, queue_id, t, c.tags_code)
+        rec = _Rec(c, topic, queue_id, queue_offset, offset)
+        if self.on_put is not None:
+            properties = parse_properties(c.raw)
+            properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+            self._report(NewMessage(topic, queue_id, c.body, properties, c.raw, 0, c.sys_flag, c.born_ts,
+                                    (c.born_addr, c.born_port), STORE_HOST, c.reconsume, 0, t),
+                         rec, size, t, c.tags_code)
+        level = scheduled.queue_id + 1
         self.level_delivered[level] += 1
         self.lateness[level][t - due] += 1
         if chain is None:
             self.kinds["delivered"] += 1
-            self.arrivals[(result.topic, result.queueId)].add(t, t)
-            return new, result
+            self.arrivals[(topic, queue_id)].add(t, t)
+            return
         self.kinds["retry"] += 1
         gi = chain.group
-        chain.copied = new.reconsumeTimes
+        chain.copied = c.reconsume
         self.retry_copies[gi] += 1
         group = GROUPS[gi]
         consume = max(t + group.lag_ms + int(self.rng.expovariate(1 / group.retry_lag_ms)),
@@ -408,46 +566,52 @@ class SampleGenerator:
         self.retry_last_consume[gi] = consume
         self.retry_consumed[gi].add(consume, t)
         if chain.sendbacks < chain.target:
-            self._push(consume, _SEND_BACK, gi, self._stored(new, result), chain)
+            self._push(consume, _SEND_BACK, gi, rec, chain)
         else:
             self._fold(chain)  # consumed successfully at last
-        return new, result
 
     # -- consumers -----------------------------------------------------------------------
-    def _landed(self, t: int, new: NewMessage, result: PutResult) -> None:
+    def _landed(self, t: int, rec: _Rec) -> None:
         """A producer's plain message: each group of its topic consumes it; some fail and
         send it back. (Delivered delay copies are consumed without failing, and each topic
         has one group: so UNIQ_KEY + DELAY names one schedule record, which keeps the
         scheduler's exactly-once check on this sample simple.)"""
-        self.arrivals[(result.topic, result.queueId)].add(t, t)
+        self.arrivals[(rec.topic, rec.queue_id)].add(t, t)
         rng = self.rng
-        stored = None
-        for gi in self.groups_of_topic[result.topic]:
+        for gi in self.groups_of_topic[rec.topic]:
             group = GROUPS[gi]
             if rng.random() < group.fail_rate:
                 if rng.random() < self.opt.dlq_share:
                     target = DEFAULT_MAX_RECONSUME_TIMES + 1
                 else:
                     target = min(1 + int(rng.expovariate(0.35)), DEFAULT_MAX_RECONSUME_TIMES)
-                if stored is None:
-                    stored = self._stored(new, result)
-                self._push(t + group.lag_ms, _SEND_BACK, gi, stored, _Chain(gi, target))
+                self._push(t + group.lag_ms, _SEND_BACK, gi, rec, _Chain(gi, target))
 
-    def _send_back(self, t: int, gi: int, msg: Message, chain: _Chain, put) -> tuple[NewMessage, PutResult]:
-        new = consumer_send_back(msg, GROUPS[gi].name)
+    def _send_back(self, t: int, gi: int, consumed: _Rec, chain: _Chain) -> None:
+        """The broker's send-back, through the writer's own putMessage (a few in a hundred
+        records): a retry goes to SCHEDULE_TOPIC_XXXX, the last one to the DLQ."""
+        new = consumer_send_back(consumed.message(), GROUPS[gi].name)
         new.storeTimestamp = t
-        result = put(new)
+        result = self.writer.put(new)
+        if self.on_put is not None:
+            self.on_put(new, result)
         if new.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
             self.kinds["dlq"] += 1
             self.dlq_records[gi] += 1
             chain.dlq = True
             self._fold(chain)
-        else:
-            self.kinds["send_back"] += 1
-            self.sendback_records[gi] += 1
-            chain.sendbacks = new.reconsumeTimes
-            self._scheduled(t, new, result, chain)
-        return new, result
+            return
+        self.kinds["send_back"] += 1
+        self.sendback_records[gi] += 1
+        chain.sendbacks = new.reconsumeTimes
+        props = new.properties
+        was = consumed.content
+        raw = result.propertiesRaw
+        c = _Content(raw, _props_part(raw), was.body, was.crc, was.head, was.born_ts, was.born_addr, was.born_port,
+                     was.sys_flag, new.reconsumeTimes, tags_code(props.get(PROPERTY_TAGS)),
+                     props.get(PROPERTY_KEYS) or None, props.get(PROPERTY_UNIQ) or None)
+        rec = _Rec(c, result.topic, result.queueId, result.queueOffset, result.commitLogOffset, new.topic, new.queueId)
+        self._scheduled(t, rec, result.tagsCode, chain)
 
     def _fold(self, chain: _Chain) -> None:
         """Count a chain in its group's figures once, when nothing more will happen to it
@@ -462,16 +626,6 @@ class SampleGenerator:
             self.group_dlq[gi] += 1
         elif chain.copied < chain.sendbacks:
             self.group_pending[gi] += 1
-
-    @staticmethod
-    def _stored(new: NewMessage, result: PutResult, properties: dict[str, str] | None = None) -> Message:
-        """The record as the broker reads it back (properties: those of the stored string);
-        the body CRC is left 0: redelivery does not read it."""
-        raw = result.propertiesRaw
-        return Message(result.storeSize, MESSAGE_MAGIC_CODE, 0, result.queueId, new.flag, result.queueOffset,
-                       result.commitLogOffset, new.sysFlag, new.bornTimestamp, new.bornHost[0], new.bornHost[1],
-                       result.storeTimestamp, new.storeHost[0], new.storeHost[1], new.reconsumeTimes, 0,
-                       new.body, result.topic, raw, parse_properties(raw) if properties is None else properties)
 
     # -- config files and the plan -------------------------------------------------------
     def _persisted_at(self) -> int:
