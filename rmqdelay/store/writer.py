@@ -597,7 +597,8 @@ class StoreWriter:
 
         For a caller that writes many records whose stored form it already knows (the
         sample generator): none of put()'s parsing, re-serialising or result object."""
-        self._check_usable()
+        if not self._opened or self._failed is not None:
+            self._check_usable()
         if topic not in self._valid_topics:
             validate_topic(topic)
             self._valid_topics.add(topic)
@@ -606,8 +607,10 @@ class StoreWriter:
             raise UsageError(f"an encoded record of {len(record)} bytes whose head says {size} bytes, "
                              f"magic code {magic:#x}")
         store_ts = _STORE_TS.unpack_from(record, 68 if sys_flag & BORNHOST_V6_FLAG else 56)[0]
-        dispatch = _tran_type(sys_flag) not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
-        self._ensure_room(size)
+        dispatch = sys_flag & TRANSACTION_TYPE_MASK not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+        file_size = self._commitlog_file_size
+        if self._end % file_size + size + END_FILE_MIN_BLANK_LENGTH > file_size:
+            self._ensure_room(size)  # the next file (or a message too big for any)
         key = (topic, queue_id)
         queue_offset = self._queue_offsets.get(key, 0) if dispatch else 0
         offset = self._end
