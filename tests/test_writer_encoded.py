@@ -8,12 +8,12 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from rmqdelay.errors import UsageError
 from rmqdelay.formats.commitlog import Message, body_crc, encode_message, message_size
 from rmqdelay.formats.constants import BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE
 from rmqdelay.formats.javahash import tags_code
 from rmqdelay.formats.properties import format_properties, java_order
 
+from rmqdelay.errors import UsageError
 from rmqdelay.store import Store
 from rmqdelay.store.index import IndexSettings
 from rmqdelay.store.writer import NewMessage, StoreWriter
