@@ -14,16 +14,12 @@ from __future__ import annotations
 
 import os
 from collections import Counter, defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from rmqdelay.errors import UsageError
 from rmqdelay.formats.constants import (
-    DEFAULT_MAPPED_FILE_SIZE_TIMER_LOG,
-    DEFAULT_TIMER_PRECISION_MS,
-    DEFAULT_TIMER_ROLL_WINDOW_SLOT,
-    TIMER_BLANK_SLOTS,
     TIMER_MAGIC_DEFAULT,
     TIMER_MAGIC_DELETE,
     TIMER_MAGIC_ROLL,
@@ -42,40 +38,28 @@ from rmqdelay.formats.timermetrics import TimerMetrics, TopicCount, format_timer
 from rmqdelay.formats.timerwheel import (
     SLOT_DTYPE,
     SLOT_SIZE,
-    SLOTS_TOTAL,
     WHEEL_FILE_SIZE,
     WHEEL_SLOTS,
 )
 from rmqdelay.store import fileio
 from rmqdelay.store.durable import atomic_write
+from rmqdelay.timer.config import TimerConfig, timer_config
 from rmqdelay.timer.store import timer_paths
-
-
-@dataclass(frozen=True)
-class TimerSettings:
-    """The broker's timer settings the store is made for (MessageStoreConfig)."""
-
-    precisionMs: int = DEFAULT_TIMER_PRECISION_MS
-    rollWindowSlot: int = DEFAULT_TIMER_ROLL_WINDOW_SLOT
-    timerLogFileSize: int = DEFAULT_MAPPED_FILE_SIZE_TIMER_LOG
-
-    @property
-    def roll_window_slots(self) -> int:
-        """TimerMessageStore's timerRollWindowSlots: the setting, unless outside [2, slotsTotal - 60]."""
-        slots = self.rollWindowSlot
-        return slots if 2 <= slots <= SLOTS_TOTAL - TIMER_BLANK_SLOTS else SLOTS_TOTAL - TIMER_BLANK_SLOTS
 
 
 class TimerStoreBuilder:
     """doEnqueue's bookkeeping for a new timer store; ``write`` puts the files on disk."""
 
-    def __init__(self, settings: TimerSettings = TimerSettings()) -> None:
-        if settings.timerLogFileSize < UNIT_SIZE + MIN_BLANK_LEN:
-            raise ValueError(f"a timer log file of at least {UNIT_SIZE + MIN_BLANK_LEN} bytes")
-        self.settings = settings
-        self._window_ms = settings.roll_window_slots * settings.precisionMs
-        self._half_ms = settings.roll_window_slots // 2 * settings.precisionMs
-        self._third_ms = settings.roll_window_slots // 3 * settings.precisionMs
+    def __init__(self, config: TimerConfig | None = None) -> None:
+        """``config``: the broker's timer settings the store is made for (default: 5.3.3's)."""
+        config = config or timer_config()
+        if config.timerLogFileSize < UNIT_SIZE + MIN_BLANK_LEN:
+            raise UsageError(f"mappedFileSizeTimerLog: at least {UNIT_SIZE + MIN_BLANK_LEN} bytes, "
+                             f"found {config.timerLogFileSize}")
+        self.config = config
+        self._window_ms = config.rollWindowMs
+        self._half_ms = config.rollWindowSlots // 2 * config.precisionMs
+        self._third_ms = config.rollWindowSlots // 3 * config.precisionMs
         # One list per column: appends are cheap, numpy takes them at the end.
         self._cols: dict[str, list[int]] = {name: [] for name in UNITS_DTYPE.names}
         self.end = 0  # where the next unit goes (global timer log offset)
@@ -124,7 +108,7 @@ class TimerStoreBuilder:
         return slot, magic
 
     def _next_pos(self) -> int:
-        size = self.settings.timerLogFileSize
+        size = self.config.timerLogFileSize
         at = self.end % size
         if at + UNIT_SIZE + MIN_BLANK_LEN > size:  # TimerLog.append: a BLANK, then the next file
             self.end += size - at
@@ -162,7 +146,7 @@ class TimerStoreBuilder:
 
     def _write_log(self, directory: Path) -> None:
         fileio.make_dirs(directory)
-        size = self.settings.timerLogFileSize
+        size = self.config.timerLogFileSize
         units = np.zeros(self.units, dtype=UNITS_DTYPE)
         for name, values in self._cols.items():
             units[name] = values
@@ -189,7 +173,7 @@ class TimerStoreBuilder:
 
     def _write_wheel(self, path: Path) -> None:
         """The non-empty slots at (time / precision) mod slots, in a sparse file of the wheel's size."""
-        p = self.settings.precisionMs
+        p = self.config.precisionMs
         times = np.array(sorted(self._slots), dtype=np.int64)
         rows = np.zeros(len(times), dtype=SLOT_DTYPE)
         rows["timeSlot"] = times // p

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 from clirun import run_cli
 from rmqdelay.formats.timerlog import UNIT_SIZE
 
-from rmqdelay.samples_timer import TimerSettings, TimerStoreBuilder
+from rmqdelay.samples_timer import TimerStoreBuilder
 from rmqdelay.store.writer import NewMessage, StoreWriter
+from rmqdelay.timer.config import timer_config
 
 WHEEL = "rmq_sys_wheel_timer"
 T0 = 1_767_225_600_000
@@ -28,12 +30,12 @@ def parked(real_topic: str, uniq: str, out_ms: int, t: int, *, delete: bool = Fa
                       bornTimestamp=t, storeTimestamp=t)
 
 
-def build(tmp_path, settings: TimerSettings, at_ms: int):
+def build(tmp_path, config, at_ms: int):
     """A timeline: messages parked each 100 ms with near, far (rolled) and shared deliver
     times, some cancelled; slots read once the clock is 1 s past them, until ``at_ms``."""
     rng = random.Random(3)
     store = tmp_path / "store"
-    builder = TimerStoreBuilder(settings)
+    builder = TimerStoreBuilder(config)
     events = []  # (time, order, what, ...)
     for i in range(200):
         t = T0 + 100 * i
@@ -89,13 +91,13 @@ def build(tmp_path, settings: TimerSettings, at_ms: int):
 
 
 def test_a_built_timer_store_verifies_and_counts_what_the_timeline_left(tmp_path, capsys):
-    settings = TimerSettings(rollWindowSlot=60, timerLogFileSize=UNIT_SIZE * 40 + 16)
+    config = replace(timer_config(), rollWindowSlotConfigured=60, timerLogFileSize=UNIT_SIZE * 40 + 16)
     at_ms = T0 + 75_000
-    store, builder, done, read_ms = build(tmp_path, settings, at_ms)
+    store, builder, done, read_ms = build(tmp_path, config, at_ms)
     assert done["delivered"] > 20 and done["cancelled"] > 0 and done["rolled"] > 0
     assert len(list((store / "timerlog").iterdir())) > 3  # files roll, each ending in a BLANK
     conf = tmp_path / "broker.conf"
-    conf.write_text("timerRollWindowSlot=60\nmappedFileSizeTimerLog=%d\n" % settings.timerLogFileSize)
+    conf.write_text("timerRollWindowSlot=60\nmappedFileSizeTimerLog=%d\n" % config.timerLogFileSize)
     verify = run_cli(capsys, "inspect", "timer", store, "--verify", "--now", str(at_ms), "--broker-config", conf)
     assert verify.code == 0, verify.out + verify.err
     assert "drift" not in verify.out  # the metrics hold the true counts
