@@ -123,7 +123,8 @@ def run(
     scheduler = Scheduler(store, delay_levels=resolve_delay_levels(delay_levels, broker_config),
                           levels=parse_levels(levels), now_ms=parse_time_ms(now) if now else None,
                           mode=mode, dry_run=dry_run, flush_interval_ms=int(flush_interval * 1000),
-                          batch_size=batch_size, index=IndexSettings.from_broker_config(broker_config))
+                          batch_size=batch_size, index=IndexSettings.from_broker_config(broker_config),
+                          broker_config=broker_config)
     previous = {sig: signal.signal(sig, lambda *_: scheduler.stop()) for sig in (signal.SIGINT, signal.SIGTERM)}
     live = None
     try:

@@ -32,20 +32,45 @@ def format_properties(properties: dict[str, str]) -> str:
     )
 
 
-def _hashmap_capacity(size: int) -> int:
-    capacity = 16
+# 5.x MessageDecoder.string2messageProperties makes ``new HashMap<>(128)`` (4.9.4: the
+# default 16): the map the broker's timer and schedule services rebuild a stored message's
+# properties string from, so their order is that of a 128-bucket table.
+DECODED_MAP_CAPACITY_5X = 128
+
+
+def _hashmap_capacity(size: int, initial: int = 16) -> int:
+    capacity = initial
     while size > capacity * 3 // 4:
         capacity *= 2
     return capacity
 
 
-def java_order(properties: dict[str, str]) -> dict[str, str]:
-    """The iteration order of a java.util.HashMap filled by put() in the dict's order.
+def java_order(properties: dict[str, str], capacity: int = 16) -> dict[str, str]:
+    """The iteration order of a java.util.HashMap made with ``capacity`` buckets and filled by
+    put() in the dict's order.
 
     A bucket keeps insertion order across resizes, so the order is (bucket, insertion).
     Buckets long enough to become trees (8+ colliding keys) are not modelled.
     """
-    return {k: properties[k] for k in _java_key_order(tuple(properties))}
+    return {k: properties[k] for k in _java_key_order(tuple(properties), capacity)}
+
+
+def properties_to_string(properties: dict[str, str]) -> str:
+    """MessageDecoder.messageProperties2String: every pair followed by a separator, in the
+    dict's order (give it ``java_order``'s)."""
+    return "".join(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in properties.items()
+                   if v is not None)
+
+
+def delete_property(text: str, name: str) -> str:
+    """MessageUtils.deleteProperty: every ``name\x01value`` entry cut out of a stored
+    properties string (with its separator)."""
+    needle = name + NAME_VALUE_SEPARATOR
+    if needle not in text:
+        return text
+    parts = text.split(PROPERTY_SEPARATOR)
+    kept = [part for part in parts if not part.startswith(needle)]
+    return PROPERTY_SEPARATOR.join(kept)
 
 
 def reformat_properties(properties: dict[str, str], stored: str) -> str:
@@ -61,9 +86,9 @@ def reformat_properties(properties: dict[str, str], stored: str) -> str:
 
 
 @lru_cache(maxsize=4096)
-def _java_key_order(keys: tuple[str, ...]) -> tuple[str, ...]:
+def _java_key_order(keys: tuple[str, ...], initial: int = 16) -> tuple[str, ...]:
     # The order depends on the keys alone, and messages repeat the same few key sets.
-    capacity = _hashmap_capacity(len(keys))
+    capacity = _hashmap_capacity(len(keys), initial)
 
     def bucket(key: str) -> int:
         h = java_string_hash(key) & 0xFFFFFFFF

@@ -143,20 +143,38 @@ class OffsetPublisher:
     compares its own with."""
 
     def __init__(self, store_path: Path | str, published: dict[int, int] | None,
-                 data_version: DataVersion | None, delay_levels: dict[int, int] | None = None) -> None:
+                 data_version: DataVersion | None, delay_levels: dict[int, int] | None = None,
+                 version_step: int | None = None) -> None:
         self.store_path = Path(store_path)
         self.published = None if published is None else dict(published)
         self.data_version = data_version
         self.delay_levels = None if delay_levels is None else dict(delay_levels)
+        # 5.x ScheduleMessageService.updateOffset: dataVersion.nextVersion once every
+        # delayOffsetUpdateVersionStep (200) calls; None: once per changed table.
+        self.version_step = version_step
+        self._bumps = 0
 
-    def publish(self, commit_log_offset: int, table: dict[int, int]) -> None:
+    def _next_version(self, updates: int) -> DataVersion | None:
+        if self.version_step is None or self.data_version is None:
+            return next_data_version(self.data_version)
+        bumps = updates // self.version_step - self._bumps
+        if bumps <= 0:
+            return self.data_version
+        self._bumps += bumps
+        current = self.data_version
+        return DataVersion(current.counter + bumps, current.stateVersion, time.time_ns() // 1_000_000)
+
+    def publish(self, commit_log_offset: int, table: dict[int, int], updates: int = 0) -> None:
+        """``updates``: the broker's updateOffset calls this run stands for (one per message
+        delivered or skipped), which move dataVersion with ``version_step``."""
         table = dict(table)
-        updates = [_scheduler_state_update(self.store_path, SchedulerState(
+        updates_files = [_scheduler_state_update(self.store_path, SchedulerState(
             commit_log_offset, table, self.published, self.delay_levels))]
         version = self.data_version
         if table != self.published or not delay_offset_path(self.store_path).exists():
-            version = next_data_version(self.data_version)
-            updates.append(_delay_offsets_update(self.store_path, table, version))
+            version = self._next_version(updates)
+            updates_files.append(_delay_offsets_update(self.store_path, table, version))
+        updates = updates_files
         publish_files(updates)
         self.data_version = version
         self.published = table

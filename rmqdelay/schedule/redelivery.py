@@ -19,11 +19,18 @@ from rmqdelay.formats.constants import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_WAIT_STORE_MSG_OK,
     RETRY_GROUP_TOPIC_PREFIX,
 )
 from rmqdelay.formats.javanum import java_parse_int
-from rmqdelay.formats.properties import reformat_properties
+from rmqdelay.formats.properties import (
+    DECODED_MAP_CAPACITY_5X,
+    java_order,
+    properties_to_string,
+    reformat_properties,
+)
 from rmqdelay.store.writer import NewMessage
 
 
@@ -33,17 +40,33 @@ def _real_queue_id(properties: dict[str, str]) -> int:
     return -1 if qid is None else qid
 
 
-def message_timeup(msg: Message) -> NewMessage:
+# What 5.x messageTimeUp clears from the map after the string is built (TIMER_DELAY_MS stays).
+_CLEARED_5X = (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC)
+
+
+def broker_properties_string(properties: dict[str, str]) -> str:
+    """What a 5.x broker's service stores for a message it read back and re-puts:
+    messageProperties2String of MessageDecoder's map (128 buckets, filled in the stored
+    order, empty values gone), every pair followed by a separator."""
+    return properties_to_string(java_order(properties, DECODED_MAP_CAPACITY_5X))
+
+
+def message_timeup(msg: Message, *, broker5x: bool = False) -> NewMessage:
     """The delivered copy of a due schedule message.
 
     The properties string is serialised before DELAY is cleared, and that string is what
     the commit log stores: the delivered record keeps DELAY=n (a 4.9.4 quirk, kept so the
     bytes match the broker's). The map without DELAY is what put() looks at, so the
-    message is not delayed again.
+    message is not delayed again. A 5.x broker (``broker5x``) builds the string from its
+    128-bucket map, and clears TIMER_DELIVER_MS and TIMER_DELAY_SEC from the map as well.
     """
-    raw = reformat_properties(msg.properties, msg.propertiesRaw)
+    if broker5x:
+        raw = broker_properties_string(msg.properties)
+    else:
+        raw = reformat_properties(msg.properties, msg.propertiesRaw)
     properties = dict(msg.properties)
-    properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+    for name in _CLEARED_5X if broker5x else (PROPERTY_DELAY_TIME_LEVEL,):
+        properties.pop(name, None)
     return NewMessage(
         topic=properties.get(PROPERTY_REAL_TOPIC, ""),
         queueId=_real_queue_id(properties),

@@ -55,11 +55,13 @@ from rmqdelay.schedule.redelivery import message_timeup
 from rmqdelay.schedule.status import corrected_deliver_times
 from rmqdelay.store import Store
 from rmqdelay.store.index import IndexSettings
-from rmqdelay.store.topics import topic_problem
-from rmqdelay.store.writer import NewMessage, StoreWriter
+from rmqdelay.store.topics import long_retry_topic, topic_problem
+from rmqdelay.store.writeformat import detect_write_format
+from rmqdelay.store.writer import NewMessage, StoreWriter, without_crc
 
 MODES = ("forever", "once", "until-empty")
 LATENCY_WINDOW = 1 << 16  # lateness samples kept per level for p50/p99
+DELAY_OFFSET_UPDATE_VERSION_STEP = 200  # BrokerConfig.delayOffsetUpdateVersionStep
 
 
 # -- events ------------------------------------------------------------------------------
@@ -173,9 +175,11 @@ class LevelState:
 
 
 # -- restoring one unit ------------------------------------------------------------------
-def restore_unit(store: Store, commit_log_offset: int, size: int) -> tuple[Message | None, NewMessage | None, str | None]:
+def restore_unit(store: Store, commit_log_offset: int, size: int, *,
+                 broker5x: bool = False) -> tuple[Message | None, NewMessage | None, str | None]:
     """The message a due unit delivers, or why it is skipped. Depends only on the stored
-    bytes, so a replay reaches the same decision as the run that wrote the log."""
+    bytes, so a replay reaches the same decision as the run that wrote the log. ``broker5x``:
+    as a 5.x ScheduleMessageService restores it (its properties string, long retry topics)."""
     try:
         msg = store.commitlog.read_message(commit_log_offset, size)
     except StoreReadError:
@@ -188,7 +192,7 @@ def restore_unit(store: Store, commit_log_offset: int, size: int) -> tuple[Messa
     if topic is None:
         return msg, None, "no REAL_TOPIC property"
     problem = topic_problem(topic)
-    if problem:
+    if problem and not (broker5x and long_retry_topic(topic)):
         return msg, None, f"REAL_TOPIC is {problem}"
     if topic == RMQ_SYS_TRANS_HALF_TOPIC:
         return msg, None, "REAL_TOPIC is the transaction half topic (the broker discards it)"
@@ -199,12 +203,12 @@ def restore_unit(store: Store, commit_log_offset: int, size: int) -> tuple[Messa
     qid = java_parse_int(qid_text) if qid_text is not None else None
     if qid is None or not 0 <= qid <= 0x7FFFFFFF:
         return msg, None, f"REAL_QID is not a queue id: {qid_text!r}"
-    return msg, message_timeup(msg), None
+    return msg, message_timeup(msg, broker5x=broker5x), None
 
 
 def _same_delivery(record: Message, new: NewMessage) -> bool:
     return (record.topic == new.topic and record.queueId == new.queueId
-            and record.propertiesRaw == new.propertiesRaw and record.body == new.body
+            and without_crc(record.propertiesRaw) == without_crc(new.propertiesRaw) and record.body == new.body
             and record.bornTimestamp == new.bornTimestamp and record.flag == new.flag
             and record.sysFlag == new.sysFlag and record.reconsumeTimes == new.reconsumeTimes)
 
@@ -220,7 +224,7 @@ class OffsetRecovery:
     replayed: Replayed | None
 
 
-def exact_offsets(store: Store, delay_levels: dict[int, int]) -> OffsetRecovery:
+def exact_offsets(store: Store, delay_levels: dict[int, int], *, broker5x: bool = False) -> OffsetRecovery:
     """The offsets at the end of the commit log: delayOffset.json (or the scheduler file,
     when delayOffset.json is the table it published), clamped as correctDelayOffset does,
     then advanced over deliveries that were appended after that table was made exact.
@@ -267,7 +271,7 @@ def exact_offsets(store: Store, delay_levels: dict[int, int]) -> OffsetRecovery:
         offsets[level] = corrected
     replayed = None
     if replay_from is not None:
-        counts = _replay(store, offsets, replay_from)
+        counts = _replay(store, offsets, replay_from, broker5x)
         for level in counts:
             table[level] = offsets[level]
         replayed = Replayed(replay_from, counts)
@@ -293,7 +297,7 @@ def _looks_delivered(record: Message) -> bool:
     return PROPERTY_REAL_TOPIC in props and level is not None and level > 0
 
 
-def _replay(store: Store, offsets: dict[int, int], start: int) -> dict[int, int]:
+def _replay(store: Store, offsets: dict[int, int], start: int, broker5x: bool = False) -> dict[int, int]:
     """Advance ``offsets`` over the deliveries found in [start, end). Deliveries appear in
     order per level; records that cannot be deliveries (what `send` or a producer added)
     are passed over. A record that looks like a delivery but is not the next one of any
@@ -316,7 +320,7 @@ def _replay(store: Store, offsets: dict[int, int], start: int) -> dict[int, int]
         candidates = ([named] if named in offsets else []) + [level for level in offsets if level != named]
         found = None
         for level in candidates:
-            offset = _next_delivery_matching(store, level, offsets[level], maxes[level], record)
+            offset = _next_delivery_matching(store, level, offsets[level], maxes[level], record, broker5x)
             if offset is not None:
                 found = level
                 break
@@ -332,13 +336,14 @@ def _replay(store: Store, offsets: dict[int, int], start: int) -> dict[int, int]
     return counts
 
 
-def _next_delivery_matching(store: Store, level: int, offset: int, max_offset: int, record: Message) -> int | None:
+def _next_delivery_matching(store: Store, level: int, offset: int, max_offset: int, record: Message,
+                            broker5x: bool = False) -> int | None:
     """The offset of the unit of ``level`` that ``record`` delivered, when it is the next
     one to deliver (after units the scheduler skips), else None."""
     cq = store.schedule_queue(level)
     while offset < max_offset:
         unit = cq.unit(offset)
-        _, new, reason = restore_unit(store, unit.commitLogOffset, unit.size)
+        _, new, reason = restore_unit(store, unit.commitLogOffset, unit.size, broker5x=broker5x)
         if reason is None:
             return offset if _same_delivery(record, new) else None
         offset += 1  # skipped the same way by the run that wrote the log
@@ -387,7 +392,7 @@ class Scheduler:
                  levels: list[int] | None = None, now_ms: int | None = None, mode: str = "forever",
                  dry_run: bool = False, flush_interval_ms: int = 10_000, batch_size: int = 1024,
                  sync: bool = True, clock: Callable[[], int] | None = None,
-                 index: IndexSettings | None = None) -> None:
+                 index: IndexSettings | None = None, broker_config: Path | None = None) -> None:
         if mode not in MODES:
             raise UsageError(f"mode: one of {', '.join(MODES)}, found {mode!r}")
         self.store_path = Path(store_path)
@@ -405,6 +410,8 @@ class Scheduler:
         self.batch_size = batch_size
         self.sync = sync
         self.index = index
+        self.broker_config = broker_config
+        self.broker5x = False  # set from the store (and broker_config) on start
         self.states: dict[int, LevelState] = {}
         self.offset_table: dict[int, int] = {}
         self.delivered = 0
@@ -428,11 +435,16 @@ class Scheduler:
             self._waker.close()
 
     def _setup(self, store: Store) -> Iterator[Event]:
-        recovery = exact_offsets(store, self.delay_levels)
+        recovery = exact_offsets(store, self.delay_levels, broker5x=self.broker5x)
         yield from recovery.notices
         if recovery.replayed is not None and recovery.replayed.perLevel:
             yield recovery.replayed
         self.offset_table = recovery.table
+        if self.broker5x and recovery.dataVersion is not None:
+            # A 5.x ScheduleMessageService stores every level once it ran (updateOffset is
+            # called for a level whose head is not due too), at the offset it resumes from.
+            for level in self.delay_levels:
+                self.offset_table.setdefault(level, recovery.offsets[level])
         for level in self.levels:
             cq = store.schedule_queue(level)
             self.states[level] = LevelState(level, self.delay_levels[level], recovery.offsets[level],
@@ -446,7 +458,9 @@ class Scheduler:
         # An error anywhere leaves the block by an exception: the writer abandons what is
         # pending and nothing is published (the next run replays what was written).
         with StoreWriter(self.store_path, delay_levels=self.delay_levels, clock=self.clock,
-                         sync=False, index=self.index) as writer:
+                         sync=False, index=self.index, broker_config=self.broker_config) as writer:
+            self.broker5x = writer.write_format.is5x
+            yield Notice("write-format", "writing as the store's broker does: " + "; ".join(writer.write_format.notes))
             for note in writer.recovery.notices:
                 yield Notice("recovery", note)
             if writer.recovery.indexed:
@@ -455,7 +469,8 @@ class Scheduler:
             try:
                 recovery = yield from self._setup(store)
                 publisher = OffsetPublisher(self.store_path, recovery.published, recovery.dataVersion,
-                                            self.delay_levels)
+                                            self.delay_levels,
+                                            DELAY_OFFSET_UPDATE_VERSION_STEP if self.broker5x else None)
                 # Publish at once: from here on every delivery is after a known, exact point.
                 self._publish(writer, publisher)
                 yield Persisted(writer.end_offset, dict(self.offset_table))
@@ -473,7 +488,7 @@ class Scheduler:
             writer.sync_to_disk()
         else:
             writer.flush()
-        publisher.publish(writer.end_offset, self.offset_table)
+        publisher.publish(writer.end_offset, self.offset_table, self.delivered + self.skipped)
 
     def _loop(self, store: Store, writer: StoreWriter, publisher: OffsetPublisher,
               known_queues: set[tuple[str, int]]) -> Iterator[Event]:
@@ -574,7 +589,7 @@ class Scheduler:
         table = self.offset_table
         for i in range(len(offsets_py)):
             cl_offset = offsets_py[i]
-            msg, new, reason = restore_unit(store, cl_offset, sizes_py[i])
+            msg, new, reason = restore_unit(store, cl_offset, sizes_py[i], broker5x=self.broker5x)
             offset = start + i
             if reason is not None:
                 state.offset = table[level] = offset + 1
@@ -601,6 +616,7 @@ class Scheduler:
     def _dry_run(self) -> Iterator[Event]:
         """What a --once run would deliver now; reads only, takes no lock."""
         with Store(self.store_path) as store:
+            self.broker5x = detect_write_format(store, self.broker_config).is5x
             yield from self._setup(store)
             for level in self.levels:
                 state = self.states[level]
@@ -611,7 +627,7 @@ class Scheduler:
                     for i in range(n_due):
                         u = units[i]
                         cl_offset = int(u["commitLogOffset"])
-                        msg, new, reason = restore_unit(store, cl_offset, int(u["size"]))
+                        msg, new, reason = restore_unit(store, cl_offset, int(u["size"]), broker5x=self.broker5x)
                         if reason is not None:
                             state.skipped += 1
                             self.skipped += 1

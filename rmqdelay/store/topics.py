@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from rmqdelay.errors import UsageError
-from rmqdelay.formats.constants import TOPIC_MAX_LENGTH
+from rmqdelay.formats.constants import RETRY_GROUP_TOPIC_PREFIX, TOPIC_MAX_LENGTH
+
+BROKER_MAX_TOPIC_BYTES = 255  # HookUtils.MAX_TOPIC_LENGTH (5.x)
 
 # TopicValidator.VALID_CHAR_BIT_MAP (4.9.4 and 5.3.3 alike): every character of the name must be
 # one of these. A character test rather than a regex: '$' in Python also matches before a final
@@ -27,3 +29,11 @@ def validate_topic(topic: str) -> None:
     problem = topic_problem(topic)
     if problem:
         raise UsageError(f"invalid topic: {problem}")
+
+
+def long_retry_topic(topic: str) -> bool:
+    """A retry topic longer than 127 bytes that a 5.x broker still puts (HookUtils.
+    checkBeforePutMessage allows %RETRY% topics up to 255 bytes, written as V2 records)."""
+    size = len(topic.encode("utf-8", "surrogateescape"))
+    return (topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and TOPIC_MAX_LENGTH < size <= BROKER_MAX_TOPIC_BYTES
+            and topic_problem(topic[:TOPIC_MAX_LENGTH]) is None)

@@ -49,6 +49,7 @@ from rmqdelay.formats.constants import (
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     NAME_VALUE_SEPARATOR,
+    PROPERTY_CRC32,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
     PROPERTY_REAL_QUEUE_ID,
@@ -69,7 +70,13 @@ from rmqdelay.formats.constants import (
 from rmqdelay.formats.javahash import tags_code
 from rmqdelay.formats.javanum import java_parse_int
 from rmqdelay.formats.msgid import create_message_id
-from rmqdelay.formats.properties import format_properties, java_order, property_value
+from rmqdelay.formats.propcrc import reserved_properties, seal_record
+from rmqdelay.formats.properties import (
+    delete_property,
+    format_properties,
+    java_order,
+    property_value,
+)
 from rmqdelay.schedule.levels import parse_delay_levels
 from rmqdelay.store import Store, fileio
 from rmqdelay.store.commitlog import END_FILE_MIN_BLANK_LENGTH
@@ -84,10 +91,11 @@ from rmqdelay.store.recovery import (
     apply_recovery,
     plan_recovery,
 )
-from rmqdelay.store.topics import validate_topic
+from rmqdelay.store.topics import long_retry_topic, validate_topic
+from rmqdelay.store.writeformat import WriteFormat, detect_write_format
 
 __all__ = ["DEFAULT_COMMITLOG_FILE_SIZE", "DEFAULT_CQ_FILE_SIZE", "NewMessage", "PutResult", "RecoveryReport",
-           "StoreWriter"]
+           "StoreWriter", "WriteFormat"]
 
 DEFAULT_COMMITLOG_FILE_SIZE = 1024 * 1024 * 1024  # mappedFileSizeCommitLog
 DEFAULT_CQ_FILE_SIZE = 300_000 * CQ_STORE_UNIT_SIZE  # mappedFileSizeConsumeQueue
@@ -283,8 +291,14 @@ class StoreWriter:
         create: bool = False,
         open_queue_files: int = OPEN_QUEUE_FILES,
         index: IndexSettings | None = None,
+        broker_config: Path | None = None,
+        write_format: WriteFormat | None = None,
     ) -> None:
         self.path = Path(path)
+        # How this store's broker writes records (CRC property, V2): detected on open from the
+        # store and broker_config unless given; ``write_format.notes`` says what was found.
+        self._broker_config = broker_config
+        self.write_format = write_format
         self.delay_levels = delay_levels or parse_delay_levels()
         self.max_level = max(self.delay_levels)
         self.clock = clock
@@ -443,6 +457,8 @@ class StoreWriter:
                     if size:
                         self._cq_file_size = size
                         break
+            if self.write_format is None:
+                self.write_format = detect_write_format(store, self._broker_config)
             cp = store.checkpoint()
             self._checkpoint = cp or Checkpoint(0, 0, 0)
             plan = plan_recovery(store)  # reads only; raises (a refusal) before any change
@@ -527,8 +543,9 @@ class StoreWriter:
         """CommitLog.putMessage: delay rewrite, queue offset, encode, append; unit queued."""
         self._check_usable()
         topic, queue_id = new.topic, new.queueId
+        fmt = self.write_format
         if topic not in self._valid_topics:
-            validate_topic(topic)
+            _check_topic(topic, fmt)
             self._valid_topics.add(topic)
         props = new.properties
         props_raw = new.propertiesRaw
@@ -552,22 +569,34 @@ class StoreWriter:
         sys_flag = new.sysFlag
         sys_flag = (sys_flag | BORNHOST_V6_FLAG) if len(new.bornHost[0]) == 16 else (sys_flag & ~BORNHOST_V6_FLAG)
         sys_flag = (sys_flag | STOREHOSTADDRESS_V6_FLAG) if len(new.storeHost[0]) == 16 else (sys_flag & ~STOREHOSTADDRESS_V6_FLAG)
+        if fmt.propCrc:
+            # CommitLog.asyncPutMessage drops a __CRC32# the message carries; the encoder
+            # reserves a fresh one, sealed once the record is complete.
+            props_raw = reserved_properties(delete_property(props_raw, PROPERTY_CRC32))
         topic_bytes = topic.encode("utf-8")
         props_bytes = props_raw.encode("utf-8", "surrogateescape")
         if len(props_bytes) > 32767:
             raise UsageError(f"properties of {len(props_bytes)} bytes; a record holds at most 32767")
-        size = message_size(sys_flag, len(new.body), len(topic_bytes), len(props_bytes))
+        # CommitLog.asyncPutMessage: V2 (two-byte topic length) for a topic longer than
+        # Byte.MAX_VALUE Java characters.
+        magic = MESSAGE_MAGIC_CODE_V2 if fmt.autoMessageVersionOnTopicLen and _java_length(topic) > 127 \
+            else MESSAGE_MAGIC_CODE
+        size = message_size(sys_flag, len(new.body), len(topic_bytes), len(props_bytes), magic)
         self._ensure_room(size)
         key = (topic, queue_id)
         queue_offset = self._queue_offsets.get(key, 0) if dispatch else 0
         offset = self._end
-        msg = Message(size, MESSAGE_MAGIC_CODE, body_crc(new.body), queue_id, new.flag, queue_offset,
+        msg = Message(size, magic, body_crc(new.body), queue_id, new.flag, queue_offset,
                       offset, sys_flag, new.bornTimestamp, new.bornHost[0], new.bornHost[1], store_ts,
                       new.storeHost[0], new.storeHost[1], new.reconsumeTimes,
                       new.preparedTransactionOffset, new.body, topic, props_raw)
+        record = encode_message(msg)
+        if fmt.propCrc:
+            record = seal_record(record)
+            props_raw = record[size - len(props_bytes):].decode("utf-8", "surrogateescape")
         if not self._pending:
             self._pending_start = offset
-        self._pending.append(encode_message(msg))
+        self._pending.append(record)
         self._end += size
         self._pending_bytes += size
         if self._indexer is not None:
@@ -839,6 +868,25 @@ def _parse_abort_mark(content: bytes) -> int | None:
         return None
     text = content[len(ABORT_MARK):].strip()
     return int(text) if text.isdigit() else None
+
+
+def _java_length(text: str) -> int:
+    """String.length(): UTF-16 code units."""
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def _check_topic(topic: str, fmt: WriteFormat) -> None:
+    """TopicValidator's rules; a 5.x broker also puts retry topics longer than 127 bytes (up to
+    HookUtils' 255), which it writes as V2 records."""
+    if fmt.is5x and long_retry_topic(topic):
+        return
+    validate_topic(topic)
+
+
+def without_crc(properties_raw: str) -> str:
+    """A stored properties string without its __CRC32# entry (what differs between two
+    copies of one message written with and without enabledAppendPropCRC)."""
+    return delete_property(properties_raw, PROPERTY_CRC32)
 
 
 def _tran_type(sys_flag: int) -> int:
