@@ -25,6 +25,13 @@ from rmqdelay.schedule.scheduler import (
     Stopped,
 )
 from rmqdelay.store.index import IndexSettings
+from rmqdelay.timer.deliver import (
+    TimerCancelled,
+    TimerDelivered,
+    TimerNotice,
+    TimerPersisted,
+    TimerSkipped,
+)
 
 from .common import (
     console,
@@ -56,7 +63,9 @@ def parse_levels(text: str | None) -> list[int] | None:
 
 def event_json(event) -> dict:
     name = {Delivered: "delivered", Skipped: "skipped", QueueCreated: "queueCreated", Notice: "notice",
-            Replayed: "replayed", Persisted: "persisted", Sleeping: "sleeping", Stopped: "stopped"}[type(event)]
+            Replayed: "replayed", Persisted: "persisted", Sleeping: "sleeping", Stopped: "stopped",
+            TimerDelivered: "timerDelivered", TimerCancelled: "timerCancelled", TimerSkipped: "timerSkipped",
+            TimerNotice: "timerNotice", TimerPersisted: "timerPersisted"}[type(event)]
     body = dataclasses.asdict(event)
     for key in ("offsetTable", "perLevel"):
         if key in body:
@@ -81,11 +90,23 @@ class _LiveView:
             table.add_row(str(level), format_duration_ms(st.delayMs), str(st.offset), str(st.pending),
                           str(st.delivered), str(st.skipped), format_time_ms(st.nextDueTimestamp),
                           *_lateness_cells(st))
+        t = s.timer
+        if t is not None:
+            table.add_row("timer", format_duration_ms(t.precision), str(t.queue_offset), "-",
+                          f"{t.delivered} (+{t.rolled} rolled, {t.cancelled} cancelled)", str(t.skipped),
+                          format_time_ms(t.next_due()), *_timer_lateness_cells(t))
         return table
 
 
 def _lateness_cells(state) -> tuple[str, str, str]:
     pct = state.lateness_percentiles()
+    if pct is None:
+        return "-", "-", "-"
+    return format_duration_ms(round(pct[0])), format_duration_ms(round(pct[1])), format_duration_ms(pct[2])
+
+
+def _timer_lateness_cells(timer) -> tuple[str, str, str]:
+    pct = timer.lateness_percentiles()
     if pct is None:
         return "-", "-", "-"
     return format_duration_ms(round(pct[0])), format_duration_ms(round(pct[1])), format_duration_ms(pct[2])
@@ -113,7 +134,8 @@ def run(
     batch_size: int = typer.Option(1024, "--batch-size", hidden=True),
 ) -> None:
     """Deliver due delay messages of SCHEDULE_TOPIC_XXXX to their real topics, as the broker's
-    ScheduleMessageService does - exactly once, even after kill -9."""
+    ScheduleMessageService does, and on a 5.x store the timer wheel as its TimerMessageStore
+    does (cancellations honoured, rolls re-put) - exactly once, even after kill -9."""
     if once and until_empty:
         raise UsageError("--once and --until-empty: give one of them")
     finite_seconds(flush_interval, "--flush-interval")
@@ -139,7 +161,7 @@ def run(
             signal.signal(sig, handler)
     if not json_out and stopped is not None:
         _summary(scheduler, stopped)
-    if scheduler.skipped:
+    if scheduler.problems:
         # Skipped messages are problems found (exit 1): each was named on stderr or in --json.
         raise typer.Exit(EXIT_PROBLEMS)
 
@@ -163,8 +185,16 @@ def _consume(scheduler: Scheduler, json_out: bool, dry_run: bool) -> Stopped | N
         elif isinstance(event, QueueCreated):
             _say(f"level {event.level} offset {event.offset}: REAL_QID {event.queueId} is beyond the queues of "
                  f"{event.topic}; delivered to that queue, as the broker does")
-        elif isinstance(event, Notice):
+        elif isinstance(event, (Notice, TimerNotice)):
             _say(f"{event.kind}: {event.message}")
+        elif isinstance(event, TimerDelivered):
+            if dry_run:
+                rows.add_row("timer", "-", format_time_ms(event.timerOutMs), event.topic, str(event.queueId),
+                             (event.uniqKey or "-") + (" (roll)" if event.rolled else ""))
+        elif isinstance(event, TimerSkipped):
+            where = f"timer queue offset {event.timerQueueOffset}" if event.timerQueueOffset is not None \
+                else f"commit log offset {event.offsetPy}"
+            _say(f"timer: {where}: skipped, {event.reason}")
         elif isinstance(event, Replayed):
             found = ", ".join(f"level {k}: {v}" for k, v in sorted(event.perLevel.items()))
             _say(f"replay: deliveries after commit log offset {event.commitLogOffset} already done ({found}); "
@@ -185,3 +215,11 @@ def _summary(scheduler: Scheduler, stopped: Stopped) -> None:
         table.add_row(str(level), str(st.offset), str(st.pending), str(st.delivered), str(st.skipped),
                       *_lateness_cells(st))
     console.print(table)
+    t = scheduler.timer
+    if t is not None:
+        pct = t.lateness_percentiles()
+        late = "" if pct is None else (f"; lateness p50 {format_duration_ms(round(pct[0]))}, p99 "
+                                       f"{format_duration_ms(round(pct[1]))}, max {format_duration_ms(pct[2])}")
+        console.print(f"timer wheel: {verb} {t.delivered}, rolled {t.rolled}, cancelled {t.cancelled}, "
+                      f"skipped {t.skipped}; read up to {format_time_ms(t.read_ms)}, queue offset "
+                      f"{t.queue_offset}{late}", markup=False, highlight=False)

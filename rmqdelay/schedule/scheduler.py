@@ -41,6 +41,7 @@ from rmqdelay.formats.constants import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     RMQ_SYS_SCHEDULE_TOPIC,
     RMQ_SYS_TRANS_HALF_TOPIC,
+    RMQ_SYS_WHEEL_TIMER_TOPIC,
 )
 from rmqdelay.formats.consumequeue import CQ_EXT_MAX_ADDR
 from rmqdelay.formats.delayoffset import DataVersion
@@ -58,6 +59,15 @@ from rmqdelay.store.index import IndexSettings
 from rmqdelay.store.topics import long_retry_topic, topic_problem
 from rmqdelay.store.writeformat import detect_write_format
 from rmqdelay.store.writer import NewMessage, StoreWriter, without_crc
+from rmqdelay.timer.deliver import (
+    TimerCancelled,
+    TimerDelivered,
+    TimerEngine,
+    TimerNotice,
+    TimerPersisted,
+    TimerSkipped,
+)
+from rmqdelay.timer.store import TIMER_QUEUE_ID, timer_files_present
 
 MODES = ("forever", "once", "until-empty")
 LATENCY_WINDOW = 1 << 16  # lateness samples kept per level for p50/p99
@@ -132,9 +142,15 @@ class Stopped:
     delivered: int
     skipped: int
     offsetTable: dict[int, int]
+    # the timer wheel (5.x stores): messages delivered, re-put by a roll, cancelled, skipped
+    timerDelivered: int = 0
+    timerRolled: int = 0
+    timerCancelled: int = 0
+    timerSkipped: int = 0
 
 
-Event = Delivered | Skipped | QueueCreated | Notice | Replayed | Persisted | Sleeping | Stopped
+Event = (Delivered | Skipped | QueueCreated | Notice | Replayed | Persisted | Sleeping | Stopped | TimerDelivered
+         | TimerCancelled | TimerSkipped | TimerNotice | TimerPersisted)
 
 
 # -- per-level bookkeeping ---------------------------------------------------------------
@@ -412,6 +428,7 @@ class Scheduler:
         self.index = index
         self.broker_config = broker_config
         self.broker5x = False  # set from the store (and broker_config) on start
+        self.timer: TimerEngine | None = None  # the timer wheel of a 5.x store
         self.states: dict[int, LevelState] = {}
         self.offset_table: dict[int, int] = {}
         self.delivered = 0
@@ -468,27 +485,53 @@ class Scheduler:
             store = Store(self.store_path)
             try:
                 recovery = yield from self._setup(store)
+                yield from self._open_timer(store, writer)
                 publisher = OffsetPublisher(self.store_path, recovery.published, recovery.dataVersion,
                                             self.delay_levels,
                                             DELAY_OFFSET_UPDATE_VERSION_STEP if self.broker5x else None)
                 # Publish at once: from here on every delivery is after a known, exact point.
-                self._publish(writer, publisher)
-                yield Persisted(writer.end_offset, dict(self.offset_table))
+                yield from self._publish(writer, publisher)
                 known_queues = {(t, q) for t, ids in store.topics().items() for q in ids}
                 reason = yield from self._loop(store, writer, publisher, known_queues)
-                self._publish(writer, publisher)
-                yield Persisted(writer.end_offset, dict(self.offset_table))
-                yield Stopped(reason, self.delivered, self.skipped, dict(self.offset_table))
+                yield from self._publish(writer, publisher)
+                yield self._stopped(reason)
             finally:
+                if self.timer is not None:
+                    self.timer.close()
                 store.close()
 
-    def _publish(self, writer: StoreWriter, publisher: OffsetPublisher) -> None:
+    def _open_timer(self, store: Store, writer: StoreWriter | None) -> Iterator[Event]:
+        """The timer engine, when the store has a timer store (or timer messages waiting)."""
+        if not (timer_files_present(store.path) or store.has_queue(RMQ_SYS_WHEEL_TIMER_TOPIC, TIMER_QUEUE_ID)):
+            return
+        self.timer = TimerEngine(store, writer, clock=self.clock, wall_clock=wall_clock_ms,
+                                 broker_config=self.broker_config, dry_run=self.dry_run)
+        yield from self.timer.setup()
+
+    def _stopped(self, reason: str) -> Stopped:
+        t = self.timer
+        if t is None:
+            return Stopped(reason, self.delivered, self.skipped, dict(self.offset_table))
+        return Stopped(reason, self.delivered, self.skipped, dict(self.offset_table), t.delivered, t.rolled,
+                       t.cancelled, t.skipped)
+
+    @property
+    def problems(self) -> int:
+        """Messages skipped (delay levels and timer): what makes `run` exit 1."""
+        return self.skipped + (self.timer.skipped if self.timer is not None else 0)
+
+    def _publish(self, writer: StoreWriter, publisher: OffsetPublisher) -> Iterator[Event]:
         """Write, flush, then publish: the offsets name only deliveries already on disk."""
         if self.sync:
             writer.sync_to_disk()
         else:
             writer.flush()
         publisher.publish(writer.end_offset, self.offset_table, self.delivered + self.skipped)
+        yield Persisted(writer.end_offset, dict(self.offset_table))
+        if self.timer is not None:
+            persisted = self.timer.publish(writer.end_offset)
+            if persisted is not None:
+                yield persisted
 
     def _loop(self, store: Store, writer: StoreWriter, publisher: OffsetPublisher,
               known_queues: set[tuple[str, int]]) -> Iterator[Event]:
@@ -503,10 +546,12 @@ class Scheduler:
                 n, more = yield from self._deliver_batch(store, state, writer, known_queues)
                 dirty = dirty or n > 0
                 more_now = more_now or more
+            if self.timer is not None and not self._stopping:
+                n = yield from self.timer.step()
+                dirty = dirty or n > 0
             writer.flush()
             if dirty and (time.monotonic() - last_publish) * 1000 >= self.flush_interval_ms:
-                self._publish(writer, publisher)
-                yield Persisted(writer.end_offset, dict(self.offset_table))
+                yield from self._publish(writer, publisher)
                 last_publish = time.monotonic()
                 dirty = False
             if self._stopping:
@@ -514,12 +559,16 @@ class Scheduler:
             if more_now:
                 continue
             drained = all(s.pending == 0 for s in self.states.values())
+            if self.timer is not None:
+                drained = drained and self.timer.drained
             if self.mode == "once":
                 return "nothing more is due"
             if self.mode == "until-empty" and drained:
-                return "every level is drained"
-            next_due = min((s.nextDueTimestamp for s in self.states.values() if s.nextDueTimestamp is not None),
-                           default=None)
+                return "every level and the timer wheel are drained" if self.timer else "every level is drained"
+            dues = [s.nextDueTimestamp for s in self.states.values() if s.nextDueTimestamp is not None]
+            if self.timer is not None and self.timer.next_due() is not None:
+                dues.append(self.timer.next_due())
+            next_due = min(dues, default=None)
             if self.fixed_clock and self.mode == "until-empty":
                 # A fixed clock never reaches the next deliver time.
                 return "nothing more is due at the fixed time"
@@ -643,4 +692,10 @@ class Scheduler:
                     if n_due < len(units):
                         state.nextDueTimestamp = int(times[n_due])
                         break
-            yield Stopped("dry run", self.delivered, self.skipped, dict(self.offset_table))
+            yield from self._open_timer(store, None)
+            if self.timer is not None:
+                try:
+                    yield from self.timer.step()
+                finally:
+                    self.timer.close()
+            yield self._stopped("dry run")

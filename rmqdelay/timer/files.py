@@ -1,0 +1,206 @@
+"""The timer store's files, write side: the timer log appended unit by unit as TimerLog.append
+does (a BLANK and a new file when 52 + 16 bytes no longer fit), and the wheel's slots as
+TimerWheel.putSlot writes them.
+
+Units are written with pwrite (fileio) and read back with pread, so what this run appended is
+read like the rest. Wheel slots are kept in memory (every non-empty slot of the file, then the
+changes) and written back, changed slots only, on ``flush``: the broker's own TimerWheel also
+works on a copy and writes back the bytes that differ. Nothing here is fsynced until
+``sync``: the engine publishes the timer checkpoint only after it.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from rmqdelay.errors import StoreError, StoreWriteError
+from rmqdelay.formats.timerlog import (
+    MIN_BLANK_LEN,
+    UNIT_SIZE,
+    TimerLogUnit,
+    build_blank,
+    is_magic_ok,
+)
+from rmqdelay.formats.timerwheel import (
+    SLOT_SIZE,
+    WHEEL_FILE_SIZE,
+    WHEEL_SLOTS,
+    Slot,
+    build_slot,
+)
+from rmqdelay.store import fileio
+from rmqdelay.store.mappedfiles import list_mapped_files
+
+_UNIT = struct.Struct(">iqiqiqiiq")
+_TARGET_AT = 28  # offsetPy, sizePy, hashCodeOfRealTopic: 16 contiguous bytes
+_MAGIC_AT = 12  # where a unit's magic is: 4 bytes, never across a 512-byte sector (52k + 12 is even)
+
+
+class TimerLogFiles:
+    """Append and read units of ``timerlog/``. ``end`` is where the next unit goes."""
+
+    def __init__(self, directory: Path, file_size: int, end: int) -> None:
+        self.directory = Path(directory)
+        existing = list_mapped_files(self.directory) if self.directory.is_dir() else []
+        self.file_size = existing[0].size if existing else file_size
+        self.end = end
+        self._fds: dict[int, int] = {}
+        self._dirty: set[int] = set()
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def _path(self, file_start: int) -> Path:
+        return self.directory / f"{file_start:020d}"
+
+    def _fd(self, file_start: int, *, create: bool) -> int:
+        fd = self._fds.get(file_start)
+        if fd is not None:
+            return fd
+        path = self._path(file_start)
+        if not create and not path.exists():
+            raise StoreError(path, None, "a timer log file holding this offset")
+        fileio.make_dirs(self.directory)
+        fd, created = fileio.open_for_write(path)
+        try:
+            if os.fstat(fd).st_size < self.file_size:
+                fileio.ftruncate(fd, self.file_size, path)  # as the broker preallocates: zeros
+            if created:
+                fileio.fsync_dir(self.directory)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fds[file_start] = fd
+        return fd
+
+    def _write(self, offset: int, data: bytes) -> None:
+        file_start = offset - offset % self.file_size
+        fd = self._fd(file_start, create=True)
+        fileio.write_all(fd, data, offset - file_start, self._path(file_start))
+        self._dirty.add(file_start)
+
+    def append(self, unit_fields: tuple) -> int:
+        """Append one unit (TimerLog.append): its global offset. ``unit_fields`` are
+        (prevPos, magic, currWriteTime, delayedTime, offsetPy, sizePy, hashCodeOfRealTopic)."""
+        room = self.file_size - self.end % self.file_size
+        if room < UNIT_SIZE + MIN_BLANK_LEN:
+            self._write(self.end, build_blank(room))
+            self.end += room
+        offset = self.end
+        self._write(offset, _UNIT.pack(UNIT_SIZE, *unit_fields, 0))
+        self.end += UNIT_SIZE
+        return offset
+
+    def read(self, offset: int) -> TimerLogUnit:
+        """The unit at a global offset, checked (StoreError when it is none)."""
+        file_start = offset - offset % self.file_size
+        path = self._path(file_start)
+        try:
+            fd = self._fd(file_start, create=False)
+            data = os.pread(fd, UNIT_SIZE, offset - file_start)
+        except StoreWriteError as exc:
+            raise StoreError(path, offset - file_start, exc.what) from None
+        except OSError as exc:
+            raise StoreError(path, offset - file_start, f"a readable timer log ({exc.strerror})") from None
+        if len(data) < UNIT_SIZE:
+            raise StoreError(path, offset - file_start, f"a timer log unit of {UNIT_SIZE} bytes")
+        size, prev, magic, cwt, delayed, offset_py, size_py, topic_hash, reserved = _UNIT.unpack(data)
+        if size != UNIT_SIZE or not is_magic_ok(magic):
+            raise StoreError(path, offset - file_start, f"a timer log unit (size {UNIT_SIZE}, magic 0x1..0xF), "
+                                                        f"found size {size} magic 0x{magic & 0xFFFFFFFF:X}")
+        return TimerLogUnit(offset, prev, magic, cwt, delayed, offset_py, size_py, topic_hash, reserved)
+
+    def set_magic(self, offset: int, magic: int) -> None:
+        """Rewrite one unit's magic in place (a 4-byte write inside one sector)."""
+        self._write(offset + _MAGIC_AT, struct.pack(">i", magic))
+
+    def set_target(self, offset: int, offset_py: int, size_py: int, topic_hash: int) -> None:
+        """Rewrite one unit's offsetPy, sizePy and hashCodeOfRealTopic in place (16 bytes)."""
+        self._write(offset + _TARGET_AT, struct.pack(">qii", offset_py, size_py, topic_hash))
+
+    def zero(self, start: int, stop: int) -> None:
+        """Zero [start, stop) of the last file: a torn unit this program left."""
+        if stop > start:
+            self._write(start, bytes(stop - start))
+
+    def sync(self) -> None:
+        for file_start in sorted(self._dirty):
+            fileio.fsync(self._fds[file_start], self._path(file_start))
+        self._dirty.clear()
+
+
+@dataclass(slots=True)
+class SlotState:
+    timeSlot: int
+    firstPos: int
+    lastPos: int
+    num: int
+    magic: int
+
+
+class WheelFile:
+    """The wheel's non-empty slots in memory, written back on ``flush``."""
+
+    def __init__(self, path: Path, precision_ms: int, rows) -> None:
+        self.path = Path(path)
+        self.precision_ms = precision_ms
+        self.slots: dict[int, SlotState] = {
+            int(r["index"]): SlotState(int(r["timeSlot"]), int(r["firstPos"]), int(r["lastPos"]), int(r["num"]),
+                                       int(r["magic"])) for r in rows}
+        self._dirty: set[int] = set()
+        self._fd: int | None = None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def index(self, time_ms: int) -> int:
+        return (time_ms // self.precision_ms) % WHEEL_SLOTS
+
+    def get(self, time_ms: int) -> SlotState | None:
+        """TimerWheel.getSlot: None when the slot holds another time (or nothing)."""
+        slot = self.slots.get(self.index(time_ms))
+        if slot is None or slot.timeSlot != time_ms // self.precision_ms:
+            return None
+        return slot
+
+    def put(self, time_ms: int, first: int, last: int, num: int, magic: int = 0) -> None:
+        index = self.index(time_ms)
+        self.slots[index] = SlotState(time_ms // self.precision_ms, first, last, num, magic)
+        self._dirty.add(index)
+
+    def touch(self, time_ms: int) -> None:
+        self._dirty.add(self.index(time_ms))
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self._dirty)
+
+    def flush(self) -> None:
+        if not self._dirty:
+            return
+        if self._fd is None:
+            fd, _ = fileio.open_for_write(self.path)
+            try:
+                if os.fstat(fd).st_size < WHEEL_FILE_SIZE:
+                    fileio.ftruncate(fd, WHEEL_FILE_SIZE, self.path)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._fd = fd
+        for index in sorted(self._dirty):
+            s = self.slots[index]
+            data = build_slot(Slot(index, s.timeSlot, s.firstPos, s.lastPos, s.num, s.magic, self.precision_ms))
+            fileio.write_all(self._fd, data, index * SLOT_SIZE, self.path)
+        self._dirty.clear()
+
+    def sync(self) -> None:
+        self.flush()
+        if self._fd is not None:
+            fileio.fsync(self._fd, self.path)

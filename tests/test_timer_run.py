@@ -1,0 +1,252 @@
+"""`rmqdelay run` on 5.x stores: the timer wheel delivered as the real 5.3.3 TimerMessageStore
+delivers it - every pending timer message exactly once to its real topic and queue with the
+properties the real broker gives it, cancellations honoured - and a store left so that the
+real broker, started afterwards, puts nothing again."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLES
+from timerrun_check import check_timer_store
+
+from rmqdelay.schedule.scheduler import Scheduler, Stopped, wall_clock_ms
+from rmqdelay.store import Store
+from rmqdelay.timer.deliver import TimerDelivered, TimerEngine, TimerNotice, read_timer_state
+
+FAR = 4_102_444_800_000  # 2100-01-01: everything is due
+COMPARED = ["topic", "queueId", "flag", "sysFlag", "bornTimestamp", "bornHost", "storeHost", "reconsumeTimes",
+            "bodyCRC", "magic"]
+
+
+def drain(path, **kw) -> list:
+    kw.setdefault("now_ms", FAR)
+    kw.setdefault("mode", "until-empty")
+    return list(Scheduler(path, **kw).events())
+
+
+def real_records(name: str) -> list[dict]:
+    with gzip.open(SAMPLES / name / "expected.jsonl.gz", "rt", encoding="utf-8") as fh:
+        return [o for o in map(json.loads, fh) if o["kind"] == "msg"]
+
+
+def masked(raw: str) -> str:
+    """The properties string with the TIMER_DEQUEUE_MS value (the dequeuing clock) left out."""
+    return "\x02".join("TIMER_DEQUEUE_MS\x01" if p.startswith("TIMER_DEQUEUE_MS\x01") else p for p in raw.split("\x02"))
+
+
+def fields(msg) -> dict:
+    return {"topic": msg.topic, "queueId": msg.queueId, "flag": msg.flag, "sysFlag": msg.sysFlag,
+            "bornTimestamp": msg.bornTimestamp, "bornHost": msg.bornHost, "storeHost": msg.storeHost,
+            "reconsumeTimes": msg.reconsumeTimes, "bodyCRC": msg.bodyCRC, "magic": f"0x{msg.magicCode & 0xFFFFFFFF:08X}"}
+
+
+def assert_delivered_once(path, parked=1160, cancelled=48):
+    check = check_timer_store(path)
+    assert check.problems == []
+    assert check.lost == [] and check.duplicated == [] and check.misrouted == []
+    assert (check.parked, check.cancelled, check.delivered) == (parked, cancelled, parked - cancelled)
+    assert check.delay_delivered == check.delay_parked == 305
+    return check
+
+
+def test_fresh_every_timer_message_once_with_the_real_brokers_properties(store_copy):
+    """timer-fresh drained to 2100: 1112 timer messages delivered once, the 48 recalled ones
+    not; each delivery that the real broker also made (in timer-partial, from the same units)
+    is the same record but for TIMER_DEQUEUE_MS and the store time: properties in the same
+    order, TIMER_ENQUEUE_MS the unit's write clock, Long.MAX_VALUE for the overdue backlog."""
+    path = store_copy("timer-fresh")
+    with Store(path) as store:
+        start = store.end_offset()
+    events = drain(path)
+    stopped = events[-1]
+    assert isinstance(stopped, Stopped)
+    assert (stopped.timerDelivered, stopped.timerCancelled, stopped.timerSkipped) == (1112, 48, 0)
+    assert_delivered_once(path)
+    ours = {}
+    with Store(path) as store:
+        for msg in store.commitlog.records(start):
+            if "TIMER_DEQUEUE_MS" in msg.properties and msg.topic != "rmq_sys_wheel_timer":
+                ours[msg.properties["UNIQ_KEY"]] = msg
+    real = [r for r in real_records("timer-partial") if r.get("origin", "").startswith("timer-delivered")]
+    assert len(real) == 317
+    never_enqueued = 0
+    for r in real:
+        mine = ours[r["properties"]["UNIQ_KEY"]]
+        assert fields(mine) == {k: r[k] for k in COMPARED}, r["msgId"]
+        assert masked(mine.propertiesRaw) == masked(r["propertiesRaw"]), r["msgId"]
+        never_enqueued += r["properties"]["TIMER_ENQUEUE_MS"] == "9223372036854775807"
+    assert never_enqueued == 20
+
+
+def test_partial_delivers_the_rest_and_nothing_the_broker_delivered(store_copy):
+    """timer-partial (the real broker ran 15 s): the rest delivered, exactly the messages the
+    real broker's own drain (deliver-all.json.gz) delivered, each once over both runs."""
+    path = store_copy("timer-partial")
+    with Store(path) as store:
+        start = store.end_offset()
+    drain(path)
+    assert_delivered_once(path)
+    with gzip.open(SAMPLES / "timer-partial" / "deliver-all.json.gz", "rt") as fh:
+        ref = json.load(fh)
+    real_keys = {d["uniqKey"] for d in ref["deliveries"] if d["origin"].startswith("timer-delivered")}
+    with Store(path) as store:
+        ours = {m.properties["UNIQ_KEY"] for m in store.commitlog.records(start)
+                if "TIMER_DEQUEUE_MS" in m.properties and m.topic != "rmq_sys_wheel_timer"}
+    assert ours == real_keys and len(ours) == 795
+
+
+def test_a_second_run_puts_nothing(store_copy):
+    path = store_copy("timer-partial")
+    drain(path)
+    with Store(path) as store:
+        end = store.end_offset()
+    stopped = drain(path)[-1]
+    assert (stopped.delivered, stopped.timerDelivered, stopped.timerRolled) == (0, 0, 0)
+    with Store(path) as store:
+        assert store.end_offset() == end
+
+
+def test_dry_run_lists_and_writes_nothing(store_copy):
+    path = store_copy("timer-partial")
+    before = {p: p.read_bytes() for p in path.rglob("*") if p.is_file() and p.name != "timerwheel"}
+    events = drain(path, dry_run=True)
+    deliveries = [e for e in events if isinstance(e, TimerDelivered) and not e.rolled]
+    assert deliveries and all(e.dryRun for e in deliveries)
+    after = {p: p.read_bytes() for p in path.rglob("*") if p.is_file() and p.name != "timerwheel"}
+    assert before == after
+
+
+def test_store_down_longer_than_the_wheel_spans(store_copy):
+    """Started 8 days after timer-partial's state, a real 5.3.3 broker never delivers 795 of
+    its pending timer messages (spec: the recovery horizon); run delivers them and says how
+    many the broker would have skipped."""
+    path = store_copy("timer-partial")
+    with Store(path) as store:
+        t0 = 1795450287424
+        engine = TimerEngine(store, None, clock=lambda: FAR, wall_clock=lambda: t0 + 8 * 86_400_000, dry_run=True)
+        try:
+            notes = [e for e in engine.setup() if isinstance(e, TimerNotice) and e.kind == "horizon"]
+        finally:
+            engine.close()
+    assert notes and engine.horizon_units == 795
+    assert "795 timer message(s)" in notes[0].message
+
+
+def test_live_run_delivers_each_slot_once_it_is_due(store_copy):
+    """On the wall clock: nothing before its slot is due (slot + precision), checkpoint never
+    ahead of the wall clock; parked messages 1-2 s ahead are delivered by a run that sleeps
+    until their slot, then the run is stopped."""
+    from rmqdelay.store.writer import NewMessage, StoreWriter
+
+    path = store_copy("timer-partial")
+    drain(path, now_ms=wall_clock_ms())  # the backlog up to now
+    now = wall_clock_ms()
+    keys = []
+    with StoreWriter(path) as w:
+        for i in range(20):
+            deliver = now + 1500 + 50 * i
+            out = deliver // 1000 * 1000 - (1000 if deliver % 1000 == 0 else 0)
+            uniq = f"C0A80001{i:024X}"
+            keys.append(uniq)
+            w.put(NewMessage("rmq_sys_wheel_timer", 0, b"live", {
+                "TIMER_DELIVER_MS": str(deliver), "UNIQ_KEY": uniq, "TIMER_OUT_MS": str(out),
+                "REAL_TOPIC": "TimerTopic", "REAL_QID": str(i % 4)}))
+    sched = Scheduler(path, mode="forever", flush_interval_ms=100)
+    seen = []
+    for e in sched.events():
+        if isinstance(e, TimerDelivered) and e.uniqKey in keys:
+            seen.append(e)
+            if len(seen) == len(keys):
+                sched.stop()
+    assert sorted(e.uniqKey for e in seen) == sorted(keys)
+    assert all(e.storeTimestamp >= e.slotTimeMs + 1000 for e in seen)
+    check = check_timer_store(path, drained=False)  # the rest is due over the next days
+    assert check.duplicated == [] and check.misrouted == [] and check.problems == []
+    assert not set(keys) & {k.split("+", 1)[1] for k in check.lost}
+    state = read_timer_state(path)
+    assert state.timercheck["lastReadTimeMs"] <= wall_clock_ms()
+
+
+# -- kill -9 ---------------------------------------------------------------------------------------
+def park(path: Path, rng: random.Random, count: int, base_ms: int, serial: int) -> int:
+    """Timer messages as the put hook parks them (and a cancellation for every 7th), due over
+    the next minutes to days: slots, shared slots, rolls."""
+    from rmqdelay.store.writer import NewMessage, StoreWriter
+
+    with StoreWriter(path) as w:
+        for i in range(count):
+            deliver = base_ms + rng.choice([2_000, 30_000, 600_000, 3 * 3600_000, 2 * 86_400_000 + 7_000]) \
+                + rng.randrange(0, 5000)
+            out = deliver // 1000 * 1000 - (1000 if deliver % 1000 == 0 else 0)
+            uniq = f"0A0A0005{serial + i:024X}"
+            topic, qid = rng.choice([("TimerTopic", i % 4), ("TopicTest", i % 4), ("OrderTopic", i % 2)])
+            w.put(NewMessage("rmq_sys_wheel_timer", 0, os.urandom(rng.randrange(1, 400)), {
+                "TIMER_DELIVER_MS": str(deliver), "UNIQ_KEY": uniq, "CLUSTER": "DefaultCluster", "WAIT": "true",
+                "TIMER_OUT_MS": str(out), "REAL_TOPIC": topic, "REAL_QID": str(qid)}, bornTimestamp=base_ms))
+            if i % 7 == 3:
+                w.put(NewMessage("rmq_sys_wheel_timer", 0, b"0", {
+                    "TIMER_DEL_UNIQKEY": f"{topic}+{uniq}", "REAL_TOPIC": topic, "TIMER_DELIVER_MS": str(out + 1),
+                    "UNIQ_KEY": uniq, "TAGS": "_RECALL_TAG_", "TIMER_OUT_MS": str(out), "REAL_QID": "0"},
+                    bornTimestamp=base_ms))
+    return count
+
+
+def run_cli(path: Path, *extra: str, now: int = FAR) -> list[str]:
+    return [sys.executable, "-m", "rmqdelay", "run", str(path), "--until-empty", "--now", str(now), "--json", *extra]
+
+
+def kill_timer_runs(path: Path, kills: int, rng: random.Random, work: Path) -> dict:
+    """SIGKILL `run` at random points after its first timer delivery; new timer messages are
+    parked between kills so that every kill lands while there is work."""
+    stats = {"killed": 0, "finished": 0, "parked": 0}
+    serial = 1
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    clock = 1795450290000  # timer-fresh's read clock; each run reads 4 hours further (then past the wall clock)
+    while stats["killed"] + stats["finished"] < kills:
+        stats["parked"] += park(path, rng, rng.choice([150, 300]), clock, serial)
+        serial += 1000
+        clock += 4 * 3600_000
+        out = work / "run.out"
+        with open(out, "wb") as fh:
+            proc = subprocess.Popen(run_cli(path, "--flush-interval", str(rng.choice([0, 0.01, 0.2])), now=clock),
+                                    stdout=fh, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            if b'"timerDelivered"' in out.read_bytes():
+                break
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0, 0.3))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            stats["killed"] += 1
+        else:
+            stats["finished"] += 1
+        proc.wait()
+        if proc.returncode not in (0, -signal.SIGKILL):
+            raise RuntimeError(f"rmqdelay run failed ({proc.returncode}): {out.read_text()[-2000:]}")
+    return stats
+
+
+@pytest.mark.slow
+def test_kill_9_on_a_timer_store_delivers_every_timer_message_exactly_once(store_copy, tmp_path):
+    rng = random.Random(20261123)
+    path = store_copy("timer-fresh")
+    stats = kill_timer_runs(path, 6, rng, tmp_path)
+    assert stats["killed"] >= 3
+    done = subprocess.run(run_cli(path), capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    check = check_timer_store(path, strict_cancel=False)
+    assert check.problems == [] and check.lost == [] and check.duplicated == [] and check.misrouted == []
+    assert check.parked == 1160 + stats["parked"]
+    assert check.delivered + check.cancelled == check.parked
+    assert check.delay_delivered == check.delay_parked == 305
