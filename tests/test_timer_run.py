@@ -7,21 +7,27 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import random
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from conftest import SAMPLES
-from timerrun_check import check_timer_store
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+from kill9_timer_soak import kill_timer_runs, run_cli  # noqa: E402
+from timer_check import check_timer_store  # noqa: E402
 
 from rmqdelay.schedule.scheduler import Scheduler, Stopped, wall_clock_ms
 from rmqdelay.store import Store
-from rmqdelay.timer.deliver import TimerDelivered, TimerEngine, TimerNotice, read_timer_state
+from rmqdelay.timer.deliver import (
+    TimerDelivered,
+    TimerEngine,
+    TimerNotice,
+    read_timer_state,
+)
 
 FAR = 4_102_444_800_000  # 2100-01-01: everything is due
 COMPARED = ["topic", "queueId", "flag", "sysFlag", "bornTimestamp", "bornHost", "storeHost", "reconsumeTimes",
@@ -178,65 +184,6 @@ def test_live_run_delivers_each_slot_once_it_is_due(store_copy):
 
 
 # -- kill -9 ---------------------------------------------------------------------------------------
-def park(path: Path, rng: random.Random, count: int, base_ms: int, serial: int) -> int:
-    """Timer messages as the put hook parks them (and a cancellation for every 7th), due over
-    the next minutes to days: slots, shared slots, rolls."""
-    from rmqdelay.store.writer import NewMessage, StoreWriter
-
-    with StoreWriter(path) as w:
-        for i in range(count):
-            deliver = base_ms + rng.choice([2_000, 30_000, 600_000, 3 * 3600_000, 2 * 86_400_000 + 7_000]) \
-                + rng.randrange(0, 5000)
-            out = deliver // 1000 * 1000 - (1000 if deliver % 1000 == 0 else 0)
-            uniq = f"0A0A0005{serial + i:024X}"
-            topic, qid = rng.choice([("TimerTopic", i % 4), ("TopicTest", i % 4), ("OrderTopic", i % 2)])
-            w.put(NewMessage("rmq_sys_wheel_timer", 0, os.urandom(rng.randrange(1, 400)), {
-                "TIMER_DELIVER_MS": str(deliver), "UNIQ_KEY": uniq, "CLUSTER": "DefaultCluster", "WAIT": "true",
-                "TIMER_OUT_MS": str(out), "REAL_TOPIC": topic, "REAL_QID": str(qid)}, bornTimestamp=base_ms))
-            if i % 7 == 3:
-                w.put(NewMessage("rmq_sys_wheel_timer", 0, b"0", {
-                    "TIMER_DEL_UNIQKEY": f"{topic}+{uniq}", "REAL_TOPIC": topic, "TIMER_DELIVER_MS": str(out + 1),
-                    "UNIQ_KEY": uniq, "TAGS": "_RECALL_TAG_", "TIMER_OUT_MS": str(out), "REAL_QID": "0"},
-                    bornTimestamp=base_ms))
-    return count
-
-
-def run_cli(path: Path, *extra: str, now: int = FAR) -> list[str]:
-    return [sys.executable, "-m", "rmqdelay", "run", str(path), "--until-empty", "--now", str(now), "--json", *extra]
-
-
-def kill_timer_runs(path: Path, kills: int, rng: random.Random, work: Path) -> dict:
-    """SIGKILL `run` at random points after its first timer delivery; new timer messages are
-    parked between kills so that every kill lands while there is work."""
-    stats = {"killed": 0, "finished": 0, "parked": 0}
-    serial = 1
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    clock = 1795450290000  # timer-fresh's read clock; each run reads 4 hours further (then past the wall clock)
-    while stats["killed"] + stats["finished"] < kills:
-        stats["parked"] += park(path, rng, rng.choice([150, 300]), clock, serial)
-        serial += 1000
-        clock += 4 * 3600_000
-        out = work / "run.out"
-        with open(out, "wb") as fh:
-            proc = subprocess.Popen(run_cli(path, "--flush-interval", str(rng.choice([0, 0.01, 0.2])), now=clock),
-                                    stdout=fh, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + 60
-        while proc.poll() is None and time.monotonic() < deadline:
-            if b'"timerDelivered"' in out.read_bytes():
-                break
-            time.sleep(0.002)
-        time.sleep(rng.uniform(0, 0.3))
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            stats["killed"] += 1
-        else:
-            stats["finished"] += 1
-        proc.wait()
-        if proc.returncode not in (0, -signal.SIGKILL):
-            raise RuntimeError(f"rmqdelay run failed ({proc.returncode}): {out.read_text()[-2000:]}")
-    return stats
-
-
 @pytest.mark.slow
 def test_kill_9_on_a_timer_store_delivers_every_timer_message_exactly_once(store_copy, tmp_path):
     rng = random.Random(20261123)

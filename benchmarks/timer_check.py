@@ -2,7 +2,7 @@
 message delivered exactly once to its real topic and queue unless a cancellation for it met it
 in its slot, and a state the real broker resumes from without putting anything again
 (TimerMessageStore.recover: the read clock, the queue offset after the last unit's message, and
-the slots it will read). Shared by the tests and benchmarks/kill9_timer_soak.py."""
+the slots it will read). Shared by benchmarks/kill9_timer_soak.py and the tests."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from rmqdelay.formats.constants import (
     TIMER_MAGIC_DELETE,
     TIMER_MAGIC_ROLL,
 )
+
 from rmqdelay.store import Store
 from rmqdelay.store.verify import verify_store
 from rmqdelay.timer.store import TimerStore

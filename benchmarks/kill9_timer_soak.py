@@ -1,0 +1,131 @@
+"""SIGKILL `rmqdelay run` on a 5.x timer store at random points, again and again, parking new
+timer messages (with cancellations, shared slots, rolls) between the stops; then a last run to
+the end and the check: every parked timer message delivered exactly once to its real topic and
+queue (a cancelled one not, or once when its cancellation reached the timer after its time, as
+the broker drops it then), every delay message once, `inspect timer --verify` and the commit
+log's verify clean, and a store the real broker resumes from without putting anything again.
+
+    python benchmarks/kill9_timer_soak.py [--kills 200] [--seed N] [--work DIR]
+
+Each run reads the wheel four hours further (--now), so runs read ahead of the wall clock too
+(the neutralising of slots read early is killed as well). tests/test_timer_run.py runs a few.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from timer_check import check_timer_store  # noqa: E402
+
+from rmqdelay.samplepack import unpack  # noqa: E402
+from rmqdelay.store.writer import NewMessage, StoreWriter  # noqa: E402
+
+FAR = 4_102_444_800_000  # 2100-01-01: everything is due
+FRESH_READ_CLOCK = 1795450290000  # timer-fresh's lastReadTimeMs
+SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "timer-fresh" / "store.tar.xz"
+
+
+def park(path: Path, rng: random.Random, count: int, base_ms: int, serial: int) -> int:
+    """Timer messages as the put hook parks them in rmq_sys_wheel_timer (and a cancellation
+    for every 7th, right after it), due over the next seconds to days."""
+    with StoreWriter(path) as w:
+        for i in range(count):
+            deliver = base_ms + rng.choice([2_000, 30_000, 600_000, 3 * 3600_000, 2 * 86_400_000 + 7_000]) \
+                + rng.randrange(0, 5000)
+            out = deliver // 1000 * 1000 - (1000 if deliver % 1000 == 0 else 0)
+            uniq = f"0A0A0005{serial + i:024X}"
+            topic, qid = rng.choice([("TimerTopic", i % 4), ("TopicTest", i % 4), ("OrderTopic", i % 2)])
+            w.put(NewMessage("rmq_sys_wheel_timer", 0, os.urandom(rng.randrange(1, 400)), {
+                "TIMER_DELIVER_MS": str(deliver), "UNIQ_KEY": uniq, "CLUSTER": "DefaultCluster", "WAIT": "true",
+                "TIMER_OUT_MS": str(out), "REAL_TOPIC": topic, "REAL_QID": str(qid)}, bornTimestamp=base_ms))
+            if i % 7 == 3:
+                w.put(NewMessage("rmq_sys_wheel_timer", 0, b"0", {
+                    "TIMER_DEL_UNIQKEY": f"{topic}+{uniq}", "REAL_TOPIC": topic, "TIMER_DELIVER_MS": str(out + 1),
+                    "UNIQ_KEY": uniq, "TAGS": "_RECALL_TAG_", "TIMER_OUT_MS": str(out), "REAL_QID": "0"},
+                    bornTimestamp=base_ms))
+    return count
+
+
+def run_cli(path: Path, *extra: str, now: int = FAR) -> list[str]:
+    return [sys.executable, "-m", "rmqdelay", "run", str(path), "--until-empty", "--now", str(now), "--json", *extra]
+
+
+def kill_timer_runs(path: Path, kills: int, rng: random.Random, work: Path, *, max_delay_s: float = 0.3) -> dict:
+    """Park messages, start `run` reading four hours further, SIGKILL it a random moment after
+    its first timer delivery; repeat until ``kills`` runs were stopped or finished."""
+    stats = {"killed": 0, "finished": 0, "parked": 0, "seconds": 0.0}
+    started = time.monotonic()
+    serial = 1
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    clock = FRESH_READ_CLOCK
+    while stats["killed"] + stats["finished"] < kills:
+        stats["parked"] += park(path, rng, rng.choice([150, 300]), clock, serial)
+        serial += 1000
+        clock += 4 * 3600_000
+        out = work / "run.out"
+        with open(out, "wb") as fh:
+            proc = subprocess.Popen(run_cli(path, "--flush-interval", str(rng.choice([0, 0.01, 0.2])), now=clock),
+                                    stdout=fh, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            if b'"timerDelivered"' in out.read_bytes():
+                break
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0, max_delay_s))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            stats["killed"] += 1
+        else:
+            stats["finished"] += 1
+        proc.wait()
+        if proc.returncode not in (0, -signal.SIGKILL):
+            raise RuntimeError(f"rmqdelay run failed ({proc.returncode}): {out.read_text()[-2000:]}")
+    stats["seconds"] = time.monotonic() - started
+    return stats
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kills", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=20261123)
+    ap.add_argument("--work", type=Path, default=None)
+    args = ap.parse_args(argv)
+    work = args.work or Path(tempfile.mkdtemp(prefix="kill9-timer-"))
+    path = work / "store"
+    if path.exists():
+        shutil.rmtree(path)
+    unpack(SAMPLE, path)
+    rng = random.Random(args.seed)
+    stats = kill_timer_runs(path, args.kills, rng, work)
+    done = subprocess.run(run_cli(path), capture_output=True)
+    if done.returncode != 0:
+        print(done.stderr.decode()[-2000:], file=sys.stderr)
+        return 1
+    check = check_timer_store(path, strict_cancel=False)
+    print(f"stops: {stats['killed']} killed mid-run, {stats['finished']} finished first, in {stats['seconds']:.0f} s")
+    print(f"timer messages parked {check.parked} (of which {stats['parked']} added between stops): delivered "
+          f"{check.delivered}, cancelled {check.cancelled}, lost {len(check.lost)}, duplicated "
+          f"{len(check.duplicated)}, misrouted {len(check.misrouted)}")
+    print(f"delay messages: {check.delay_delivered} of {check.delay_parked} delivered once")
+    print(f"verify and broker-resume problems: {len(check.problems)}")
+    for line in (check.lost[:5] + check.duplicated[:5] + check.problems[:10]):
+        print("  " + line)
+    ok = not (check.lost or check.duplicated or check.misrouted or check.problems) \
+        and check.delivered + check.cancelled == check.parked and check.delay_delivered == check.delay_parked
+    print("OK" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
