@@ -157,6 +157,9 @@ class TimerRunState:
     timerLogEnd: int
     timercheck: dict
     previousTimercheck: dict | None
+    # the engine's read clock: every slot before it was read by rmqdelay (ahead of
+    # timercheck's lastReadTimeMs when it read past the wall clock)
+    readTimeMs: int | None = None
 
 
 def read_timer_state(store_path: Path) -> TimerRunState | None:
@@ -166,8 +169,9 @@ def read_timer_state(store_path: Path) -> TimerRunState | None:
         return None
     try:
         doc = json.loads(data.decode("utf-8"))
+        read = doc.get("readTimeMs")
         return TimerRunState(int(doc["commitLogOffset"]), int(doc["timerLogEnd"]), dict(doc["timercheck"]),
-                             doc.get("previousTimercheck"))
+                             doc.get("previousTimercheck"), None if read is None else int(read))
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
         raise StoreError(path, 0, 'the timer state rmqdelay writes ({"commitLogOffset", "timerLogEnd", '
                                   '"timercheck", ...}); remove it to start from config/timercheck as the broker '
@@ -176,8 +180,8 @@ def read_timer_state(store_path: Path) -> TimerRunState | None:
 
 def _state_bytes(state: TimerRunState) -> bytes:
     return (json.dumps({"commitLogOffset": state.commitLogOffset, "timerLogEnd": state.timerLogEnd,
-                        "timercheck": state.timercheck, "previousTimercheck": state.previousTimercheck},
-                       indent=1) + "\n").encode()
+                        "readTimeMs": state.readTimeMs, "timercheck": state.timercheck,
+                        "previousTimercheck": state.previousTimercheck}, indent=1) + "\n").encode()
 
 
 @dataclass(slots=True)
@@ -254,6 +258,12 @@ class TimerEngine:
                                             "enqueueing from the queue's first entry")
         self.published = cp
         self.read_ms = cp.lastReadTimeMs
+        if ours and state.readTimeMs is not None and state.readTimeMs > self.read_ms:
+            # Read ahead by the last run: not read again; what it did not neutralise yet is.
+            self.read_ms = state.readTimeMs
+            self._processed = sorted({s.timeSlot * self.precision for s in self.wheel.slots.values()
+                                      if cp.lastReadTimeMs <= s.timeSlot * self.precision < self.read_ms
+                                      and s.lastPos >= 0})
         self.write_ms = cp.lastReadTimeMs  # the broker's write clock is never behind its read clock
         self.queue_offset = min(max(cp.masterTimerQueueOffset, cq_min), self._cq_max)
         if self.queue_offset != cp.masterTimerQueueOffset:
@@ -292,7 +302,11 @@ class TimerEngine:
                         pos = file_start + probe.file_size
                         continue
                     self._torn = pos
-                    self._torn_range = (pos, file_start + probe.file_size)
+                    self._torn_range = (pos, min(pos + UNIT_SIZE, file_start + probe.file_size))
+                    break
+                if unit.sizePy <= 0 or unit.offsetPy < 0:
+                    self._torn = pos  # a unit cut short by a kill: its tail is zeros
+                    self._torn_range = (pos, min(pos + UNIT_SIZE, file_start + probe.file_size))
                     break
                 self._leftovers.append(unit)
                 pos += UNIT_SIZE
@@ -701,20 +715,22 @@ class TimerEngine:
             # stays where that run left it: a stop now replays the same outputs again.
             return None
         read_pub = max(self.published.lastReadTimeMs, min(self.read_ms, self._floor(self.wall_clock())))
-        neutralised = 0
-        if self.queue_offset >= self.cq_end:
-            # Both put records into rmq_sys_wheel_timer: only once every entry before is enqueued.
-            neutralised = self._neutralise(read_pub)
-            self._mark_resume_point(read_pub)
-            commit_log_offset = self.writer.end_offset
         self.log.sync()
         self.wheel.sync()
-        previous = self.published
-        cp = TimerCheckpoint(read_pub, self.log.end, self.queue_offset, self.queue_offset, previous.dataVersion)
-        state = TimerRunState(commit_log_offset, self.log.end, cp.as_json(), previous.as_json())
-        publish_files([FileUpdate(timer_state_path(self.path), _state_bytes(state)),
-                       FileUpdate(self.ts.checkpoint_path, build_timer_checkpoint(cp), keep_bak=True)])
-        self.published = cp
+        self._publish_state(commit_log_offset, read_pub)
+        neutralised = 0
+        if self.queue_offset >= self.cq_end:
+            # Both put records into rmq_sys_wheel_timer: only once every entry before is
+            # enqueued; and only after the state above (which says how far this run read),
+            # so that a stop in between finishes them instead of reading those slots again.
+            end = self.log.end
+            neutralised = self._neutralise(read_pub)
+            self._mark_resume_point(read_pub)
+            if neutralised or self.log.end != end:
+                commit_log_offset = self.writer.end_offset
+                self.log.sync()
+                self.wheel.sync()
+                self._publish_state(commit_log_offset, read_pub)
         if self._metric_steps:
             m = self._metrics
             dv = m.dataVersion
@@ -723,6 +739,16 @@ class TimerEngine:
             publish_files([FileUpdate(self.ts.metrics_path, format_timer_metrics(m).encode("utf-8"),
                                       keep_bak=True)])
         return TimerPersisted(commit_log_offset, read_pub, self.queue_offset, self.log.end, neutralised)
+
+    def _publish_state(self, commit_log_offset: int, read_pub: int) -> None:
+        """config/rmqdelay.timer.json, then config/timercheck (both durable before either is
+        renamed): the checkpoint names only what is on disk."""
+        previous = self.published
+        cp = TimerCheckpoint(read_pub, self.log.end, self.queue_offset, self.queue_offset, previous.dataVersion)
+        state = TimerRunState(commit_log_offset, self.log.end, cp.as_json(), previous.as_json(), self.read_ms)
+        publish_files([FileUpdate(timer_state_path(self.path), _state_bytes(state)),
+                       FileUpdate(self.ts.checkpoint_path, build_timer_checkpoint(cp), keep_bak=True)])
+        self.published = cp
 
     def _is_marker_record(self, unit: TimerLogUnit, slot_ms: int) -> bool:
         """A delete unit whose record is a cancellation due in its own slot: what the

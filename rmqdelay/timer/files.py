@@ -78,21 +78,22 @@ class TimerLogFiles:
         self._fds[file_start] = fd
         return fd
 
-    def _write(self, offset: int, data: bytes) -> None:
+    def _write(self, offset: int, data: bytes, *, appending: bool = False) -> None:
         file_start = offset - offset % self.file_size
         fd = self._fd(file_start, create=True)
-        fileio.write_all(fd, data, offset - file_start, self._path(file_start))
         self._dirty.add(file_start)
+        # An append goes into zeros: what a failed one wrote is zeroed again (no torn unit).
+        fileio.write_all(fd, data, offset - file_start, self._path(file_start), zero_on_failure=appending)
 
     def append(self, unit_fields: tuple) -> int:
         """Append one unit (TimerLog.append): its global offset. ``unit_fields`` are
         (prevPos, magic, currWriteTime, delayedTime, offsetPy, sizePy, hashCodeOfRealTopic)."""
         room = self.file_size - self.end % self.file_size
         if room < UNIT_SIZE + MIN_BLANK_LEN:
-            self._write(self.end, build_blank(room))
+            self._write(self.end, build_blank(room), appending=True)
             self.end += room
         offset = self.end
-        self._write(offset, _UNIT.pack(UNIT_SIZE, *unit_fields, 0))
+        self._write(offset, _UNIT.pack(UNIT_SIZE, *unit_fields, 0), appending=True)
         self.end += UNIT_SIZE
         return offset
 

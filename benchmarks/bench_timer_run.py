@@ -1,0 +1,138 @@
+"""Timer wheel delivery (`rmqdelay run` on a 5.x store) against the raw writer, in one run, and
+the live lateness of timer deliveries.
+
+    python benchmarks/bench_timer_run.py [--messages 20000] [--live 400] [--work DIR]
+
+1. Throughput: N timer messages are parked (as the put hook parks them) in a copy of
+   samples/timer-fresh, due over the next hour; `run --until-empty --now FAR` (in process, as
+   the command runs it) enqueues them into the timer log and wheel and delivers them. The same
+   N messages, as they are delivered, are put by the bare StoreWriter into another copy. Both
+   rates and their ratio are printed.
+2. Live lateness: the store is drained up to now, then M messages due 2-12 s ahead are parked;
+   `run` on the wall clock sleeps to each slot and delivers it. Lateness = store time of the
+   delivered record - the moment its slot became due (slot + precision: the broker reads slot
+   T once its clock is past T). p50 / p99 / max printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from rmqdelay.samplepack import unpack
+from rmqdelay.schedule.scheduler import Scheduler, wall_clock_ms
+from rmqdelay.store.writer import NewMessage, StoreWriter
+from rmqdelay.timer.deliver import TimerDelivered
+
+FAR = 4_102_444_800_000
+SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "timer-fresh" / "store.tar.xz"
+FRESH_READ_CLOCK = 1795450290000
+
+
+def parked(n: int, base_ms: int, spread_ms: int, rng: random.Random, serial: int = 0) -> list[NewMessage]:
+    out = []
+    for i in range(n):
+        deliver = base_ms + 1500 + rng.randrange(spread_ms)
+        timer_out = deliver // 1000 * 1000 - (1000 if deliver % 1000 == 0 else 0)
+        topic = ("TimerTopic", "TopicTest", "OrderTopic")[i % 3]
+        out.append(NewMessage("rmq_sys_wheel_timer", 0, rng.randbytes(rng.randrange(64, 1024)), {
+            "TIMER_DELIVER_MS": str(deliver), "UNIQ_KEY": f"0A0A0005{serial + i:024X}", "CLUSTER": "DefaultCluster",
+            "WAIT": "true", "TIMER_OUT_MS": str(timer_out), "REAL_TOPIC": topic, "REAL_QID": str(i % 2)},
+            bornTimestamp=base_ms))
+    return out
+
+
+def park(path: Path, messages: list[NewMessage]) -> None:
+    with StoreWriter(path) as w:
+        for m in messages:
+            w.put(m)
+
+
+def throughput(work: Path, n: int, rng: random.Random) -> tuple[float, float]:
+    timer_store = work / "timer"
+    raw_store = work / "raw"
+    for p in (timer_store, raw_store):
+        shutil.rmtree(p, ignore_errors=True)
+        unpack(SAMPLE, p)
+    messages = parked(n, FRESH_READ_CLOCK, 3600_000, rng)
+    park(timer_store, messages)
+    t = time.perf_counter()
+    delivered = 0
+    for e in Scheduler(timer_store, now_ms=FAR, mode="until-empty", sync=True).events():
+        if isinstance(e, TimerDelivered) and not e.rolled:
+            delivered += 1
+    timer_s = time.perf_counter() - t
+    # The raw writer puts what the timer put: the same bodies and properties to real topics.
+    raw = [NewMessage(m.properties["REAL_TOPIC"], int(m.properties["REAL_QID"]), m.body,
+                      dict(m.properties, TIMER_ENQUEUE_MS=str(FRESH_READ_CLOCK), TIMER_DEQUEUE_MS=str(FAR)),
+                      bornTimestamp=m.bornTimestamp, storeTimestamp=FAR) for m in messages]
+    t = time.perf_counter()
+    with StoreWriter(raw_store, sync=False) as w:
+        for m in raw:
+            w.put(m)
+        w.sync_to_disk()
+    raw_s = time.perf_counter() - t
+    return delivered / timer_s, n / raw_s
+
+
+def live_lateness(work: Path, m: int, rng: random.Random) -> list[int]:
+    store = work / "live"
+    shutil.rmtree(store, ignore_errors=True)
+    unpack(SAMPLE, store)
+    for _ in Scheduler(store, now_ms=wall_clock_ms(), mode="until-empty").events():
+        pass  # the sample's own backlog, up to now
+    now = wall_clock_ms()
+    park(store, parked(m, now, 10_000, rng, serial=1 << 40))
+    sched = Scheduler(store, mode="forever", flush_interval_ms=1000)
+    lateness: list[int] = []
+    keys = 0
+    timer = threading.Timer(60, sched.stop)
+    timer.start()
+    try:
+        for e in sched.events():
+            if isinstance(e, TimerDelivered) and not e.rolled and e.slotTimeMs is not None and e.slotTimeMs >= now:
+                lateness.append(e.latenessMs)
+                keys += 1
+                if keys >= m:
+                    sched.stop()
+    finally:
+        timer.cancel()
+    return lateness
+
+
+def pct(values: list[int], q: float) -> float:
+    values = sorted(values)
+    return float(values[min(len(values) - 1, int(q * (len(values) - 1) + 0.5))])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=20_000)
+    ap.add_argument("--live", type=int, default=400)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--work", type=Path, default=None)
+    args = ap.parse_args(argv)
+    work = args.work or Path(tempfile.mkdtemp(prefix="bench-timer-"))
+    rng = random.Random(args.seed)
+    timer_rate, raw_rate = throughput(work, args.messages, rng)
+    print(f"timer delivery: {timer_rate:,.0f} msg/s; raw writer: {raw_rate:,.0f} msg/s; "
+          f"ratio {timer_rate / raw_rate:.2f} ({args.messages} messages, {os.cpu_count()} cores)")
+    late = live_lateness(work, args.live, rng)
+    if late:
+        print(f"live lateness past the slot's due time ({len(late)} deliveries): p50 {pct(late, 0.5):.0f} ms, "
+              f"p99 {pct(late, 0.99):.0f} ms, max {max(late)} ms, mean {statistics.mean(late):.1f} ms")
+    else:
+        print("live lateness: no deliveries measured")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
