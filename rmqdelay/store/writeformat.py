@@ -5,7 +5,7 @@ longer than 127 characters (autoMessageVersionOnTopicLen, 5.x), and whether the 
 
 Taken from broker.conf when it names a setting (``--broker-config``), else from the store:
 its newest record says whether the broker appends the CRC property; the store's 5.x signs
-(timer files, V2 records, dataVersion, the checkpoint's 5.x fields) say 5.x. Never silent:
+(timer files, V2 records, the checkpoint's 5.x fields) say 5.x. Never silent:
 ``notes`` says what was found and where.
 """
 
@@ -44,9 +44,28 @@ FORMAT_4X = WriteFormat()
 FORMAT_5X = WriteFormat("5.x", False, True)
 
 
-class _Unheeded:
-    def add(self, *args) -> None:
-        pass
+def _signs_5x(store) -> list[str]:
+    """What shows a 5.x broker wrote the store (kind.store_features' signs, less the ones that
+    need config files read: those are their readers' to report, not the writer's)."""
+    from rmqdelay.store.kind import _v2_topics
+    from rmqdelay.timer.store import timer_files_present
+
+    signs = []
+    timer_files = timer_files_present(store.path)
+    if timer_files:
+        signs.append("timer store files (" + ", ".join(timer_files) + ")")
+    v2 = _v2_topics(store)
+    if v2:
+        signs.append(f"V2 records ({len(v2)} topic(s) longer than 127 bytes)")
+    try:
+        cp = store.checkpoint()
+    except StoreError:
+        cp = None
+    if cp is not None and (cp.masterFlushedOffset or cp.confirmPhyOffset):
+        signs.append("checkpoint with masterFlushedOffset/confirmPhyOffset")
+    if (store.path / "compaction").is_dir():
+        signs.append("compaction/")
+    return signs
 
 
 def _java_boolean(text: str) -> bool:
@@ -71,14 +90,12 @@ def _newest_record_crc(store) -> tuple[bool | None, str]:
 def detect_write_format(store, broker_config: Path | None = None) -> WriteFormat:
     """The WriteFormat of ``store`` (a Store): broker.conf's settings first, the store's own
     records for what it does not set."""
-    from rmqdelay.store.kind import store_features
-
     props = read_broker_properties(broker_config) if broker_config is not None else {}
-    features = store_features(store, problems=_Unheeded())  # the timer files' problems are not the writer's
+    signs = _signs_5x(store)
     notes: list[str] = []
-    is5x = features.version == "5.x"
+    is5x = bool(signs)
     if is5x:
-        notes.append("5.x store (" + "; ".join(features.signs) + ")")
+        notes.append("5.x store (" + "; ".join(signs) + ")")
     if "enabledAppendPropCRC" in props:
         crc = _java_boolean(props["enabledAppendPropCRC"])
         notes.append(f"enabledAppendPropCRC={str(crc).lower()} from {broker_config}")
