@@ -477,7 +477,9 @@ class Scheduler:
         with StoreWriter(self.store_path, delay_levels=self.delay_levels, clock=self.clock,
                          sync=False, index=self.index, broker_config=self.broker_config) as writer:
             self.broker5x = writer.write_format.is5x
-            yield Notice("write-format", "writing as the store's broker does: " + "; ".join(writer.write_format.notes))
+            fmt = writer.write_format
+            if fmt.is5x or fmt.propCrc:  # a 4.x store is written as before: nothing to say
+                yield Notice("write-format", "writing as the store's broker does: " + "; ".join(fmt.notes))
             for note in writer.recovery.notices:
                 yield Notice("recovery", note)
             if writer.recovery.indexed:
