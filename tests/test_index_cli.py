@@ -87,7 +87,11 @@ def test_run_on_a_5x_store_indexes_what_it_delivers(store_copy, capsys, tmp_path
     with Store(store) as s, StoreIndex(store) as index:
         for msg in new:
             found = query_messages(s, index, msg.topic, msg.properties["UNIQ_KEY"], unique=True)
-            assert [m.commitLogOffset for m in found.messages] == [msg.commitLogOffset]
+            if "TIMER_DEQUEUE_MS" in msg.properties:
+                # a timer delivery shares its key with the parked copy the index also holds
+                assert msg.commitLogOffset in [m.commitLogOffset for m in found.messages]
+            else:
+                assert [m.commitLogOffset for m in found.messages] == [msg.commitLogOffset]
     assert run_cli(capsys, "inspect", "index", store, "--verify").code == 0
 
 
