@@ -46,6 +46,8 @@ _CANCEL_WORDS = {
     "not-in-slot": "target NOT in its slot yet (delivered anyway unless it arrives there)",
     "rolled": "rolled (re-put; a later marker carries on)",
     "rolling": "rolling (tried when it reaches its own slot)",
+    "queued": "not enqueued yet, its target parked at the same time (dropped with it in that slot)",
+    "queued-no-target": "not enqueued yet, NO parked target at its time (dropped at its slot, target delivered)",
 }
 _MAX_PROBLEM_LINES = 200
 
@@ -180,7 +182,7 @@ def _print_status(s: TimerStatus) -> None:
         for state in CANCEL_STATES:
             if counts[state]:
                 line(f"  {counts[state]:>6}  {_CANCEL_WORDS[state]}",
-                     "red" if state in ("missed", "not-in-slot") else None)
+                     "red" if state in ("missed", "not-in-slot", "queued-no-target") else None)
     h = s.horizon
     if h["skipped"]:
         line(f"restart: a broker starting at {format_time_ms(h['restartAtMs'])} reads from "

@@ -7,13 +7,27 @@ from pathlib import Path
 
 import typer
 from rmqdelay.formats.constants import RMQ_SYS_SCHEDULE_TOPIC
+from rmqdelay.formats.javanum import java_parse_long
 from rmqdelay.formats.msgid import parse_host
 
 from rmqdelay.errors import UsageError
-from rmqdelay.send import DEFAULT_STORE_HOST, SendRequest, Sent, send_messages
+from rmqdelay.send import (
+    DEFAULT_PRODUCER_GROUP,
+    TIMER_OPTIONS,
+    SendRequest,
+    Sent,
+    send_messages,
+)
 from rmqdelay.store.writer import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CQ_FILE_SIZE
 
-from .common import emit_json, err_console, format_time_ms, int_option, progress
+from .common import (
+    emit_json,
+    err_console,
+    format_time_ms,
+    int_option,
+    parse_time_ms,
+    progress,
+)
 
 
 def _int(name: str, text: str | None) -> int | None:
@@ -43,6 +57,26 @@ def _body(body: str | None, body_file: Path | None) -> bytes:
     return (body if body is not None else "Hello RocketMQ").encode("utf-8")
 
 
+def _timer(deliver_at: str | None, delay_sec: str | None, delay_ms: str | None) -> tuple[str, str, str] | None:
+    """(option, property, value) of the one timer option given: what the client's
+    setDeliverTimeMs / setDelayTimeSec / setDelayTimeMs put (String.valueOf of a long)."""
+    given = [(name, text) for name, text in (("--deliver-at", deliver_at), ("--delay-sec", delay_sec),
+                                             ("--delay-ms", delay_ms)) if text is not None]
+    if len(given) > 1:
+        raise UsageError(f"{given[0][0]} and {given[1][0]}: a message has one deliver time, give one of them")
+    if not given:
+        return None
+    name, text = given[0]
+    if name == "--deliver-at":
+        value = parse_time_ms(text, name)
+    else:
+        value = java_parse_long(text.strip())
+        if value is None:
+            raise UsageError(f"{name}: an integer from -9223372036854775808 to 9223372036854775807 "
+                             f"(a Java long), found {text!r}")
+    return name, TIMER_OPTIONS[name], str(value)
+
+
 def _json(sent: Sent) -> dict:
     r = sent.result
     obj = {"msgId": r.msgId, "uniqKey": sent.uniqKey, "topic": r.topic, "queueId": r.queueId,
@@ -51,7 +85,30 @@ def _json(sent: Sent) -> dict:
     if r.topic == RMQ_SYS_SCHEDULE_TOPIC:
         obj.update(realTopic=sent.realTopic, realQueueId=sent.realQueueId, delayLevel=sent.delayLevel,
                    deliverTimestamp=r.tagsCode)
+    if sent.timer is not None:
+        obj.update(realTopic=sent.realTopic, realQueueId=sent.realQueueId, parked=sent.timer.parked,
+                   deliverMs=sent.timer.deliverMs, timerOutMs=sent.timer.timerOutMs)
+    if sent.cancels is not None:
+        obj["cancels"] = sent.cancels
     return obj
+
+
+def _line(item: Sent) -> str:
+    r = item.result
+    line = (f"{r.topic} queue {r.queueId} queueOffset {r.queueOffset} commitLogOffset {r.commitLogOffset} "
+            f"msgId {r.msgId} uniqKey {item.uniqKey}")
+    if r.topic == RMQ_SYS_SCHEDULE_TOPIC:
+        line += (f" -> {item.realTopic} queue {item.realQueueId} level {item.delayLevel} "
+                 f"due {format_time_ms(r.tagsCode)}")
+    elif item.cancels is not None:
+        line += f" cancels {item.cancels} in the slot of {format_time_ms(item.timer.timerOutMs)}"
+    elif item.timer is not None and item.timer.parked:
+        line += (f" -> {item.realTopic} queue {item.realQueueId} timer due {format_time_ms(item.timer.timerOutMs)} "
+                 f"(TIMER_OUT_MS {item.timer.timerOutMs})")
+    elif item.timer is not None:
+        line += (f" (deliver time {format_time_ms(item.timer.deliverMs)} not in the future: stored in its "
+                 "topic at once, as the broker does)")
+    return line
 
 
 def send(
@@ -61,11 +118,24 @@ def send(
     tags: str = typer.Option(None, "--tags", help="TAGS property."),
     keys: str = typer.Option(None, "--keys", help="KEYS property (space-separated keys)."),
     delay_level: str = typer.Option("0", "--delay-level", metavar="N", help="Delay level (0: none; above the maximum: capped)."),
+    deliver_at: str = typer.Option(None, "--deliver-at", metavar="ISO|EPOCH_MS",
+                                   help="Timer message (5.x store): deliver at this time (TIMER_DELIVER_MS; ISO without a zone is UTC)."),
+    delay_sec: str = typer.Option(None, "--delay-sec", metavar="N",
+                                  help="Timer message (5.x store): deliver N seconds after the put (TIMER_DELAY_SEC)."),
+    delay_ms: str = typer.Option(None, "--delay-ms", metavar="N",
+                                 help="Timer message (5.x store): deliver N ms after the put (TIMER_DELAY_MS)."),
+    cancel: str = typer.Option(None, "--cancel", metavar="UNIQ_KEY",
+                               help="Cancel the parked timer message with this UNIQ_KEY (a recall: TIMER_DEL_UNIQKEY)."),
+    producer_group: str = typer.Option(DEFAULT_PRODUCER_GROUP, "--producer-group",
+                                       help="PGROUP of a cancellation (the recalling producer's group)."),
+    broker_config: Path = typer.Option(None, "--broker-config", metavar="FILE",
+                                       help="broker.conf: timer settings, brokerClusterName, enabledAppendPropCRC."),
     prop: list[str] = typer.Option([], "--property", help="User property KEY=VALUE (repeatable)."),
     body: str = typer.Option(None, "--body", help="Body text (UTF-8). Default: 'Hello RocketMQ'."),
     body_file: Path = typer.Option(None, "--body-file", help="Body bytes from a file."),
     count: str = typer.Option("1", "--count", metavar="N", help="Number of messages."),
-    store_host: str = typer.Option("127.0.0.1:10911", "--store-host", help="The broker's address (storeHost, msgId)."),
+    store_host: str = typer.Option(None, "--store-host", help="The broker's address (storeHost, msgId). "
+                                   "Default: the store's, from its newest records (127.0.0.1:10911 for a new store)."),
     commitlog_file_size: str = typer.Option(None, "--commitlog-file-size", metavar="BYTES",
                                             help="Bytes per commit log file, for a new store (default 1 GiB)."),
     cq_file_size: str = typer.Option(None, "--cq-file-size", metavar="BYTES",
@@ -73,17 +143,27 @@ def send(
     json_out: bool = typer.Option(False, "--json", help="One JSON object per message."),
 ) -> None:
     """Put messages into STORE as a producer and the broker would (UNIQ_KEY, CLUSTER, the delay
-    rewrite into SCHEDULE_TOPIC_XXXX); creates the store if missing; adds the topic to
-    config/topics.json. Refused while a broker holds STORE/lock."""
-    if topic is None:
+    rewrite into SCHEDULE_TOPIC_XXXX, on a 5.x store the timer rewrite into rmq_sys_wheel_timer);
+    creates the store if missing; adds the topic to config/topics.json. Refused while a broker
+    holds STORE/lock."""
+    timer = _timer(deliver_at, delay_sec, delay_ms)
+    if cancel is not None:
+        given = [name for name, value in (("--body", body), ("--body-file", body_file), ("--tags", tags),
+                                          ("--keys", keys), ("--property", prop)) if value]
+        if given:
+            raise UsageError(f"--cancel and {given[0]}: a cancellation is the broker's own message (body \"0\", "
+                             "tags _RECALL_TAG_)")
+    elif topic is None:
         raise UsageError("--topic: required")
     try:
-        host = parse_host(store_host) if store_host else DEFAULT_STORE_HOST
+        host = parse_host(store_host) if store_host else None
     except ValueError:
         raise UsageError(f"--store-host: ip:port, found {store_host!r}") from None
-    request = SendRequest(topic=topic, body=_body(body, body_file), queue_id=_int("--queue", queue),
-                          tags=tags or None, keys=keys or None, delay_level=_int("--delay-level", delay_level),
-                          properties=_properties(prop), count=_int("--count", count), store_host=host)
+    request = SendRequest(topic=topic, body=b"0" if cancel is not None else _body(body, body_file),
+                          queue_id=_int("--queue", queue), tags=tags or None, keys=keys or None,
+                          delay_level=_int("--delay-level", delay_level), properties=_properties(prop),
+                          count=_int("--count", count), store_host=host, timer=timer, cancel=cancel,
+                          producer_group=producer_group, broker_config=broker_config)
     sizes = {}
     for name, text, default in (("--commitlog-file-size", commitlog_file_size, DEFAULT_COMMITLOG_FILE_SIZE),
                                 ("--cq-file-size", cq_file_size, DEFAULT_CQ_FILE_SIZE)):
@@ -100,10 +180,4 @@ def send(
         if json_out:
             emit_json(_json(item))
             continue
-        r = item.result
-        line = (f"{r.topic} queue {r.queueId} queueOffset {r.queueOffset} commitLogOffset {r.commitLogOffset} "
-                f"msgId {r.msgId} uniqKey {item.uniqKey}")
-        if r.topic == RMQ_SYS_SCHEDULE_TOPIC:
-            line += (f" -> {item.realTopic} queue {item.realQueueId} level {item.delayLevel} "
-                     f"due {format_time_ms(r.tagsCode)}")
-        sys.stdout.write(line + "\n")  # plain lines: --count can be large
+        sys.stdout.write(_line(item) + "\n")  # plain lines: --count can be large

@@ -62,6 +62,10 @@ PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"  # a cancellation: realTopic + 
 PROPERTY_TIMER_DELAY_LEVEL = "TIMER_DELAY_LEVEL"
 PROPERTY_CRC32 = "__CRC32#"  # enabledAppendPropCRC (5.2.0+)
 PROPERTY_BORN_TIMESTAMP = "BORN_TIMESTAMP"
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+PROPERTY_TRACE_CONTEXT = "TRACE_CONTEXT"
+# RecallMessageProcessor: the tags of a cancellation (recall) message.
+RECALL_MESSAGE_TAG = "_RECALL_TAG_"
 
 # TimerMessageStore
 RMQ_SYS_WHEEL_TIMER_TOPIC = "rmq_sys_wheel_timer"  # TopicValidator.SYSTEM_TOPIC_PREFIX + "wheel_timer"

@@ -125,7 +125,8 @@ def test_cancellation_markers_and_whether_each_found_its_target(timer_sample, ca
             want["honoured" if done else "will-be-honoured"] += 1
         else:
             want["missed" if done else "not-in-slot"] += 1
-    assert got["cancellations"] == want
+    # The samples' markers are all enqueued: none waits in the queue (send adds such ones).
+    assert got["cancellations"] == want | {"queued": 0, "queued-no-target": 0}
     assert sum(want.values()) == sum(u["magicDelete"] for u in t["units"])
     if name == "timer-partial":
         # The recalls due within the 15 s run were honoured by the real dequeue.

@@ -40,7 +40,10 @@ MISSED = "missed"  # its slot was read without its target: the target was delive
 NOT_IN_SLOT = "not-in-slot"  # pending, its target is not in its slot (yet): unless it arrives, it is delivered
 ROLLED = "rolled"  # a rolled marker whose slot was read: re-put (its later unit carries on)
 ROLLING = "rolling"  # a rolled marker, pending: it is tried when it reaches its own slot
-CANCEL_STATES = (HONOURED, WILL_BE_HONOURED, MISSED, NOT_IN_SLOT, ROLLED, ROLLING)
+# Markers still in rmq_sys_wheel_timer beyond masterTimerQueueOffset (sent, not enqueued yet):
+QUEUED = "queued"  # its target is parked at the same TIMER_OUT_MS (in the wheel or queued too)
+QUEUED_NO_TARGET = "queued-no-target"  # no parked message of its realTopic+uniqKey at that time
+CANCEL_STATES = (HONOURED, WILL_BE_HONOURED, MISSED, NOT_IN_SLOT, ROLLED, ROLLING, QUEUED, QUEUED_NO_TARGET)
 
 Advance = Callable[[int], None]
 
@@ -88,11 +91,16 @@ class Cancellation:
     timerOutMs: int | None
     state: str
     targetOffset: int | None  # the target's unit, when found
+    # A marker not enqueued yet (offset -1): its rmq_sys_wheel_timer queue offset, and its
+    # target's when the target is not enqueued either.
+    queueOffset: int | None = None
+    targetQueueOffset: int | None = None
 
     def as_json(self) -> dict:
         return {"offset": self.offset, "slotTimeMs": self.slotTimeMs, "roll": self.roll,
                 "delUniqKey": self.delUniqKey, "timerOutMs": self.timerOutMs, "state": self.state,
-                "targetOffset": self.targetOffset}
+                "targetOffset": self.targetOffset, "queueOffset": self.queueOffset,
+                "targetQueueOffset": self.targetQueueOffset}
 
 
 @dataclass(slots=True, frozen=True)
@@ -218,13 +226,17 @@ def timer_status(ts: TimerStore, now_ms: int, *, hot: int = 10, advance: Advance
     cq = ts.timer_queue()
     queue_max = cq.max_offset if cq is not None else 0
     master = cp.masterTimerQueueOffset if cp is not None else 0
+    queued_cancels: list[tuple[int, str, int | None]] = []
+    queued_targets: dict[tuple[str, int | None], int] = {}
     if cq is not None and master < queue_max:
-        _not_enqueued(ts, cq, max(master, cq.min_offset), queue_max, now_ms, pending)
+        _not_enqueued(ts, cq, max(master, cq.min_offset), queue_max, now_ms, pending, queued_cancels,
+                      queued_targets)
 
     metrics = ts.metrics()
     topics = resolve_topics(ts, net_by_hash, first_unit_by_hash, metrics)
     topic_metrics = metric_rows(net_by_hash, topics, metrics)
     cancellations = _cancellations(ts, deletes, read_ms)
+    cancellations += _queued_cancellations(ts, queued_cancels, queued_targets, read_ms)
 
     log_end = ts.log.end_offset()
     config = ts.config
@@ -272,10 +284,13 @@ def _hot_slots(live: np.ndarray, ts: TimerStore, hot: int) -> list[HotSlot]:
     return rows
 
 
-def _not_enqueued(ts: TimerStore, cq, start: int, stop: int, now_ms: int, pending: Pending) -> None:
-    """Messages the enqueue has not reached: their due time from their records."""
+def _not_enqueued(ts: TimerStore, cq, start: int, stop: int, now_ms: int, pending: Pending,
+                  cancels: list[tuple[int, str, int | None]], targets: dict[tuple[str, int | None], int]) -> None:
+    """Messages the enqueue has not reached: their due time from their records. Collects the
+    cancellation markers among them (queue offset, delete key, TIMER_OUT_MS) and the parked
+    messages by (delete key, TIMER_OUT_MS) -> queue offset."""
     units = cq.units(start, stop)
-    for u in units:
+    for i, u in enumerate(units):
         try:
             msg = ts.store.commitlog.read_message(int(u["commitLogOffset"]), int(u["size"]))
         except StoreError:
@@ -285,7 +300,10 @@ def _not_enqueued(ts: TimerStore, cq, start: int, stop: int, now_ms: int, pendin
             continue
         if info.isCancel:
             pending.notEnqueuedCancels += 1
+            cancels.append((start + i, info.delUniqKey, info.outMs))
             continue
+        if info.realTopic is not None and info.uniqKey is not None:
+            targets[(delete_key(info.realTopic, info.uniqKey), info.outMs)] = start + i
         pending.notEnqueued += 1
         if info.outMs is not None:
             bucket = int(bucket_of(np.array([info.outMs], dtype=np.int64), now_ms)[0])
@@ -360,6 +378,57 @@ def _cancellations(ts: TimerStore, deletes: list[tuple[int, int, bool, int, int,
             state = MISSED if done else NOT_IN_SLOT
         result.append(Cancellation(offset, slot, roll, key, out_ms, state, target))
     return result
+
+
+def _queued_cancellations(ts: TimerStore, cancels: list[tuple[int, str, int | None]],
+                          targets: dict[tuple[str, int | None], int], read_ms: int) -> list[Cancellation]:
+    """The markers not enqueued yet and where their target is: a unit in the wheel at the
+    marker's TIMER_OUT_MS, or a parked message not enqueued either (both then take the same
+    slot, where the dequeue drops the target)."""
+    if not cancels:
+        return []
+    slot_topics = set()
+    for _, key, out_ms in cancels:
+        if key and "+" in key and out_ms is not None:
+            slot_topics.add((out_ms, java_string_hash(key.rpartition("+")[0])))
+    in_wheel = target_units(ts, slot_topics) if slot_topics else {}
+    units = {key: next((c[0] for c in in_wheel.get(key, []) if c[1] == out_ms and not c[2]), None)
+             for _, key, out_ms in cancels}
+    missing = {(key, out_ms) for _, key, out_ms in cancels if units[key] is None and (key, out_ms) not in targets}
+    rolled = _rolled_targets(ts, missing, read_ms) if missing else {}
+    result = []
+    for queue_offset, key, out_ms in cancels:
+        unit = units[key] if units[key] is not None else rolled.get((key, out_ms))
+        queued = targets.get((key, out_ms))
+        state = QUEUED if unit is not None or queued is not None else QUEUED_NO_TARGET
+        result.append(Cancellation(-1, out_ms if out_ms is not None else -1, False, key, out_ms, state, unit,
+                                   queue_offset, queued))
+    return result
+
+
+def _rolled_targets(ts: TimerStore, wanted: set[tuple[str, int | None]], read_ms: int) -> dict[tuple[str, int], int]:
+    """(delete key, TIMER_OUT_MS) -> the pending roll unit of such a message: a target beyond
+    the roll window sits in a roll slot, not at its own time."""
+    hashes = np.array(sorted({java_string_hash(key.rpartition("+")[0]) for key, _ in wanted if key and "+" in key}),
+                      dtype=np.int64)
+    found: dict[tuple[str, int], int] = {}
+    for _, part in ts.log.iter_files():
+        units = part.units
+        magic = units["magic"]
+        near = ((magic & TIMER_MAGIC_ROLL) != 0) & ((magic & TIMER_MAGIC_DELETE) == 0) \
+            & (unit_slot_times(units) >= read_ms) & np.isin(units["hashCodeOfRealTopic"].astype(np.int64), hashes)
+        for row in np.flatnonzero(near):
+            try:
+                msg = ts.store.commitlog.read_message(int(units["offsetPy"][row]), int(units["sizePy"][row]))
+            except StoreError:
+                continue
+            info = timer_info(msg.topic, msg.properties)
+            if info is None or info.realTopic is None or info.uniqKey is None:
+                continue
+            key = (delete_key(info.realTopic, info.uniqKey), info.outMs)
+            if key in wanted:
+                found[key] = int(units["offset"][row])
+    return found
 
 
 def target_units(ts: TimerStore, slot_topics: set[tuple[int, int]]) -> dict[str, list[tuple[int, int, bool]]]:
