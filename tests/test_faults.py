@@ -599,3 +599,34 @@ def test_a_fifo_where_a_file_belongs_is_refused_at_once(tmp_path, name):
     if saved is not None:
         path.write_bytes(saved)
     assert_exactly_once(store)
+
+
+@pytest.mark.parametrize("free_kb", [8, 300])
+def test_timer_send_on_a_full_disk_leaves_no_unit_past_the_log_and_a_clean_timer_store(tmp_path, small_disk,
+                                                                                        free_kb):
+    from rmqdelay.samplepack import unpack
+
+    disk = small_disk(12 * 1024)
+    store = disk / "timer-fresh"
+    unpack(SAMPLES / "timer-fresh" / "store.tar.xz", store)
+    before = log_data(store)
+    with Store(store) as s:
+        parked_before = s.consume_queue("rmq_sys_wheel_timer", 0).max_offset
+    filler = fill(disk, free_kb)
+    result = cli("send", store, "--topic", "TimerTopic", "--delay-sec", "3600", "--count", "3000",
+                 "--body", "b" * 200)
+    line = assert_one_line(result, "No space left on device", "of 3000 messages were stored before it")
+    stored = int(line.split("; ")[-1].split(" of ")[0])
+    assert_verified(store)  # no unit past the log
+    filler.unlink()
+    assert_records_kept(store, before)
+    timer = cli("inspect", "timer", store, "--verify")
+    assert timer.code == 0, timer.out + timer.err
+    # The next writer's recovery finishes what the kill-like stop left; every stored message is
+    # parked once in rmq_sys_wheel_timer, none twice.
+    again = cli("send", store, "--topic", "TimerTopic", "--delay-sec", "3600", "--body", "x")
+    assert again.code == 0, again.err
+    with Store(store) as s:
+        assert s.consume_queue("rmq_sys_wheel_timer", 0).max_offset == parked_before + stored + 1
+    assert_verified(store)
+    assert not (store / "abort").exists()

@@ -12,7 +12,6 @@ zeros and whose slot for the last entry's hash points at it).
 
 from __future__ import annotations
 
-import mmap
 import os
 import re
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from rmqdelay.formats.index import (
     select_phy_offsets,
     slots_view,
 )
+from rmqdelay.store import fileio
 from rmqdelay.store.brokerprops import (
     bool_property,
     int_property,
@@ -170,15 +170,11 @@ class IndexFileReader:
     def __init__(self, path: Path, settings: IndexSettings) -> None:
         self.path = path
         self.name = path.name
-        try:
-            with open(path, "rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
-                if size < INDEX_HEADER_SIZE:
-                    raise StoreError(path, 0, f"an index file of at least {INDEX_HEADER_SIZE} bytes, found {size}")
-                self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        except OSError as exc:
-            raise StoreError(path, None, f"a readable file ({exc.strerror})") from None
-        self.buf = memoryview(self._map)
+        # Holes read as zeros without touching the file system: a page fault on a hole of a
+        # sparse file on a full tmpfs would be a SIGBUS.
+        self.buf = fileio.map_for_read(path)
+        if len(self.buf) < INDEX_HEADER_SIZE:
+            raise StoreError(path, 0, f"an index file of at least {INDEX_HEADER_SIZE} bytes, found {len(self.buf)}")
         self.header = parse_index_header(self.buf)
         self.hashSlotNum, self.indexNum = file_geometry(path, self.buf, self.header, settings)
         if self.header.indexCount > self.indexNum:
@@ -205,11 +201,7 @@ class IndexFileReader:
         select_phy_offsets(self.buf, self.header, self.hashSlotNum, key_hash, out, max_num, begin, end)
 
     def close(self) -> None:
-        self.buf.release()
-        try:
-            self._map.close()
-        except BufferError:
-            pass  # an array still points into the map; it goes with it
+        self.buf.release()  # the map goes with the last array over it
 
 
 @dataclass(slots=True)
