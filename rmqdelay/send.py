@@ -54,7 +54,7 @@ from rmqdelay.store.writer import (
     StoreWriter,
 )
 from rmqdelay.timer.config import TimerConfig, read_broker_config, timer_config
-from rmqdelay.timer.store import TimerStore, timer_files_present
+from rmqdelay.timer.store import TimerStore, timer_files_present, timer_paths
 from rmqdelay.timer.transform import (
     DEFAULT_MAP_CAPACITY,
     TimerPut,
@@ -62,6 +62,7 @@ from rmqdelay.timer.transform import (
     recall_timestamp,
     transform_timer_message,
 )
+from rmqdelay.timer.wheel import TimerWheel
 from rmqdelay.uniqkey import UniqKeyFactory
 
 # TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET: the broker refuses a producer's send to these.
@@ -210,14 +211,20 @@ def send_messages(store_path: Path | str, req: SendRequest, *,
         uniq = UniqKeyFactory(born_host[0], os.getpid(), random.getrandbits(32),
                               datetime.now().astimezone().tzinfo)
         sent: list[Sent] = []
-        config = target.config if target is not None else _timer_settings(path, req.broker_config)
+        config = target.config if target is not None else \
+            _timer_settings(path, req.broker_config) if writer.write_format.is5x else None
+        wheel = _congestion_wheel(path, config)
         try:
-            _put_all(writer, req, queue_nums, born_host, uniq, clock, sent, on_progress, config)
+            _put_all(writer, req, queue_nums, born_host, uniq, clock, sent, on_progress, config,
+                     None if wheel is None else (lambda time_ms: wheel.slot(time_ms).num))
             writer.flush()
         except StoreWriteError as exc:
             stored = sum(1 for s in sent if s.result.commitLogOffset < writer.flushed_end)
             raise StoreWriteError(exc.path, exc.offset, f"{exc.what}; {stored} of {req.count} messages were "
                                                         f"stored before it, the others were not") from None
+        finally:
+            if wheel is not None:
+                wheel.close()
         used = max(s.realQueueId for s in sent) + 1
         add_topics(path, {req.topic: max(used, queue_nums)}, clock())
     if target is not None and on_notice is not None:
@@ -227,7 +234,8 @@ def send_messages(store_path: Path | str, req: SendRequest, *,
 
 def _put_all(writer: StoreWriter, req: SendRequest, queue_nums: int, born_host: tuple[bytes, int],
              uniq: UniqKeyFactory, clock: Callable[[], int], sent: list[Sent],
-             on_progress: Callable[[int], None] | None, config: TimerConfig | None) -> None:
+             on_progress: Callable[[int], None] | None, config: TimerConfig | None,
+             slot_num: Callable[[int], int] | None) -> None:
     broker5x = writer.write_format.is5x
     cluster = _cluster_name(req.broker_config)
     timer = req.timer[1:] if req.timer is not None else None
@@ -241,7 +249,7 @@ def _put_all(writer: StoreWriter, req: SendRequest, queue_nums: int, born_host: 
             message = broker_message(req.topic, queue_id, req.body, props, born_timestamp=born,
                                      born_host=born_host, store_host=req.store_host, cluster=cluster,
                                      store_timestamp=now, broker5x=True)
-            hook = transform_timer_message(message, config, now)
+            hook = transform_timer_message(message, config, now, slot_num=slot_num)
             message = hook.message
             if hook.deliverMs is None and not hook.parked:
                 hook = None  # not a timer message
@@ -260,6 +268,15 @@ def _cluster_name(broker_config: Path | None) -> str:
     if broker_config is None:
         return DEFAULT_CLUSTER
     return read_broker_config(broker_config).get("brokerClusterName", DEFAULT_CLUSTER)
+
+
+def _congestion_wheel(path: Path, config: TimerConfig | None) -> TimerWheel | None:
+    """The wheel whose slot counts TimerMessageStore.isReject weighs, when the broker sets
+    timerCongestNumEachSlot (off by default)."""
+    wheel_path = timer_paths(path)["timerwheel"]
+    if config is None or config.congestNumEachSlot >= INT_MAX or not wheel_path.is_file():
+        return None
+    return TimerWheel(wheel_path, config.precisionMs)
 
 
 def _timer_settings(path: Path, broker_config: Path | None) -> TimerConfig:

@@ -176,7 +176,9 @@ def test_a_timer_message_is_parked_as_the_broker_parks_it(fresh, capsys, fresh_r
                                                           bucket):
     if option == "--deliver-at":
         value = str(time.time_ns() // 1_000_000 + 7_200_000)
-    before = cli_json(capsys, "inspect", "timer", fresh, "--json")[0]["pending"]
+    # Both judged at the test's start: a loaded machine must not make a near message due.
+    at = str(time.time_ns() // 1_000_000)
+    before = cli_json(capsys, "inspect", "timer", fresh, "--json", "--now", at)[0]["pending"]
     result = run_cli(capsys, "send", fresh, "--topic", "TimerTopic", "--queue", "1", "--tags", "TagA",
                      "--keys", "K1", option, value, "--json")
     assert result.code == 0, result.err
@@ -198,7 +200,7 @@ def test_a_timer_message_is_parked_as_the_broker_parks_it(fresh, capsys, fresh_r
         1000 if option == "--delay-sec" else 1)
     assert 1 <= deliver - out <= 1000
     assert msg.storeHost == "10.10.0.5:10911"  # the store's own broker
-    after = cli_json(capsys, "inspect", "timer", fresh, "--json")[0]["pending"]
+    after = cli_json(capsys, "inspect", "timer", fresh, "--json", "--now", at)[0]["pending"]
     assert after["notEnqueued"] == before["notEnqueued"] + 1
     assert after["notEnqueuedByDue"][bucket] == before["notEnqueuedByDue"][bucket] + 1
     shown = run_cli(capsys, "inspect", "message", fresh, str(sent["commitLogOffset"]))
@@ -301,3 +303,22 @@ def test_a_cancellation_of_a_message_due_already_gets_the_recall_refusal(fresh, 
     result = run_cli(capsys, "send", fresh, "--cancel", "C0000202511E5FFD2B2774C54ED1048A")
     assert result.code == 2 and "recall failed, timestamp invalid" in result.err
     assert tree_digest(fresh) == before
+
+
+def test_flow_control_weighs_the_slot_count_as_the_broker_does():
+    congested = dataclasses.replace(CONFIG, congestNumEachSlot=10)
+    msg = NewMessage("TopicTest", 0, b"x", {"TIMER_DELAY_SEC": "60"}, None)
+    now = 1795450300500
+    assert transform_timer_message(msg, congested, now, slot_num=lambda t: 10).parked
+    with pytest.raises(PutRefused) as info:
+        transform_timer_message(msg, congested, now, slot_num=lambda t: 20)
+    assert info.value.remark == ("timer message is under flow control, max num limit is 20 or the current value is "
+                                 "greater than 10 and less than 20, trigger random flow control")
+    # In between, at random: rejected when nextInt(1000) is above 1000 * (num - limit) / (limit + 0.1).
+    assert transform_timer_message(msg, congested, now, slot_num=lambda t: 15, draw=lambda: 0).parked
+    with pytest.raises(PutRefused):
+        transform_timer_message(msg, congested, now, slot_num=lambda t: 15, draw=lambda: 999)
+    # The slot asked about is the one TIMER_OUT_MS names.
+    asked = []
+    transform_timer_message(msg, congested, now, slot_num=lambda t: asked.append(t) or 0)
+    assert asked == [1795450360000]

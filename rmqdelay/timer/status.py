@@ -20,7 +20,7 @@ from rmqdelay.errors import StoreError
 from rmqdelay.formats.constants import TIMER_MAGIC_DELETE, TIMER_MAGIC_ROLL
 from rmqdelay.formats.javahash import java_string_hash
 from rmqdelay.formats.timercheck import TimerCheckpoint
-from rmqdelay.formats.timerprops import delete_key, timer_info
+from rmqdelay.formats.timerprops import TimerInfo, delete_key, timer_info
 
 from .store import TimerStore, unit_slot_times
 
@@ -418,17 +418,23 @@ def _rolled_targets(ts: TimerStore, wanted: set[tuple[str, int | None]], read_ms
         near = ((magic & TIMER_MAGIC_ROLL) != 0) & ((magic & TIMER_MAGIC_DELETE) == 0) \
             & (unit_slot_times(units) >= read_ms) & np.isin(units["hashCodeOfRealTopic"].astype(np.int64), hashes)
         for row in np.flatnonzero(near):
-            try:
-                msg = ts.store.commitlog.read_message(int(units["offsetPy"][row]), int(units["sizePy"][row]))
-            except StoreError:
-                continue
-            info = timer_info(msg.topic, msg.properties)
-            if info is None or info.realTopic is None or info.uniqKey is None:
-                continue
-            key = (delete_key(info.realTopic, info.uniqKey), info.outMs)
-            if key in wanted:
-                found[key] = int(units["offset"][row])
+            named = _unit_target(ts, units, row)
+            if named is not None and (named[0], named[1].outMs) in wanted:
+                found[(named[0], named[1].outMs)] = int(units["offset"][row])
     return found
+
+
+def _unit_target(ts: TimerStore, units: np.ndarray, row: int) -> tuple[str, TimerInfo] | None:
+    """(delete key, TimerInfo) of the message a unit points at, or None when its record is
+    not there or names no realTopic+uniqKey."""
+    try:
+        msg = ts.store.commitlog.read_message(int(units["offsetPy"][row]), int(units["sizePy"][row]))
+    except StoreError:
+        return None
+    info = timer_info(msg.topic, msg.properties)
+    if info is None or info.realTopic is None or info.uniqKey is None:
+        return None
+    return delete_key(info.realTopic, info.uniqKey), info
 
 
 def target_units(ts: TimerStore, slot_topics: set[tuple[int, int]]) -> dict[str, list[tuple[int, int, bool]]]:
@@ -446,13 +452,9 @@ def target_units(ts: TimerStore, slot_topics: set[tuple[int, int]]) -> dict[str,
         for row in np.flatnonzero(near):
             if (int(slot[row]), int(units["hashCodeOfRealTopic"][row])) not in pair_set:
                 continue
-            try:
-                msg = ts.store.commitlog.read_message(int(units["offsetPy"][row]), int(units["sizePy"][row]))
-            except StoreError:
+            named = _unit_target(ts, units, row)
+            if named is None:
                 continue
-            info = timer_info(msg.topic, msg.properties)
-            if info is None or info.realTopic is None or info.uniqKey is None:
-                continue
-            found.setdefault(delete_key(info.realTopic, info.uniqKey), []).append(
+            found.setdefault(named[0], []).append(
                 (int(units["offset"][row]), int(slot[row]), bool(units["magic"][row] & TIMER_MAGIC_ROLL)))
     return found
