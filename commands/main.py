@@ -65,6 +65,10 @@ def _register() -> None:
     app.command("send")(send.send)
     app.add_typer(samples.app, name="samples")
 
+    from . import timer
+
+    app.add_typer(timer.app, name="timer")
+
 
 _flag_type = TyperOption.display_type_rich
 

@@ -302,3 +302,21 @@ def unlink(path: Path) -> None:
         pass
     except OSError as exc:
         raise _write_error(path, None, "removing the file", exc) from None
+
+
+def link(src: Path, dst: Path) -> None:
+    """A second name for a file (a backup that costs no copy and keeps its holes)."""
+    try:
+        os.link(src, dst)
+    except OSError as exc:
+        raise _write_error(dst, None, f"link to {src.name}", exc) from None
+
+
+def remove_dir(path: Path) -> None:
+    """Remove an empty directory (gone already is fine)."""
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise _write_error(path, None, "removing the directory", exc) from None

@@ -97,7 +97,7 @@ def iter_timer_problems(ts: TimerStore, now_ms: int, advance: Advance | None = N
     counts = counts if counts is not None else TimerVerifyCounts()
     units = yield from _framing(ts, advance, counts)
     counts.units = len(units)
-    records = _timer_records(ts)
+    records = timer_records(ts)
     counts.messages = records.timer_count
     yield from _units_against_log(ts, units, records)
     slots = ts.wheel.non_empty()
@@ -145,7 +145,7 @@ def _framing(ts: TimerStore, advance: Advance, counts: TimerVerifyCounts):
 
 # -- units against the commit log --------------------------------------------------------------------
 @dataclass
-class _Records:
+class TimerRecords:
     """Every commit log record (sorted offsets and sizes) and the timer fields of those of
     rmq_sys_wheel_timer."""
 
@@ -162,9 +162,10 @@ class _Records:
 
 
 _NO_TIME = np.iinfo(np.int64).min
+NO_TIME = _NO_TIME  # records.out_ms of a record without TIMER_OUT_MS
 
 
-def _timer_records(ts: TimerStore) -> _Records:
+def timer_records(ts: TimerStore) -> TimerRecords:
     store = ts.store
     skipped: list[Skipped] = []
     offsets, sizes, timer, out, hashes, deletes = [], [], [], [], [], []
@@ -199,7 +200,7 @@ def _timer_records(ts: TimerStore) -> _Records:
     offsets_all = offsets_all[order]
     # Where the records end (not where the queues say: after a truncation they point past it).
     end = int((offsets_all + sizes_all).max()) if len(offsets_all) else store.commitlog.min_offset
-    return _Records(offsets_all, sizes_all, is_timer_all, cat(out, np.int64)[order],
+    return TimerRecords(offsets_all, sizes_all, is_timer_all, cat(out, np.int64)[order],
                     cat(hashes, np.int64)[order], cat(deletes, bool)[order], skipped,
                     store.commitlog.min_offset, end, int(is_timer_all.sum()))
 
@@ -210,9 +211,32 @@ def _unit_problem(ts: TimerStore, kind: str, unit, expected: str) -> TimerProble
     return TimerProblem(kind, path, byte, expected, timerLogOffset=offset, physicalOffset=int(unit["offsetPy"]))
 
 
-def _units_against_log(ts: TimerStore, units: np.ndarray, records: _Records) -> Iterator[TimerProblem]:
-    if not len(units):
-        return
+@dataclass
+class UnitChecks:
+    """Each unit against the commit log, as masks over the units (one kind per unit for the
+    first six; the last three only among units that point at a timer message of their size).
+    ``record`` is the index into the records of the record at each unit's offsetPy (valid
+    where ``found``)."""
+
+    below: np.ndarray
+    past: np.ndarray
+    unreadable: np.ndarray
+    no_message: np.ndarray
+    wrong_size: np.ndarray
+    not_timer: np.ndarray
+    bad_time: np.ndarray
+    bad_hash: np.ndarray
+    bad_delete: np.ndarray
+    found: np.ndarray
+    record: np.ndarray
+
+    @property
+    def any_problem(self) -> np.ndarray:
+        return (self.below | self.past | self.unreadable | self.no_message | self.wrong_size | self.not_timer
+                | self.bad_time | self.bad_hash | self.bad_delete)
+
+
+def check_units(ts: TimerStore, units: np.ndarray, records: TimerRecords) -> UnitChecks:
     py = units["offsetPy"].astype(np.int64)
     size = units["sizePy"].astype(np.int64)
     below = py < records.min_offset
@@ -226,51 +250,63 @@ def _units_against_log(ts: TimerStore, units: np.ndarray, records: _Records) -> 
     idx = np.minimum(np.searchsorted(records.offsets, py), max(n - 1, 0))
     found = ok & (n > 0) & (records.offsets[idx] == py) if n else np.zeros(len(units), dtype=bool)
     no_message = ok & ~found
-    wrong_size = found & (records.sizes[idx] != size)
-    not_timer = found & ~wrong_size & ~records.is_timer[idx]
+    wrong_size = found & (records.sizes[idx] != size) if n else found
+    not_timer = found & ~wrong_size & ~records.is_timer[idx] if n else found
     timer = found & ~wrong_size & ~not_timer
     slot = unit_slot_times(units)
     roll = (units["magic"] & TIMER_MAGIC_ROLL) != 0
     delete = (units["magic"] & TIMER_MAGIC_DELETE) != 0
-    out = records.out_ms[idx]
+    out = records.out_ms[idx] if n else np.full(len(units), _NO_TIME, dtype=np.int64)
     bad_time = timer & ~roll & (out != slot)
-    bad_hash = timer & (records.real_hash[idx] != units["hashCodeOfRealTopic"].astype(np.int64))
-    bad_delete = timer & (records.is_delete[idx] != delete)
+    bad_hash = timer & (records.real_hash[idx] != units["hashCodeOfRealTopic"].astype(np.int64)) if n else timer
+    bad_delete = timer & (records.is_delete[idx] != delete) if n else timer
+    return UnitChecks(below, past, unreadable, no_message, wrong_size, not_timer, bad_time, bad_hash, bad_delete,
+                      found, idx)
+
+
+def _units_against_log(ts: TimerStore, units: np.ndarray, records: TimerRecords) -> Iterator[TimerProblem]:
+    if not len(units):
+        return
+    c = check_units(ts, units, records)
+    py = units["offsetPy"].astype(np.int64)
+    size = units["sizePy"].astype(np.int64)
+    idx = c.record
+    slot = unit_slot_times(units)
+    out = records.out_ms[idx]
     end, first = records.end_offset, records.min_offset
-    for row in np.flatnonzero(below | past | unreadable | no_message | wrong_size | not_timer | bad_time
-                              | bad_hash | bad_delete):
+    for row in np.flatnonzero(c.any_problem):
         u = units[row]
         p, s = int(py[row]), int(size[row])
-        if below[row]:
+        if c.below[row]:
             yield _unit_problem(ts, UNIT_BELOW_LOG, u, f"a unit pointing inside the commit log [{first}, {end}), "
                                                       f"found offsetPy {p} below its first offset (deleted by "
                                                       f"retention: the message is lost)")
-        elif past[row]:
+        elif c.past[row]:
             yield _unit_problem(ts, UNIT_PAST_LOG, u, f"a unit pointing inside the commit log [{first}, {end}), "
                                                      f"found offsetPy {p} size {s} past its end (truncated)")
-        elif unreadable[row]:
+        elif c.unreadable[row]:
             yield _unit_problem(ts, UNIT_UNREADABLE, u, f"a unit pointing at a readable record, found offsetPy {p} "
                                                         "in a part of the commit log that could not be read")
-        elif no_message[row]:
+        elif c.no_message[row]:
             yield _unit_problem(ts, UNIT_NO_MESSAGE, u, f"a unit pointing at the start of a record, found offsetPy "
                                                        f"{p}, where no record starts")
-        elif wrong_size[row]:
+        elif c.wrong_size[row]:
             yield _unit_problem(ts, UNIT_SIZE_MISMATCH, u, f"a unit with the size of the record at {p} "
                                                            f"({int(records.sizes[idx[row]])}), found sizePy {s}")
-        elif not_timer[row]:
+        elif c.not_timer[row]:
             yield _unit_problem(ts, UNIT_NOT_TIMER, u, f"a unit pointing at a timer message of "
                                                       f"{RMQ_SYS_WHEEL_TIMER_TOPIC}, found a record of another "
                                                       f"topic at {p}")
         else:
-            if bad_time[row]:
+            if c.bad_time[row]:
                 got = "no TIMER_OUT_MS" if out[row] == _NO_TIME else f"TIMER_OUT_MS {int(out[row])}"
                 yield _unit_problem(ts, UNIT_TIME, u, f"a unit in the slot of its message's TIMER_OUT_MS "
                                                       f"({int(slot[row])}), found {got}")
-            if bad_hash[row]:
+            if c.bad_hash[row]:
                 yield _unit_problem(ts, UNIT_TOPIC_HASH, u, f"hashCodeOfRealTopic {int(records.real_hash[idx[row]])} "
                                                             f"of the message's REAL_TOPIC, found "
                                                             f"{int(units['hashCodeOfRealTopic'][row])}")
-            if bad_delete[row]:
+            if c.bad_delete[row]:
                 want = "set" if records.is_delete[idx[row]] else "clear"
                 yield _unit_problem(ts, UNIT_DELETE_FLAG, u, f"the DELETE magic bit {want} as the message's "
                                                              f"TIMER_DEL_UNIQKEY says, found magic {int(u['magic'])}")
