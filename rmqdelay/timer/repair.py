@@ -40,7 +40,11 @@ from pathlib import Path
 import numpy as np
 
 from rmqdelay.errors import StoreError, StoreReadError, StoreWriteError
-from rmqdelay.formats.constants import BLANK_MAGIC_CODE, TIMER_MAGIC_DELETE
+from rmqdelay.formats.constants import (
+    BLANK_MAGIC_CODE,
+    TIMER_MAGIC_DELETE,
+    TIMER_MAGIC_ROLL,
+)
 from rmqdelay.formats.delayoffset import DataVersion
 from rmqdelay.formats.errors import FormatError
 from rmqdelay.formats.timercheck import (
@@ -77,7 +81,7 @@ from rmqdelay.store.directory import ConfigFallbackWarning, load_config_file
 
 from .status import metric_rows, resolve_topics
 from .store import TimerStore, unit_slot_times
-from .verify import NO_TIME, TimerRecords, check_units, timer_records
+from .verify import NO_TIME, TimerRecords, check_units, readable_log_end, timer_records
 
 STAGING_DIR = ".timer-repair"
 JOURNAL = "journal.json"
@@ -213,10 +217,10 @@ def plan_repair(ts: TimerStore, now_ms: int, wall_ms: int, *, fix_metrics: bool 
     dataVersions. Reads only."""
     plan = RepairPlan(str(ts.store.path), now_ms)
     plan.interrupted = (ts.store.path / STAGING_DIR / JOURNAL).exists()
-    units = _read_units(ts, plan)
-    plan.units = len(units)
+    units, suspect = _read_units(ts, plan)
+    plan.units = int((~suspect).sum())
     records = timer_records(ts)
-    units, keep = _check_and_fix(ts, units, records, plan)
+    units, keep = _check_and_fix(ts, units, suspect, records, plan)
     kept = units[keep]
     plan.kept = len(kept)
     cp = ts.checkpoint()
@@ -232,23 +236,32 @@ def plan_repair(ts: TimerStore, now_ms: int, wall_ms: int, *, fix_metrics: bool 
     return plan
 
 
-def _read_units(ts: TimerStore, plan: RepairPlan) -> np.ndarray:
-    """Every unit of the log in log order. A file that does not decode whole is read stride by
-    stride: what looks like a unit is kept (it is checked against the commit log next), the
-    rest is stray and goes (its bytes stay in the backup)."""
-    parts = []
+def _read_units(ts: TimerStore, plan: RepairPlan) -> tuple[np.ndarray, np.ndarray]:
+    """Every unit of the log in log order, and which of them are suspect. A file that does not
+    decode whole is read stride by stride (units start at multiples of 52): a stride that is
+    a unit, or not zeros and not the BLANK, is taken as a suspect unit - kept only if it points
+    exactly at a timer message of its size (a unit with a flipped magic or size byte), its
+    magic then set from that message; the rest is stray and is cut (its bytes stay in the
+    backup)."""
+    parts, suspects = [], []
     for index, mf in enumerate(ts.log.files):
         view = ts.log.view(index)
         try:
-            parts.append(decode_file(view, mf.start).units)
+            units = decode_file(view, mf.start).units
+            parts.append(units)
+            suspects.append(np.zeros(len(units), dtype=bool))
             continue
         except FormatError:
             pass
-        parts.append(_salvage(view, mf, plan))
-    return np.concatenate(parts) if parts else np.empty(0, dtype=UNITS_DTYPE)
+        units, suspect = _salvage(view, mf, plan)
+        parts.append(units)
+        suspects.append(suspect)
+    if not parts:
+        return np.empty(0, dtype=UNITS_DTYPE), np.zeros(0, dtype=bool)
+    return np.concatenate(parts), np.concatenate(suspects)
 
 
-def _salvage(view, mf, plan: RepairPlan) -> np.ndarray:
+def _salvage(view, mf, plan: RepairPlan) -> tuple[np.ndarray, np.ndarray]:
     size = len(view)
     count = size // UNIT_SIZE
     raw = np.frombuffer(view, dtype=UNIT_DTYPE, count=count)
@@ -259,22 +272,23 @@ def _salvage(view, mf, plan: RepairPlan) -> np.ndarray:
     left = size - np.arange(count, dtype=np.int64) * UNIT_SIZE
     is_blank = (raw["magic"] == BLANK_MAGIC_CODE) & (raw["size"].astype(np.int64) == left) & \
         (raw["prevPos"] == 0) & ~words[:, MIN_BLANK_LEN:].any(axis=1)
-    for row in np.flatnonzero(nonzero & ~is_unit & ~is_blank):
-        pos = int(row) * UNIT_SIZE
-        plan.stray.append(StrayBytes(str(mf.path), pos, UNIT_SIZE, bytes(view[pos:pos + 16]).hex()))
     rest = bytes(view[count * UNIT_SIZE:])
     if any(rest) and not (count and is_blank[-1]):
         plan.stray.append(StrayBytes(str(mf.path), count * UNIT_SIZE, len(rest), rest[:16].hex()))
-    rows = np.flatnonzero(is_unit)
+    # After a unit that is not one, the units that follow are suspect too: a torn write can leave
+    # well-formed garbage.
+    bad = nonzero & ~is_unit & ~is_blank
+    after_bad = np.cumsum(bad) > 0
+    rows = np.flatnonzero(nonzero & ~is_blank)
     units = np.empty(len(rows), dtype=UNITS_DTYPE)
     units["offset"] = mf.start + rows.astype(np.int64) * UNIT_SIZE
     for name in UNIT_DTYPE.names:
         if name != "size":
             units[name] = raw[name][rows]
-    return units
+    return units, after_bad[rows] | ~is_unit[rows]
 
 
-def _check_and_fix(ts: TimerStore, units: np.ndarray, records: TimerRecords,
+def _check_and_fix(ts: TimerStore, units: np.ndarray, suspect: np.ndarray, records: TimerRecords,
                    plan: RepairPlan) -> tuple[np.ndarray, np.ndarray]:
     """(units with their fields set from their messages, which to keep)."""
     keep = np.ones(len(units), dtype=bool)
@@ -285,21 +299,44 @@ def _check_and_fix(ts: TimerStore, units: np.ndarray, records: TimerRecords,
     idx = c.record
     n = len(records.offsets)
     is_timer_record = c.found & records.is_timer[idx] if n else c.found
-    drop_not_timer = c.not_timer | (c.wrong_size & ~is_timer_record)
-    for mask, kind in ((c.below, BELOW_LOG), (c.past, PAST_LOG), (c.no_message, NO_MESSAGE),
-                       (drop_not_timer, NOT_TIMER)):
+    # The log's last units pointing at no record of their size are a torn tail (a unit written
+    # in part), not units to drop: cut like any other bytes that are not a unit.
+    unpointed = c.no_message | c.not_timer | (c.wrong_size & ~is_timer_record)
+    tail = len(units) - (int(np.argmin(unpointed[::-1])) if not unpointed.all() else len(units))
+    suspect = suspect.copy()
+    suspect[tail:] = True
+    # A suspect unit is a unit only if it points exactly at a timer message of its size.
+    salvaged = suspect & c.found & ~c.wrong_size & is_timer_record
+    for row in np.flatnonzero(suspect & ~salvaged):
+        offset = int(units["offset"][row])
+        path, byte = ts.log.location(offset)
+        head = encode_units(units[row:row + 1])[:16].hex()
+        plan.stray.append(StrayBytes(path, byte, UNIT_SIZE, head))
+        keep[row] = False
+    for row in np.flatnonzero(salvaged):
+        magic = int(units["magic"][row])
+        slot = int(units["currWriteTime"][row]) + int(units["delayedTime"][row])
+        want = (TIMER_MAGIC_DELETE if records.is_delete[idx[row]] else 0) | \
+            (0 if int(records.out_ms[idx[row]]) == slot else TIMER_MAGIC_ROLL) | 1
+        if magic != want:
+            _fix(plan, units, row, "magic", want, "a unit with a damaged magic, restored from its message")
+    c = check_units(ts, units, records) if salvaged.any() else c
+    trusted = ~suspect | salvaged
+    drop_not_timer = (c.not_timer | (c.wrong_size & ~is_timer_record)) & trusted
+    for mask, kind in ((c.below & trusted, BELOW_LOG), (c.past & trusted, PAST_LOG),
+                       (c.no_message & trusted, NO_MESSAGE), (drop_not_timer, NOT_TIMER)):
         for row in np.flatnonzero(mask):
             plan.dropped.append(_dropped(ts, units[row], kind, records))
             keep[row] = False
-    for row in np.flatnonzero(c.unreadable):
+    for row in np.flatnonzero(c.unreadable & trusted):
         plan.leftAlone.append(LeftAlone(f"unit at timer log offset {int(units['offset'][row])}",
                                         f"it points at commit log offset {int(units['offsetPy'][row])}, in a part "
                                         "of the commit log that could not be read: mend the commit log first"))
     # Units pointing at a timer message: the message decides their fields.
-    resized = c.wrong_size & is_timer_record
+    resized = c.wrong_size & is_timer_record & trusted
     for row in np.flatnonzero(resized):
         _fix(plan, units, row, "sizePy", int(records.sizes[idx[row]]), "the size of the record it points at")
-    timer = (c.found & ~c.wrong_size & ~c.not_timer) | resized
+    timer = ((c.found & ~c.wrong_size & ~c.not_timer) | resized) & trusted
     checks = check_units(ts, units, records) if resized.any() else c
     for row in np.flatnonzero(timer & checks.bad_hash):
         _fix(plan, units, row, "hashCodeOfRealTopic", int(records.real_hash[idx[row]]),
@@ -423,7 +460,7 @@ def _relayout(ts: TimerStore, kept: np.ndarray, plan: RepairPlan) -> tuple[np.nd
         touched = sorted(plan.log_files)
         plan.changes.append(Change("timerlog/", "units", f"{plan.units} in {len(files)} file(s)",
                                    f"{len(new)} in {count} file(s)"))
-        plan.changes.append(Change("timerlog/", "end offset", str(ts.log.end_offset()), str(log_end)))
+        plan.changes.append(Change("timerlog/", "end offset", str(readable_log_end(ts)), str(log_end)))
         plan.changes.append(Change("timerlog/", "files rewritten", "-", ", ".join(touched) or "-"))
         if plan.log_removed:
             plan.changes.append(Change("timerlog/", "files removed (kept in timerlog.bak/)",

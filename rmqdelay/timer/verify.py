@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rmqdelay.errors import StoreError
 from rmqdelay.formats.constants import (
     RMQ_SYS_WHEEL_TIMER_TOPIC,
     TIMER_MAGIC_DELETE,
@@ -325,7 +326,7 @@ def _chains(ts: TimerStore, units: np.ndarray, slots: np.ndarray) -> Iterator[Ti
     is the previous unit of its slot time (-1 for the first), the slot's lastPos/firstPos are
     the last/first, and num counts them (delete units -1)."""
     p = ts.config.precisionMs
-    log_min, log_end = ts.log.min_offset, ts.log.end_offset()
+    log_min, log_end = ts.log.min_offset, readable_log_end(ts)
     cp = ts.checkpoint()
     read_ms = cp.lastReadTimeMs if cp is not None else 0
     wheel = str(ts.wheel.path)
@@ -400,6 +401,22 @@ def _chains(ts: TimerStore, units: np.ndarray, slots: np.ndarray) -> Iterator[Ti
                             "the message is never delivered")
 
 
+def readable_log_end(ts: TimerStore) -> int:
+    """Where the units end; in a last file that does not decode whole, where its units stop
+    (already reported as a framing problem)."""
+    try:
+        return ts.log.end_offset()
+    except StoreError:
+        index = len(ts.log.files) - 1
+        mf = ts.log.files[index]
+        view = ts.log.view(index)
+        count = len(view) // UNIT_SIZE
+        raw = np.frombuffer(view, dtype=np.dtype([("size", ">i4"), ("pad", "V8"), ("magic", ">i4"),
+                                                  ("rest", f"V{UNIT_SIZE - 16}")]), count=count)
+        bad = (raw["size"] != UNIT_SIZE) | ((raw["magic"] | 0xF) != 0xF)
+        return mf.start + (int(np.argmax(bad)) if bad.any() else count) * UNIT_SIZE
+
+
 # -- the checkpoint --------------------------------------------------------------------------------
 def _checkpoint(ts: TimerStore, now_ms: int) -> Iterator[TimerProblem]:
     cp = ts.checkpoint()
@@ -417,7 +434,7 @@ def _checkpoint(ts: TimerStore, now_ms: int) -> Iterator[TimerProblem]:
         yield TimerProblem(CHECKPOINT_BEYOND, path, 16,
                            f"lastTimerQueueOffset at most {max(cp.masterTimerQueueOffset, queue_max)}, found "
                            f"{cp.lastTimerQueueOffset}")
-    log_end = ts.log.end_offset()
+    log_end = readable_log_end(ts)
     if cp.lastTimerLogFlushPos > log_end:
         yield TimerProblem(CHECKPOINT_BEYOND, path, 8,
                            f"lastTimerLogFlushPos at most the timer log's end {log_end}, found "
