@@ -79,9 +79,15 @@ from rmqdelay.formats.timerwheel import (
 from rmqdelay.store import fileio
 from rmqdelay.store.directory import ConfigFallbackWarning, load_config_file
 
-from .status import metric_rows, resolve_topics
 from .store import TimerStore, unit_slot_times
-from .verify import NO_TIME, TimerRecords, check_units, readable_log_end, timer_records
+from .verify import (
+    NO_TIME,
+    TimerRecords,
+    check_units,
+    readable_log_end,
+    timer_records,
+    true_metric_rows,
+)
 
 STAGING_DIR = ".timer-repair"
 JOURNAL = "journal.json"
@@ -630,18 +636,7 @@ def _metrics(ts: TimerStore, units: np.ndarray, read_ms: int, wall_ms: int, plan
     only where the count does."""
     metrics, broken = _load_metrics(ts)
     force = force or broken
-    slot = unit_slot_times(units) if len(units) else np.empty(0, dtype=np.int64)
-    live = slot >= read_ms
-    delete = (units["magic"] & TIMER_MAGIC_DELETE) != 0 if len(units) else live
-    net: dict[int, int] = {}
-    first: dict[int, tuple[int, int]] = {}
-    for sign, mask in ((1, live & ~delete), (-1, live & delete)):
-        values, index, n = np.unique(units["hashCodeOfRealTopic"][mask], return_index=True, return_counts=True)
-        rows = np.flatnonzero(mask)[index]
-        for h, row, c in zip(values.tolist(), rows.tolist(), n.tolist()):
-            net[h] = net.get(h, 0) + sign * c
-            first.setdefault(h, (int(units["offsetPy"][row]), int(units["sizePy"][row])))
-    rows = metric_rows(net, resolve_topics(ts, net, first, metrics), metrics)
+    rows = true_metric_rows(ts, units, read_ms, metrics)
     true = {m.topic: m.trueCount for m in rows}
     old = metrics.timingCount if metrics is not None else {}
     drift = [m for m in rows if m.count != m.trueCount]

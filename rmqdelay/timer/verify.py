@@ -447,12 +447,9 @@ def _checkpoint(ts: TimerStore, now_ms: int) -> Iterator[TimerProblem]:
 
 
 # -- metrics ---------------------------------------------------------------------------------------
-def _metrics(ts: TimerStore, units: np.ndarray) -> Iterator[TimerProblem]:
-    metrics = ts.metrics()
-    if metrics is None:
-        return
-    cp = ts.checkpoint()
-    read_ms = cp.lastReadTimeMs if cp is not None else 0
+def true_metric_rows(ts: TimerStore, units: np.ndarray, read_ms: int, metrics) -> list:
+    """Per topic: what timermetrics says and the true count (non-delete minus delete units in
+    the slots from ``read_ms`` on), as status.TopicMetric rows."""
     live = unit_slot_times(units) >= read_ms if len(units) else np.zeros(0, dtype=bool)
     delete = (units["magic"] & TIMER_MAGIC_DELETE) != 0 if len(units) else live
     net: dict[int, int] = {}
@@ -463,7 +460,15 @@ def _metrics(ts: TimerStore, units: np.ndarray) -> Iterator[TimerProblem]:
         for h, row, c in zip(values.tolist(), rows.tolist(), n.tolist()):
             net[h] = net.get(h, 0) + sign * c
             first.setdefault(h, (int(units["offsetPy"][row]), int(units["sizePy"][row])))
-    rows = metric_rows(net, resolve_topics(ts, net, first, metrics), metrics)
+    return metric_rows(net, resolve_topics(ts, net, first, metrics), metrics)
+
+
+def _metrics(ts: TimerStore, units: np.ndarray) -> Iterator[TimerProblem]:
+    metrics = ts.metrics()
+    if metrics is None:
+        return
+    cp = ts.checkpoint()
+    rows = true_metric_rows(ts, units, cp.lastReadTimeMs if cp is not None else 0, metrics)
     try:
         text = ts.metrics_path.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError):
