@@ -823,6 +823,7 @@ def _commit(root: Path, entries: list[_Entry]) -> None:
                 fileio.unlink(tmp)
                 fileio.link(target, tmp)
                 fileio.replace(tmp, backup)
+            fileio.make_dirs(target.parent)
             fileio.replace(staged, target)
         for directory in sorted(dirs):
             fileio.fsync_dir(directory)
