@@ -320,3 +320,21 @@ def test_an_unreadable_metrics_file_is_regenerated(capsys, store_copy):
     assert code == 0 and plan["filesWritten"] == ["config/timermetrics"]
     counts = json.loads((store / "config" / "timermetrics").read_text())["timingCount"]
     assert {t: m["count"] for t, m in counts.items()} == {"OrderTopic": 110, "TimerTopic": 651, "TopicTest": 319}
+
+
+def test_units_pointing_at_a_damaged_commit_log_are_left_alone_not_dropped(capsys, store_copy):
+    """A record whose header is damaged stops the commit log scan there: the units pointing at
+    it and after it are unreadable to rmqdelay, but the broker reads sizePy bytes at offsetPy
+    without framing and may still deliver them. Repair keeps them, says why, exits 1."""
+    store = store_copy("timer-partial")
+    unit = next(u for u in UNITS if u["delayedTimeMs"] >= READ and not u["magicRoll"] and not u["magicDelete"])
+    py = unit["offsetPy"]
+    patch(store / "commitlog" / f"{py - py % 262144:020d}", py % 262144 + 4, bytes(4))  # its magic code
+    kinds = {p["kind"] for p in faults(capsys, store)}
+    assert {"unit-unreadable", "unit-no-message"} <= kinds
+    files = snapshot(store)
+    code, plan = repair(capsys, store, "--execute")
+    assert code == 1 and not plan["changed"] and plan["dropped"] == [] and plan["kept"] == len(UNITS)
+    assert f"timer log offset {unit['offset']}" in plan["leftAlone"][0]["what"]
+    assert "mend the commit log first" in plan["leftAlone"][0]["why"]
+    assert snapshot(store) == files

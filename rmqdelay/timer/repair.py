@@ -328,6 +328,20 @@ def _check_and_fix(ts: TimerStore, units: np.ndarray, suspect: np.ndarray, recor
             _fix(plan, units, row, "magic", want, "a unit with a damaged magic, restored from its message")
     c = check_units(ts, units, records) if salvaged.any() else c
     trusted = ~suspect | salvaged
+    # offsetPy inside a record the scan read is a pointer gone wrong; anywhere else the bytes
+    # there did not frame as a record (a damaged header?) and the broker, which reads sizePy
+    # bytes from offsetPy without framing, may still deliver them: left alone, not dropped.
+    inside = np.zeros(len(units), dtype=bool)
+    if n:
+        py = units["offsetPy"].astype(np.int64)
+        before = np.searchsorted(records.offsets, py, side="right") - 1
+        inside = (before >= 0) & (records.offsets[np.maximum(before, 0)] + records.sizes[np.maximum(before, 0)] > py)
+    damaged_record = c.no_message & ~inside & trusted
+    for row in np.flatnonzero(damaged_record):
+        plan.leftAlone.append(LeftAlone(f"unit at timer log offset {int(units['offset'][row])}",
+                                        f"it points at commit log offset {int(units['offsetPy'][row])}, where the "
+                                        "bytes do not frame as a record (damaged?): mend the commit log first"))
+    c.no_message &= ~damaged_record
     drop_not_timer = (c.not_timer | (c.wrong_size & ~is_timer_record)) & trusted
     for mask, kind in ((c.below & trusted, BELOW_LOG), (c.past & trusted, PAST_LOG),
                        (c.no_message & trusted, NO_MESSAGE), (drop_not_timer, NOT_TIMER)):
