@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 from rich.text import Text
+from rmqdelay.formats.constants import TIMER_MAGIC_DELETE
 
 from rmqdelay.errors import EXIT_PROBLEMS, StoreError
 from rmqdelay.store import Store
@@ -98,6 +99,10 @@ def _print(plan: RepairPlan, executed: bool) -> None:
                           d.kind, Text(d.pointedAt))
         console.print(table)
         _more(plan.dropped)
+        lost = sum(1 for d in plan.dropped if d.pending and not d.magic & TIMER_MAGIC_DELETE)
+        if lost:
+            line(f"{lost} of them were pending messages whose slot was not read yet: their records are not in "
+                 "the commit log, so no broker can deliver them", "yellow")
     if plan.fixed:
         line("unit fields set from their message", "bold")
         table = Table(show_edge=False, header_style="bold")

@@ -123,6 +123,8 @@ def test_units_below_the_commit_log_after_retention_are_dropped_and_named(capsys
     assert (d["offsetPy"], d["sizePy"]) == (unit["offsetPy"], unit["sizePy"]) and "below its first offset" in \
         d["pointedAt"] and str(unit["offsetPy"]) in d["pointedAt"]
     assert done["kept"] == len(UNITS) - len(want) and done["moved"] > 0
+    assert all(d["pending"] == (d["slotTimeMs"] >= READ) for d in done["dropped"])
+    assert any(d["pending"] for d in done["dropped"]) and not all(d["pending"] for d in done["dropped"])
     # The old timer log is kept outside timerlog/ (the broker would load a .bak there).
     assert sorted(p.name for p in (store / "timerlog.bak").iterdir()) == sorted({u["file"] for u in UNITS})
     assert all(p.name.isdigit() for p in (store / "timerlog").iterdir())

@@ -112,10 +112,12 @@ class DroppedUnit:
     sizePy: int
     kind: str
     pointedAt: str  # what is at offsetPy
+    pending: bool  # its slot not read yet: a message the broker will never deliver
 
     def as_json(self) -> dict:
         return {"offset": self.offset, "slotTimeMs": self.slotTimeMs, "magic": self.magic,
-                "offsetPy": self.offsetPy, "sizePy": self.sizePy, "kind": self.kind, "pointedAt": self.pointedAt}
+                "offsetPy": self.offsetPy, "sizePy": self.sizePy, "kind": self.kind, "pointedAt": self.pointedAt,
+                "pending": self.pending}
 
 
 @dataclass(slots=True, frozen=True)
@@ -397,8 +399,10 @@ def _dropped(ts: TimerStore, unit, kind: str, records: TimerRecords) -> DroppedU
             what = f"a record of topic {msg.topic} (queue {msg.queueId}, offset {msg.queueOffset}) at {py}"
         except (StoreError, IndexError):
             what = f"a record that is not a timer message at {py}"
-    return DroppedUnit(int(unit["offset"]), int(unit["currWriteTime"]) + int(unit["delayedTime"]),
-                       int(unit["magic"]), py, size, kind, what)
+    slot = int(unit["currWriteTime"]) + int(unit["delayedTime"])
+    cp = ts.checkpoint()
+    pending = cp is None or slot >= cp.lastReadTimeMs
+    return DroppedUnit(int(unit["offset"]), slot, int(unit["magic"]), py, size, kind, what, pending)
 
 
 def _read_time(ts: TimerStore, cp: TimerCheckpoint | None, kept: np.ndarray, now_ms: int,
