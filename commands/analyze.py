@@ -85,13 +85,15 @@ def analyze(
             advance = stack.enter_context(progress(f"analyzing {len(refs)} store(s)", sum(weights.values()) * len(kinds)))
         for name in kinds:
             messages_path = output / f"{name}_messages.parquet" if output is not None else None
+            timer_path = output / f"{name}_timer_messages.parquet" if output is not None else None
             if spark:
                 from rmqdelay.spark.jobs import analyze as spark_analyze
                 from rmqdelay.spark.session import get_session
 
                 session = session or get_session(master)
-                if messages_path is not None and messages_path.exists():
-                    shutil.rmtree(messages_path) if messages_path.is_dir() else messages_path.unlink()
+                for path in (messages_path, timer_path):
+                    if path is not None and path.exists():
+                        shutil.rmtree(path) if path.is_dir() else path.unlink()
                 results[name] = spark_analyze(name, refs, at_ms, delay_levels=levels, keep_going=keep_going,
                                               spark=session, messages_to=messages_path)
             else:
@@ -100,6 +102,8 @@ def analyze(
                                                  done=lambda ref: advance(weights[ref.name]))
                 if messages_path is not None:
                     pq.write_table(results[name].messages, messages_path)
+                    if results[name].timer_messages is not None:
+                        pq.write_table(results[name].timer_messages, timer_path)
             if output is not None:
                 for table_name, table in results[name].tables.items():
                     pq.write_table(table, output / f"{name}_{table_name}.parquet")

@@ -30,6 +30,7 @@ from rmqdelay.analysis import AnalysisResult, StoreRef, check_stores, checked_re
 from rmqdelay.analysis import backlog as embedded_backlog
 from rmqdelay.analysis import lateness as embedded_lateness
 from rmqdelay.analysis import retries as embedded_retries
+from rmqdelay.analysis import timer as embedded_timer
 from rmqdelay.analysis.common import sort_table
 from rmqdelay.store import Store
 
@@ -68,6 +69,18 @@ def _count_if(condition: Column) -> Column:
     return F.sum(F.when(condition, 1).otherwise(0))
 
 
+def _fold(df: DataFrame, keys: list[str], schema: pa.Schema) -> pa.Table:
+    """embedded_timer.fold on Spark: partial results summed by ``keys`` (``_ms`` columns: the
+    smallest), so only the folded rows reach the driver."""
+    values = [f.name for f in schema if f.name not in keys]
+    folded = df.groupBy(*keys).agg(*[(F.min(v) if v.endswith("_ms") else F.sum(v)).alias(v) for v in values])
+    return _arrow(folded, schema, keys)
+
+
+def _timer_messages_to(messages_to: Path | None, kind: str) -> Path | None:
+    return None if messages_to is None else messages_to.with_name(f"{kind}_timer_messages.parquet")
+
+
 # -- backlog ---------------------------------------------------------------------------------
 def _backlog(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: dict[int, int],
              keep_going: bool, messages_to: Path | None) -> AnalysisResult:
@@ -101,7 +114,40 @@ def _backlog(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: di
     }
     messages = _messages_out(pending, embedded_backlog.MESSAGES_SCHEMA, ["store", "level", "queue_offset"], messages_to)
     pending.unpersist()
-    return AnalysisResult("backlog", tables, messages, [])
+    timer_tables, timer_messages = _timer_backlog(spark, stores, at_ms, _timer_messages_to(messages_to, "backlog"))
+    return AnalysisResult("backlog", tables | timer_tables, messages, [], timer_messages)
+
+
+_PART_COLUMNS = ["store", "path", "source", "index", "read_ms", "master_offset"]
+
+
+def _timer_backlog(spark: SparkSession, stores: list[StoreRef], at_ms: int,
+                   messages_to: Path | None) -> tuple[dict[str, pa.Table], pa.Table]:
+    """What waits in the wheels: one task per timer log file (and one per store for the
+    queue not yet enqueued), each reading its part with the embedded engine's code."""
+    pos = embedded_timer.positions(stores, at_ms)
+    parts = embedded_timer.pending_parts(pos)
+    if not parts:
+        hist = embedded_timer.PENDING_HIST_SCHEMA.empty_table()
+        return embedded_timer.backlog_tables(hist, pos, at_ms), embedded_timer.PENDING_SCHEMA.empty_table()
+    frame = spark.sparkContext.parallelize(parts, len(parts)).toDF(
+        "store string, path string, source string, index int, read_ms bigint, master_offset bigint")
+
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for part in zip(*(batch.column(c).to_pylist() for c in _PART_COLUMNS)):
+                yield from embedded_timer.pending_part(*part).to_batches()
+
+    def histogram(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        rows = pa.Table.from_batches(list(batches), schema=embedded_timer.PENDING_SCHEMA)
+        yield from embedded_timer.pending_histogram(rows).to_batches()
+
+    pending = frame.mapInArrow(read, source.spark_schema(embedded_timer.PENDING_SCHEMA)).cache()
+    hist = _fold(pending.mapInArrow(histogram, source.spark_schema(embedded_timer.PENDING_HIST_SCHEMA)),
+                 embedded_timer.PENDING_HIST_KEYS, embedded_timer.PENDING_HIST_SCHEMA)
+    messages = _messages_out(pending, embedded_timer.PENDING_SCHEMA, embedded_timer.PENDING_ORDER, messages_to)
+    pending.unpersist()
+    return embedded_timer.backlog_tables(hist, pos, at_ms), messages
 
 
 # -- lateness --------------------------------------------------------------------------------
@@ -161,8 +207,48 @@ def _lateness(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: d
     }
     messages = _messages_out(matched, embedded_lateness.MESSAGES_SCHEMA, embedded_lateness.MESSAGES_ORDER, messages_to)
     matched.unpersist()
+    timer_tables, timer_messages = _timer_lateness(spark, stores, at_ms, problems,
+                                                   _timer_messages_to(messages_to, "lateness"))
     skipped = problems.resolve(stores, keep_going)
-    return AnalysisResult("lateness", tables, messages, skipped)
+    return AnalysisResult("lateness", tables | timer_tables, messages, skipped, timer_messages)
+
+
+def _timer_lateness(spark: SparkSession, stores: list[StoreRef], at_ms: int, problems: source.Problems,
+                    messages_to: Path | None) -> tuple[dict[str, pa.Table], pa.Table]:
+    """Timer messages: the timer records of each file read where it is decoded, split by
+    message (store, real topic, UNIQ_KEY) so every record of a message -- parked, rolled,
+    delivered, cancelled -- meets in one task, which matches them with the embedded engine's
+    code; the summaries fold small partial results."""
+    timed = embedded_timer.timer_stores(stores)
+    read_ms = embedded_timer.read_positions(timed, at_ms)
+    if not timed:
+        keys = embedded_timer.KEYS_SCHEMA.empty_table()
+        return (embedded_timer.lateness_tables(embedded_timer.partials(keys, at_ms)),
+                embedded_timer.MESSAGES_SCHEMA.empty_table())
+    def rows_of(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield from embedded_timer.timer_rows(pa.Table.from_batches([batch])).to_batches()
+
+    def match(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        rows = pa.Table.from_batches(list(batches), schema=embedded_timer.ROWS_SCHEMA)
+        yield from embedded_timer.match(rows, read_ms).to_batches()
+
+    records = source.messages(spark, timed, embedded_timer.COLUMNS, embedded_timer.is_timer_record, problems)
+    keys = (records.mapInArrow(rows_of, source.spark_schema(embedded_timer.ROWS_SCHEMA))
+            .repartition(*embedded_timer.KEY)
+            .mapInArrow(match, source.spark_schema(embedded_timer.KEYS_SCHEMA))
+            .cache())
+    folded = {}
+    for name, (fold_keys, schema) in embedded_timer.PARTIAL_SCHEMAS.items():
+        def partial(batches: Iterator[pa.RecordBatch], name: str = name) -> Iterator[pa.RecordBatch]:
+            table = pa.Table.from_batches(list(batches), schema=embedded_timer.KEYS_SCHEMA)
+            yield from embedded_timer.partials(table, at_ms)[name].to_batches()
+
+        folded[name] = _fold(keys.mapInArrow(partial, source.spark_schema(schema)), fold_keys, schema)
+    messages = _messages_out(keys.where(F.col("out_ms").isNotNull()), embedded_timer.MESSAGES_SCHEMA,
+                             embedded_timer.MESSAGES_ORDER, messages_to)
+    keys.unpersist()
+    return embedded_timer.lateness_tables(folded), messages
 
 
 # -- retries ---------------------------------------------------------------------------------

@@ -34,6 +34,8 @@ class AnalysisResult:
     tables: dict[str, pa.Table]  # result tables, each sorted by its key columns
     messages: pa.Table  # the per-message table behind them
     skipped: list[Skipped] = field(default_factory=list)
+    # The per-message table behind the timer tables (5.x stores: backlog, lateness), or None.
+    timer_messages: pa.Table | None = None
 
 
 def store_ref(arg: str) -> StoreRef:
@@ -93,4 +95,7 @@ def analyze(kind: str, stores: list[StoreRef], at_ms: int, *, delay_levels: dict
     ordered = list(parts.values())
     tables = {name: pa.concat_tables([part.tables[name] for part in ordered]) for name in ordered[0].tables}
     messages = pa.concat_tables([part.messages for part in ordered])
-    return AnalysisResult(kind, tables, messages, [s for ref in stores for s in parts[ref.name].skipped])
+    timer = None
+    if ordered[0].timer_messages is not None:
+        timer = pa.concat_tables([part.timer_messages for part in ordered])
+    return AnalysisResult(kind, tables, messages, [s for ref in stores for s in parts[ref.name].skipped], timer)

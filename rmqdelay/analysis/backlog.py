@@ -17,6 +17,7 @@ from rmqdelay.store.scan import (
 )
 
 from . import AnalysisResult, StoreRef
+from . import timer as timer_backlog
 from .common import sort_table
 
 OVERDUE = {"overdue_1s": 1_000, "overdue_1m": 60_000, "overdue_1h": 3_600_000}
@@ -104,7 +105,8 @@ def backlog(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *,
     }
     msgs = pa.concat_tables(messages) if messages else MESSAGES_SCHEMA.empty_table()
     msgs = sort_table(msgs, ["store", "level", "queue_offset"])
-    return AnalysisResult("backlog", tables, msgs, [])
+    timer_tables, pending = timer_backlog.backlog(stores, at_ms)
+    return AnalysisResult("backlog", tables | timer_tables, msgs, [], pending)
 
 
 def retry_lag(store: Store, name: str) -> list[dict]:

@@ -11,7 +11,7 @@ from rmqdelay.formats.constants import RMQ_SYS_SCHEDULE_TOPIC
 from rmqdelay.store import Store
 from rmqdelay.store.scan import SCHEDULE_UNIT_SCHEMA, Skipped, schedule_units
 
-from . import AnalysisResult, StoreRef
+from . import AnalysisResult, StoreRef, timer
 from .common import PERCENTILES, groups, nearest_rank_counted, read_messages, sort_table
 
 MESSAGES_SCHEMA = pa.schema([
@@ -66,7 +66,21 @@ def lateness(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *
         "levels": summaries(hist, "level", LEVELS_SCHEMA, undelivered=True),
         "topics": summaries(hist, "real_topic", TOPICS_SCHEMA, undelivered=False),
     }
-    return AnalysisResult("lateness", tables, messages, skipped)
+    # Timer messages (5.x stores with a timer store): a second pass over those stores' logs.
+    timed = timer.timer_stores(stores)
+    records = read_messages(timed, timer.COLUMNS, timer.is_timer_record, keep_going=keep_going, skipped=skipped)
+    timer_tables, timer_messages = timer.lateness(timed, at_ms, records)
+    return AnalysisResult("lateness", tables | timer_tables, messages, _unique(skipped), timer_messages)
+
+
+def _unique(skipped: list[Skipped]) -> list[Skipped]:
+    """A bad record met by both passes is one skip."""
+    seen, out = set(), []
+    for s in skipped:
+        if (s.file, s.offset) not in seen:
+            seen.add((s.file, s.offset))
+            out.append(s)
+    return out
 
 
 def with_units(rows: pa.Table, units: pa.Table) -> tuple[pa.Table, pa.Table]:
