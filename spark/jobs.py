@@ -126,6 +126,7 @@ def _timer_backlog(spark: SparkSession, stores: list[StoreRef], at_ms: int,
     """What waits in the wheels: one task per timer log file (and one per store for the
     queue not yet enqueued), each reading its part with the embedded engine's code."""
     pos = embedded_timer.positions(stores, at_ms)
+    cancelled = embedded_timer.cancelled_units(pos)
     parts = embedded_timer.pending_parts(pos)
     if not parts:
         hist = embedded_timer.PENDING_HIST_SCHEMA.empty_table()
@@ -136,7 +137,7 @@ def _timer_backlog(spark: SparkSession, stores: list[StoreRef], at_ms: int,
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for part in zip(*(batch.column(c).to_pylist() for c in _PART_COLUMNS)):
-                yield from embedded_timer.pending_part(*part).to_batches()
+                yield from embedded_timer.pending_part(*part, cancelled[part[0]]).to_batches()
 
     def histogram(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         rows = pa.Table.from_batches(list(batches), schema=embedded_timer.PENDING_SCHEMA)

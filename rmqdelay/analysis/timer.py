@@ -33,7 +33,7 @@ from rmqdelay.formats.timerprops import (
     timer_info,
 )
 from rmqdelay.store import Store
-from rmqdelay.timer.status import restart_read_ms
+from rmqdelay.timer.status import cancelled_targets, restart_read_ms
 from rmqdelay.timer.store import TimerStore, timer_files_present, unit_slot_times
 
 from . import StoreRef
@@ -60,21 +60,24 @@ POSITIONS_SCHEMA = pa.schema([("store", pa.string()), ("path", pa.string()), ("r
                               ("checkpoint", pa.bool_()), ("master_offset", pa.int64()),
                               ("log_files", pa.int32())])
 # The per-message table behind the timer backlog: one row per pending unit of the wheel
-# (messages and cancellation markers) and per record not yet enqueued.
+# (messages and cancellation markers; ``cancelled``: a message a pending marker in its slot
+# will drop) and per record not yet enqueued.
 PENDING_SCHEMA = pa.schema([
     ("store", pa.string()), ("source", pa.string()), ("position", pa.int64()), ("commitlog_offset", pa.int64()),
     ("slot_ms", pa.int64()), ("due_ms", pa.int64()), ("roll", pa.bool_()), ("cancel", pa.bool_()),
+    ("cancelled", pa.bool_()),
 ])
 PENDING_ORDER = ["store", "source", "position"]
 # Pending rows folded: how many of each kind fall due at each time.
-PENDING_HIST_KEYS = ["store", "source", "roll", "cancel", "due_ms"]
+PENDING_HIST_KEYS = ["store", "source", "roll", "cancel", "cancelled", "due_ms"]
 PENDING_HIST_SCHEMA = pa.schema([("store", pa.string()), ("source", pa.string()), ("roll", pa.bool_()),
-                                 ("cancel", pa.bool_()), ("due_ms", pa.int64()), ("rows", pa.int64())])
+                                 ("cancel", pa.bool_()), ("cancelled", pa.bool_()), ("due_ms", pa.int64()),
+                                 ("rows", pa.int64())])
 TIMER_SCHEMA = pa.schema([
     ("store", pa.string()), ("read_ms", pa.int64()), ("behind_ms", pa.int64()), ("pending", pa.int64()),
     ("due_now", pa.int64()), ("overdue_1s", pa.int64()), ("overdue_1m", pa.int64()), ("overdue_1h", pa.int64()),
     ("oldest_due_ms", pa.int64()), ("rolling", pa.int64()), ("not_enqueued", pa.int64()),
-    ("cancel_markers", pa.int64()),
+    ("cancel_markers", pa.int64()), ("cancelled", pa.int64()),
 ])
 TIMER_DRAIN_SCHEMA = pa.schema([("store", pa.string()), ("minute", pa.int64()), ("due", pa.int64())])
 
@@ -93,6 +96,16 @@ def positions(stores: list[StoreRef], at_ms: int) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=POSITIONS_SCHEMA)
 
 
+def cancelled_units(pos: pa.Table) -> dict[str, frozenset[int]]:
+    """Per store, the timer log offsets of the pending units a pending marker in the same slot
+    will drop (rmqdelay.timer.status.cancelled_targets): they are not delivered."""
+    found = {}
+    for row in pos.to_pylist():
+        with Store(Path(row["path"])) as store, TimerStore(store) as ts:
+            found[row["store"]] = frozenset(cancelled_targets(ts, row["read_ms"]))
+    return found
+
+
 def pending_parts(pos: pa.Table) -> list[tuple[str, str, str, int, int, int]]:
     """The parts a store's pending timer messages are read in: (store, path, source, index,
     read_ms, master_offset) -- each timer log file, and the queue after the enqueue position."""
@@ -105,18 +118,20 @@ def pending_parts(pos: pa.Table) -> list[tuple[str, str, str, int, int, int]]:
     return parts
 
 
-def pending_part(store_name: str, path: str, source: str, index: int, read_ms: int, master_offset: int) -> pa.Table:
+def pending_part(store_name: str, path: str, source: str, index: int, read_ms: int, master_offset: int,
+                 cancelled: frozenset[int] = frozenset()) -> pa.Table:
     """PENDING_SCHEMA rows of one part. A wheel unit is pending when its slot is at or after
     the read position; its due time is its slot time, or for a roll unit the TIMER_OUT_MS of
     its record (the roll re-puts it; it is delivered at that time). A record of the queue is
-    pending from the enqueue position on, due at its TIMER_OUT_MS."""
+    pending from the enqueue position on, due at its TIMER_OUT_MS. ``cancelled``: the store's
+    ``cancelled_units``."""
     with Store(Path(path)) as store, TimerStore(store) as ts:
         if source == WHEEL:
-            return _wheel_part(ts, store_name, index, read_ms)
+            return _wheel_part(ts, store_name, index, read_ms, cancelled)
         return _queue_part(ts, store_name, master_offset)
 
 
-def _wheel_part(ts: TimerStore, name: str, index: int, read_ms: int) -> pa.Table:
+def _wheel_part(ts: TimerStore, name: str, index: int, read_ms: int, cancelled: frozenset[int]) -> pa.Table:
     units = ts.log.file(index).units
     slot = unit_slot_times(units)
     rows = np.flatnonzero(slot >= read_ms)
@@ -134,6 +149,7 @@ def _wheel_part(ts: TimerStore, name: str, index: int, read_ms: int) -> pa.Table
         "position": pa.array(units["offset"].astype(np.int64)),
         "commitlog_offset": pa.array(units["offsetPy"].astype(np.int64)),
         "slot_ms": pa.array(slot), "due_ms": pa.array(due), "roll": pa.array(roll), "cancel": pa.array(cancel),
+        "cancelled": pa.array(np.isin(units["offset"], np.fromiter(cancelled, dtype=np.int64, count=len(cancelled)))),
     }, schema=PENDING_SCHEMA)
 
 
@@ -152,7 +168,7 @@ def _queue_part(ts: TimerStore, name: str, master_offset: int) -> pa.Table:
                 continue
             rows.append({"store": name, "source": QUEUE, "position": start + i,
                          "commitlog_offset": int(unit["commitLogOffset"]), "slot_ms": None, "due_ms": info.outMs,
-                         "roll": False, "cancel": info.isCancel})
+                         "roll": False, "cancel": info.isCancel, "cancelled": False})
     return pa.Table.from_pylist(rows, schema=PENDING_SCHEMA)
 
 
@@ -180,6 +196,7 @@ def backlog_tables(hist: pa.Table, pos: pa.Table, at_ms: int) -> dict[str, pa.Ta
     due = hist.column("due_ms").to_numpy()
     count = hist.column("rows").to_numpy()
     cancel = hist.column("cancel").to_numpy(zero_copy_only=False)
+    dropped = hist.column("cancelled").to_numpy(zero_copy_only=False)
     roll = hist.column("roll").to_numpy(zero_copy_only=False)
     queue = np.array([s == QUEUE for s in hist.column("source").to_pylist()], dtype=bool)
     by_store = groups([(s,) for s in store_col])
@@ -187,7 +204,8 @@ def backlog_tables(hist: pa.Table, pos: pa.Table, at_ms: int) -> dict[str, pa.Ta
     for row in pos.to_pylist():
         index = by_store.get((row["store"],), np.empty(0, dtype=np.int64))
         markers = index[cancel[index]]
-        msgs = index[~cancel[index]]
+        gone = index[dropped[index]]
+        msgs = index[~cancel[index] & ~dropped[index]]
         d, c = due[msgs], count[msgs]
         is_due = d <= at_ms
         timer_rows.append({
@@ -196,7 +214,7 @@ def backlog_tables(hist: pa.Table, pos: pa.Table, at_ms: int) -> dict[str, pa.Ta
             **{name: int(c[at_ms - d > ms].sum()) for name, ms in OVERDUE.items()},
             "oldest_due_ms": int(d.min()) if len(d) and is_due.any() else None,
             "rolling": int(c[roll[msgs]].sum()), "not_enqueued": int(c[queue[msgs]].sum()),
-            "cancel_markers": int(count[markers].sum()),
+            "cancel_markers": int(count[markers].sum()), "cancelled": int(count[gone].sum()),
         })
         # minute 0: due now; minute m: due in (at + (m-1) min, at + m min], as the levels' drain.
         minutes = np.where(is_due, 0, -((at_ms - d) // MINUTE_MS))
@@ -213,7 +231,8 @@ def backlog_tables(hist: pa.Table, pos: pa.Table, at_ms: int) -> dict[str, pa.Ta
 def backlog(stores: list[StoreRef], at_ms: int) -> tuple[dict[str, pa.Table], pa.Table]:
     """The embedded engine's timer backlog: (tables, per-message table)."""
     pos = positions(stores, at_ms)
-    parts = [pending_part(*part) for part in pending_parts(pos)]
+    cancelled = cancelled_units(pos)
+    parts = [pending_part(*part, cancelled[part[0]]) for part in pending_parts(pos)]
     pending = sort_table(pa.concat_tables(parts) if parts else PENDING_SCHEMA.empty_table(), PENDING_ORDER)
     return backlog_tables(pending_histogram(pending), pos, at_ms), pending
 

@@ -213,9 +213,7 @@ def timer_status(ts: TimerStore, now_ms: int, *, hot: int = 10, advance: Advance
             for h, row, c in zip(values.tolist(), rows.tolist(), n.tolist()):
                 net_by_hash[h] = net_by_hash.get(h, 0) + sign * c
                 first_unit_by_hash.setdefault(h, (int(units["offsetPy"][row]), int(units["sizePy"][row])))
-        for row in np.flatnonzero(delete):
-            deletes.append((int(units["offset"][row]), int(slot[row]), bool(roll[row]), int(hashes[row]),
-                            int(units["offsetPy"][row]), int(units["sizePy"][row])))
+        deletes += delete_units(units)
         advance(mf.size)
 
     slots = ts.wheel.non_empty()
@@ -347,6 +345,25 @@ def metric_rows(net_by_hash: dict[int, int], topics: dict[int, str], metrics) ->
         true_counts[topics[h]] = true_counts.get(topics[h], 0) + n
     counts = {} if metrics is None else {t: m.count for t, m in metrics.timingCount.items()}
     return [TopicMetric(t, counts.get(t), true_counts.get(t, 0)) for t in sorted(set(true_counts) | set(counts))]
+
+
+def delete_units(units: np.ndarray) -> list[tuple[int, int, bool, int, int, int]]:
+    """(offset, slot time, roll, topic hash, offsetPy, sizePy) of the delete units among
+    UNITS_DTYPE rows: what ``cancellations`` takes."""
+    slot = unit_slot_times(units)
+    hashes = units["hashCodeOfRealTopic"]
+    roll = (units["magic"] & TIMER_MAGIC_ROLL) != 0
+    return [(int(units["offset"][row]), int(slot[row]), bool(roll[row]), int(hashes[row]),
+             int(units["offsetPy"][row]), int(units["sizePy"][row]))
+            for row in np.flatnonzero((units["magic"] & TIMER_MAGIC_DELETE) != 0)]
+
+
+def cancelled_targets(ts: TimerStore, read_ms: int) -> set[int]:
+    """Timer log offsets of the pending units a pending cancellation marker will drop: its
+    target is in its slot (WILL_BE_HONOURED), so the timer will not deliver it."""
+    deletes = [d for _, part in ts.log.iter_files() for d in delete_units(part.units)]
+    return {c.targetOffset for c in _cancellations(ts, deletes, read_ms)
+            if c.state == WILL_BE_HONOURED and c.targetOffset is not None}
 
 
 def _cancellations(ts: TimerStore, deletes: list[tuple[int, int, bool, int, int, int]],
