@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from clirun import run_cli
-from conftest import SAMPLES, load_expected
+from conftest import ALL_SAMPLES, SAMPLES, TIMER_SAMPLES, load_expected
 from test_analysis import corrupt
 
 from rmqdelay.analysis import KINDS, StoreRef, analyze
@@ -52,14 +52,32 @@ def assert_same(embedded, on_spark) -> None:
         assert on_spark.tables[name].equals(table), name
     assert on_spark.messages.equals(embedded.messages)
     assert on_spark.skipped == embedded.skipped
+    assert (on_spark.timer_messages is None) == (embedded.timer_messages is None)
+    if embedded.timer_messages is not None:
+        assert on_spark.timer_messages.equals(embedded.timer_messages)
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_spark_and_embedded_agree_on_every_sample_in_one_job(spark, kind):
-    stores = [StoreRef(name, SAMPLES / name / "store") for name in SAMPLE_NAMES]
+def test_spark_and_embedded_agree_on_every_sample_in_one_job(spark, kind, sample_store):
+    """Every sample, the 5.3.3 ones (unpacked) included."""
+    stores = [StoreRef(name, sample_store(name)) for name in ALL_SAMPLES]
     at_ms = at_end_of("retry") + 5_000
     embedded = analyze(kind, stores, at_ms)
     assert sum(t.num_rows for t in embedded.tables.values()) > 0
+    assert_same(embedded, spark_analyze(kind, stores, at_ms, spark=spark))
+
+
+@pytest.mark.parametrize("kind", ["backlog", "lateness"])
+@pytest.mark.parametrize("ahead_ms", [0, 600_000])
+def test_timer_tables_agree_at_the_timer_samples_own_time(spark, kind, ahead_ms, sample_store):
+    """Around the end of timer-partial every timer figure is non-trivial: messages delivered,
+    rolled, cancellations honoured and pending, units due now, overdue and minutes ahead."""
+    stores = [StoreRef(name, sample_store(name)) for name in TIMER_SAMPLES]
+    at_ms = max(m["storeTimestamp"] for m in load_expected("timer-partial")["msg"]) + ahead_ms
+    embedded = analyze(kind, stores, at_ms)
+    timer_tables = {name: t for name, t in embedded.tables.items() if name.startswith("timer")}
+    assert timer_tables and all(t.num_rows for t in timer_tables.values())
+    assert embedded.timer_messages.num_rows
     assert_same(embedded, spark_analyze(kind, stores, at_ms, spark=spark))
 
 
