@@ -116,10 +116,11 @@ def analyze(
             else:
                 console.print(_rich_table(f"{name}: {table_name}", table))
     if report is not None:
-        lateness_values = None
+        lateness_values = timer_values = None
         if spark and output is not None and "lateness" in results:
             lateness_values = pq.read_table(output / "lateness_messages.parquet", columns=["level", "lateness_ms"])
-        page = render_report(results, [r.name for r in refs], at_ms, lateness_values)
+            timer_values = pq.read_table(output / "lateness_timer_messages.parquet", columns=["real_topic", "lateness_ms"])
+        page = render_report(results, [r.name for r in refs], at_ms, lateness_values, timer_values)
         try:
             report.write_text(page, encoding="utf-8")
         except OSError as exc:

@@ -81,6 +81,15 @@ def _timer_messages_to(messages_to: Path | None, kind: str) -> Path | None:
     return None if messages_to is None else messages_to.with_name(f"{kind}_timer_messages.parquet")
 
 
+def _no_messages(schema: pa.Schema, messages_to: Path | None) -> pa.Table:
+    """An empty per-message table; written where one was asked for, so it is always there."""
+    if messages_to is not None:
+        import pyarrow.parquet as pq
+
+        pq.write_table(schema.empty_table(), messages_to)
+    return schema.empty_table()
+
+
 # -- backlog ---------------------------------------------------------------------------------
 def _backlog(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: dict[int, int],
              keep_going: bool, messages_to: Path | None) -> AnalysisResult:
@@ -130,7 +139,7 @@ def _timer_backlog(spark: SparkSession, stores: list[StoreRef], at_ms: int,
     parts = embedded_timer.pending_parts(pos)
     if not parts:
         hist = embedded_timer.PENDING_HIST_SCHEMA.empty_table()
-        return embedded_timer.backlog_tables(hist, pos, at_ms), embedded_timer.PENDING_SCHEMA.empty_table()
+        return embedded_timer.backlog_tables(hist, pos, at_ms), _no_messages(embedded_timer.PENDING_SCHEMA, messages_to)
     frame = spark.sparkContext.parallelize(parts, len(parts)).toDF(
         "store string, path string, source string, index int, read_ms bigint, master_offset bigint")
 
@@ -225,7 +234,7 @@ def _timer_lateness(spark: SparkSession, stores: list[StoreRef], at_ms: int, pro
     if not timed:
         keys = embedded_timer.KEYS_SCHEMA.empty_table()
         return (embedded_timer.lateness_tables(embedded_timer.partials(keys, at_ms)),
-                embedded_timer.MESSAGES_SCHEMA.empty_table())
+                _no_messages(embedded_timer.MESSAGES_SCHEMA, messages_to))
     def rows_of(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             yield from embedded_timer.timer_rows(pa.Table.from_batches([batch])).to_batches()

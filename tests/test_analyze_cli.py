@@ -39,7 +39,12 @@ def test_output_writes_each_table_and_the_messages_as_parquet(tmp_path, capsys):
     assert names == sorted(["backlog_drain.parquet", "backlog_levels.parquet", "backlog_messages.parquet",
                             "backlog_retry_lag.parquet", "lateness_levels.parquet", "lateness_messages.parquet",
                             "lateness_topics.parquet", "retries_anomalies.parquet", "retries_attempts.parquet",
-                            "retries_groups.parquet", "retries_messages.parquet"])
+                            "retries_groups.parquet", "retries_messages.parquet",
+                            # 4.x stores: the timer tables are there, empty.
+                            "backlog_timer.parquet", "backlog_timer_drain.parquet", "backlog_timer_messages.parquet",
+                            "lateness_timer_cancellations.parquet", "lateness_timer_messages.parquet",
+                            "lateness_timer_rolls.parquet", "lateness_timer_topics.parquet"])
+    assert pq.read_table(out / "backlog_timer.parquet").num_rows == 0
     # The rich tables name the stores by the directory above `store`.
     assert "delay-partial" in result.out and "GID_ORDER" in result.out
 
@@ -80,3 +85,26 @@ def test_missing_stores_and_clashing_names_are_usage_errors(tmp_path, capsys):
     assert missing.code == 2 and "does not exist" in missing.err and len(missing.err.strip().splitlines()) == 1
     clash = run_cli(capsys, "analyze", "backlog", f"a={RETRY}", f"a={PARTIAL}")
     assert clash.code == 2 and "two stores named 'a'" in clash.err
+
+
+def test_timer_tables_of_a_5x_store_in_json_parquet_and_the_report(tmp_path, capsys, sample_store):
+    store = sample_store("timer-partial")
+    at = str(max(m["storeTimestamp"] for m in load_expected("timer-partial")["msg"]))
+    out, page = tmp_path / "out", tmp_path / "report.html"
+    result = run_cli(capsys, "analyze", "all", f"partial={store}", "--at", at, "--json", "--output", out,
+                     "--report", page)
+    assert result.code == 0, result.err
+    rows = result.json_lines()
+    timer = [r for r in rows if r["table"] == "timer"]
+    assert len(timer) == 1 and timer[0]["analysis"] == "backlog" and timer[0]["read_ms"] == 1795450329000
+    topics = [r for r in rows if r["table"] == "timer_topics"]
+    assert sorted(r["real_topic"] for r in topics) == ["OrderTopic", "TimerTopic", "TopicTest"]
+    assert sum(r["delivered"] for r in topics) == 317
+    embedded = analyze("lateness", [StoreRef("partial", store)], int(at))
+    assert pq.read_table(out / "lateness_timer_messages.parquet").equals(embedded.timer_messages)
+    assert pq.read_table(out / "lateness_timer_topics.parquet").equals(embedded.tables["timer_topics"])
+    text = page.read_text(encoding="utf-8")
+    assert "<h2>Timer messages</h2>" in text and "lateness: timer_cancellations" in text
+    for chart in ("lateness-chart", "timer-lateness-chart", "timer-outcomes", "drain-chart", "retry-funnel"):
+        assert f'<svg id="{chart}"' in text
+    assert re.search(r">cancel honoured</text>.*?>15</text>", text)

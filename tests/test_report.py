@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 
 import pytest
-from conftest import SAMPLES
+from conftest import SAMPLES, TIMER_SAMPLES
 
 from rmqdelay.analysis import StoreRef, analyze
 from rmqdelay.analysis.report import (
@@ -18,6 +18,7 @@ from rmqdelay.analysis.report import (
     lateness_bands,
     render_report,
     retry_funnel,
+    timer_outcomes,
 )
 
 GENERATED = SAMPLES / "generated-small" / "store"
@@ -118,3 +119,44 @@ def test_only_the_charts_of_the_analyses_run_and_names_are_escaped(plan):
     assert str(oldest[0]) not in page
     assert "<td>" + datetime.fromtimestamp(oldest[0] / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") in \
         page.replace('<td class="">', "<td>")
+
+
+@pytest.fixture(scope="module")
+def timer_results(sample_store) -> tuple[dict, int]:
+    stores = [StoreRef(name, sample_store(name)) for name in TIMER_SAMPLES]
+    at_ms = 1795450329969  # the end of timer-partial's run
+    return {kind: analyze(kind, stores, at_ms) for kind in ("backlog", "lateness")}, at_ms
+
+
+def test_the_drain_curve_stacks_the_wheel_on_the_delay_levels(timer_results):
+    results, at_ms = timer_results
+    svg = charts(render_report(results, list(TIMER_SAMPLES), at_ms))["drain-chart"]
+    wheel = [int(r.find("title").text.rsplit(": ", 1)[1]) for r in svg.iter("rect") if r.get("class") == "wheel"]
+    bars = [int(r.find("title").text.rsplit(": ", 1)[1]) for r in svg.iter("rect")
+            if r.find("title") is not None and r.get("class") is None]
+    backlog = results["backlog"]
+    assert sum(wheel) == sum(backlog.tables["timer"].column("pending").to_pylist())
+    assert sum(bars) == sum(wheel) + sum(backlog.tables["levels"].column("pending").to_pylist())
+    assert "timer wheel" in texts(svg)
+
+
+def test_timer_charts_count_every_delivered_timer_message_and_every_cancellation(timer_results):
+    results, at_ms = timer_results
+    lateness = results["lateness"]
+    page = render_report({"lateness": lateness}, list(TIMER_SAMPLES), at_ms)
+    found = charts(page)
+    assert set(found) == {"lateness-chart", "timer-lateness-chart", "timer-outcomes"}
+    heat = texts(found["timer-lateness-chart"])
+    topics = {}
+    for row in lateness.tables["timer_topics"].to_pylist():
+        topics[row["real_topic"]] = topics.get(row["real_topic"], 0) + row["delivered"]
+    # Each topic's label is followed by its n, the sum of its bands: every delivered timer
+    # message of the topic (all stores) is in one band.
+    assert [t for t in heat if t in topics] == sorted(topics)
+    for topic, delivered in topics.items():
+        assert int(heat[heat.index(topic) + 1]) == delivered
+    outcomes = dict(timer_outcomes(lateness.tables["timer_rolls"], lateness.tables["timer_cancellations"]))
+    assert outcomes["rolled 0×"] + outcomes["rolled 1×"] == sum(r["messages"] for r in lateness.tables["timer_topics"].to_pylist())
+    assert outcomes["cancel honoured"] == 15  # timer-partial's 15 recalls that fell due in its run
+    shown = texts(found["timer-outcomes"])
+    assert list(zip(shown[0::2], map(int, shown[1::2]))) == list(outcomes.items())
