@@ -1,6 +1,7 @@
 """`rmqdelay analyze`, the embedded engine: backlog, lateness and retries over one or many
-stores, in this process (pyarrow + numpy). docs/analyze.md describes every figure; the Spark
-engine (rmqdelay.spark.jobs) computes the same tables.
+stores, in this process (pyarrow + numpy); backlog and lateness include the 5.x timer wheel
+(``timer``). docs/analyze.md describes every figure; the Spark engine (rmqdelay.spark.jobs)
+computes the same tables.
 """
 
 from __future__ import annotations
