@@ -177,14 +177,67 @@ def decode_file(data, start: int = 0) -> TimerLogFile:
     is not 52 or whose magic has bits above 0xF raises FormatError at that unit, as does
     anything but zeros after the units (and after the BLANK's 16 bytes).
     """
+    columns = unit_columns(data, start)
+    units = np.empty(columns.count, dtype=UNITS_DTYPE)
+    units["offset"] = columns.column("offset")
+    for name in UNIT_DTYPE.names:
+        if name != "size":
+            units[name] = columns.raw[name]
+    return TimerLogFile(units, columns.blank, columns.end)
+
+
+# The size and magic of a unit as stored, read as little-endian words (see unit_columns).
+_AS_STORED = np.dtype({"names": ["size", "magic"], "formats": ["<u4", "<u4"], "offsets": [0, 12],
+                       "itemsize": UNIT_SIZE})
+_SIZE_AS_STORED = int.from_bytes(UNIT_SIZE.to_bytes(4, "big"), "little")
+_MAGIC_HIGH_BITS_AS_STORED = int.from_bytes((0xFFFFFFF0).to_bytes(4, "big"), "little")
+
+
+@dataclass(slots=True, frozen=True)
+class UnitColumns:
+    """The units of one file as columns, each decoded only when asked for: a pass that needs
+    four of the nine fields of ten million units reads four columns, not whole rows."""
+
+    raw: np.ndarray  # the units as stored (UNIT_DTYPE, big-endian), a view of the file
+    start: int  # the file's global offset
+    blank: TimerLogBlank | None
+    end: int
+
+    @property
+    def count(self) -> int:
+        return len(self.raw)
+
+    def column(self, name: str) -> np.ndarray:
+        """One field of every unit, native and contiguous (``offset``: each unit's global offset)."""
+        if name == "offset":
+            return self.start + np.arange(len(self.raw), dtype=np.int64) * UNIT_SIZE
+        return self.raw[name].astype(UNITS_DTYPE[name])
+
+    def rows(self, index: np.ndarray) -> np.ndarray:
+        """The units at ``index`` as UNITS_DTYPE rows (for a few of them)."""
+        picked = self.raw[index]
+        rows = np.empty(len(picked), dtype=UNITS_DTYPE)
+        rows["offset"] = self.start + np.asarray(index, dtype=np.int64) * UNIT_SIZE
+        for name in UNIT_DTYPE.names:
+            if name != "size":
+                rows[name] = picked[name]
+        return rows
+
+
+def unit_columns(data, start: int = 0) -> UnitColumns:
+    """The units of one timer log file's bytes, checked as ``decode_file`` checks them, as
+    columns decoded on demand."""
     size = len(data)
     count = size // UNIT_SIZE
     raw = np.frombuffer(data, dtype=UNIT_DTYPE, count=count)
     sizes = raw["size"]
     magics = raw["magic"]
     # A unit slot that is not a unit: the BLANK, zeros, or garbage. The first one ends the units.
-    not_unit = (sizes != UNIT_SIZE) | ((magics | 0xF) != 0xF)
-    stop = int(np.argmax(not_unit)) if not_unit.any() else count
+    # Compared as stored (the bytes read little-endian, no byte swap): size 52 is 34 00 00 00
+    # read that way, and a magic of 0x0..0xF has only the low nibble of its last byte set.
+    words = raw.view(_AS_STORED)
+    not_unit = (words["size"] != _SIZE_AS_STORED) | ((words["magic"] & _MAGIC_HIGH_BITS_AS_STORED) != 0)
+    stop = int(np.argmax(not_unit)) if count and not_unit.any() else count
     pos = stop * UNIT_SIZE
     blank = None
     if stop < count:
@@ -196,12 +249,7 @@ def decode_file(data, start: int = 0) -> TimerLogFile:
     elif pos < size and _is_blank_head(data[pos:pos + MIN_BLANK_LEN]):
         blank = _check_blank(data, pos, start)
     _check_tail(data, pos if blank is None else pos + MIN_BLANK_LEN)
-    units = np.empty(stop, dtype=UNITS_DTYPE)
-    units["offset"] = start + np.arange(stop, dtype=np.int64) * UNIT_SIZE
-    for name in UNIT_DTYPE.names:
-        if name != "size":
-            units[name] = raw[name][:stop]
-    return TimerLogFile(units, blank, start + pos)
+    return UnitColumns(raw[:stop], start, blank, start + pos)
 
 
 def unit_from_row(row) -> TimerLogUnit:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import zlib
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from rmqdelay.formats import propcrc, timerprops
@@ -31,6 +32,7 @@ from rmqdelay.formats.timerlog import (
     decode_file,
     parse_file_construct,
     parse_unit,
+    unit_columns,
     unit_from_row,
 )
 from rmqdelay.formats.timermetrics import format_timer_metrics, parse_timer_metrics
@@ -125,6 +127,23 @@ def unit_expected(unit, file_name: str, file_pos: int) -> dict:
             "currWriteTime": unit.currWriteTime, "delayedTime": unit.delayedTime, "delayedTimeMs": unit.slotTimeMs,
             "slotIndex": slot_index(unit.slotTimeMs, PRECISION), "offsetPy": unit.offsetPy, "sizePy": unit.sizePy,
             "hashCodeOfRealTopic": unit.hashCodeOfRealTopic, "reservedValue": unit.reservedValue}
+
+
+def test_unit_columns_hold_the_values_of_the_reference_path(timer_sample):
+    """The column reader (what `inspect timer` reads ten million units with) gives every field
+    of every unit as the construct path does, and picks rows the same."""
+    _, path, _ = timer_sample
+    for file in timer_log_files(path):
+        data = file.read_bytes()
+        reference = parse_file_construct(data, int(file.name))
+        columns = unit_columns(data, int(file.name))
+        assert (columns.count, columns.blank, columns.end) == (len(reference.units), reference.blank, reference.end)
+        for name in reference.units.dtype.names:
+            got = columns.column(name)
+            assert got.dtype == reference.units.dtype[name] and got.flags.c_contiguous
+            assert got.tolist() == reference.units[name].tolist(), name
+        every_third = np.arange(0, columns.count, 3)
+        assert columns.rows(every_third).tobytes() == reference.units[every_third].tobytes()
 
 
 def test_every_timer_log_unit_blank_and_end_on_both_paths(timer_sample):

@@ -182,38 +182,43 @@ def timer_status(ts: TimerStore, now_ms: int, *, hot: int = 10, advance: Advance
     units_total = 0
     skipped = 0
     roll_delays: set[int] = set()
-    for mf, part in ts.log.iter_files():
-        units = part.units
-        units_total += len(units)
-        slot = unit_slot_times(units)
-        magic = units["magic"]
+    for mf, part in ts.log.iter_columns():
+        # Only the columns the figures need, each decoded once: a log of 10 M units is 520 MB.
+        units_total += part.count
+        slot = part.column("currWriteTime") + part.column("delayedTime")
+        magic = part.column("magic")
         delete = (magic & TIMER_MAGIC_DELETE) != 0
         roll = (magic & TIMER_MAGIC_ROLL) != 0
         live = slot >= read_ms
         message = live & ~delete
-        pending.units += int(message.sum())
-        pending.cancelMarkers += int((live & delete).sum())
+        pending.units += int(np.count_nonzero(message))
+        pending.cancelMarkers += int(np.count_nonzero(live & delete))
         plain = message & ~roll
         counts = np.bincount(bucket_of(slot[plain], now_ms), minlength=len(BUCKETS) + 1)
         for (name, _), n in zip(BUCKETS, counts):
             pending.buckets[name] += int(n)
         pending.buckets[LATER] += int(counts[len(BUCKETS)])
-        pending.beyondRollWindow += int((message & roll).sum())
+        rolled = message & roll
+        pending.beyondRollWindow += int(np.count_nonzero(rolled))
         if message.any():
             oldest = int(slot[message].min())
             pending.oldestDueMs = oldest if pending.oldestDueMs is None else min(pending.oldestDueMs, oldest)
-        rolls["pending"] += int((live & roll & ~delete).sum())
-        rolls["done"] += int((~live & roll & ~delete).sum())
-        roll_delays.update(np.unique(units["delayedTime"][roll]).tolist())
-        skipped += int((message & (slot < horizon_ms)).sum())
-        hashes = units["hashCodeOfRealTopic"]
+        rolls["pending"] += int(np.count_nonzero(rolled))
+        rolls["done"] += int(np.count_nonzero(~live & roll & ~delete))
+        if roll.any():
+            roll_delays.update(_distinct(part.column("delayedTime")[roll]).tolist())
+        skipped += int(np.count_nonzero(message & (slot < horizon_ms)))
+        values, index, first = _hash_index(part.column("hashCodeOfRealTopic"))
         for sign, mask in ((1, message), (-1, live & delete)):
-            values, index, n = np.unique(hashes[mask], return_index=True, return_counts=True)
-            rows = np.flatnonzero(mask)[index]
-            for h, row, c in zip(values.tolist(), rows.tolist(), n.tolist()):
-                net_by_hash[h] = net_by_hash.get(h, 0) + sign * c
-                first_unit_by_hash.setdefault(h, (int(units["offsetPy"][row]), int(units["sizePy"][row])))
-        deletes += delete_units(units)
+            counts = np.bincount(index[mask], minlength=len(values))
+            for h, row, c in zip(values.tolist(), first.tolist(), counts.tolist()):
+                if c:
+                    net_by_hash[h] = net_by_hash.get(h, 0) + sign * c
+                    # Any unit of the hash tells its topic (resolve_topics reads its record).
+                    first_unit_by_hash.setdefault(h, (int(part.raw["offsetPy"][row]), int(part.raw["sizePy"][row])))
+        marked = np.flatnonzero(delete)
+        if len(marked):
+            deletes += delete_units(part.rows(marked), slot[marked])
         advance(mf.size)
 
     slots = ts.wheel.non_empty()
@@ -347,21 +352,48 @@ def metric_rows(net_by_hash: dict[int, int], topics: dict[int, str], metrics) ->
     return [TopicMetric(t, counts.get(t), true_counts.get(t, 0)) for t in sorted(set(true_counts) | set(counts))]
 
 
-def delete_units(units: np.ndarray) -> list[tuple[int, int, bool, int, int, int]]:
+def _distinct(values: np.ndarray, sample: int = 4096) -> np.ndarray:
+    """np.unique(values) for columns of few distinct values (topic hashes, roll delays): the
+    values of a sample, then whatever the rest holds besides (each a vectorised compare)."""
+    found = np.unique(values[:sample])
+    if len(found) > 16:
+        return np.unique(values)
+    rest = values[sample:]
+    rest = rest[~np.isin(rest, found)]
+    return np.union1d(found, rest) if len(rest) else found
+
+
+def _hash_index(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the distinct values, each row's index among them, each value's first row): a store has
+    a few topics and millions of units, so the values are hashed and the rows never sorted."""
+    values = _distinct(hashes)
+    index = np.searchsorted(values, hashes)
+    first = np.full(len(values), len(hashes), dtype=np.int64)
+    np.minimum.at(first, index, np.arange(len(hashes), dtype=np.int64))
+    return values, index, first
+
+
+def delete_units(units: np.ndarray, slot: np.ndarray | None = None) -> list[tuple[int, int, bool, int, int, int]]:
     """(offset, slot time, roll, topic hash, offsetPy, sizePy) of the delete units among
-    UNITS_DTYPE rows: what ``cancellations`` takes."""
-    slot = unit_slot_times(units)
-    hashes = units["hashCodeOfRealTopic"]
-    roll = (units["magic"] & TIMER_MAGIC_ROLL) != 0
-    return [(int(units["offset"][row]), int(slot[row]), bool(roll[row]), int(hashes[row]),
-             int(units["offsetPy"][row]), int(units["sizePy"][row]))
-            for row in np.flatnonzero((units["magic"] & TIMER_MAGIC_DELETE) != 0)]
+    UNITS_DTYPE rows: what ``cancellations`` takes (``slot``: the rows' slot times, if known)."""
+    rows = np.flatnonzero((units["magic"] & TIMER_MAGIC_DELETE) != 0)
+    if not len(rows):
+        return []
+    picked = units[rows]
+    times = unit_slot_times(picked) if slot is None else slot[rows]
+    roll = (picked["magic"] & TIMER_MAGIC_ROLL) != 0
+    return [(int(u["offset"]), int(t), bool(r), int(u["hashCodeOfRealTopic"]), int(u["offsetPy"]), int(u["sizePy"]))
+            for u, t, r in zip(picked, times, roll)]
 
 
 def cancelled_targets(ts: TimerStore, read_ms: int) -> set[int]:
     """Timer log offsets of the pending units a pending cancellation marker will drop: its
     target is in its slot (WILL_BE_HONOURED), so the timer will not deliver it."""
-    deletes = [d for _, part in ts.log.iter_files() for d in delete_units(part.units)]
+    deletes = []
+    for _, part in ts.log.iter_columns():
+        marked = np.flatnonzero((part.column("magic") & TIMER_MAGIC_DELETE) != 0)
+        if len(marked):
+            deletes += delete_units(part.rows(marked))
     return {c.targetOffset for c in _cancellations(ts, deletes, read_ms)
             if c.state == WILL_BE_HONOURED and c.targetOffset is not None}
 
@@ -462,11 +494,12 @@ def target_units(ts: TimerStore, slot_topics: set[tuple[int, int]]) -> dict[str,
     wanted_slots = np.unique(pairs[:, 0])
     found: dict[str, list[tuple[int, int, bool]]] = {}
     pair_set = {(int(a), int(b)) for a, b in pairs}
-    for _, part in ts.log.iter_files():
-        units = part.units
-        slot = unit_slot_times(units)
-        near = np.isin(slot, wanted_slots) & ((units["magic"] & TIMER_MAGIC_DELETE) == 0)
-        for row in np.flatnonzero(near):
+    for _, part in ts.log.iter_columns():
+        slot = part.column("currWriteTime") + part.column("delayedTime")
+        near = np.flatnonzero(np.isin(slot, wanted_slots) & ((part.column("magic") & TIMER_MAGIC_DELETE) == 0))
+        units = part.rows(near)
+        slot = slot[near]
+        for row in range(len(units)):
             if (int(slot[row]), int(units["hashCodeOfRealTopic"][row])) not in pair_set:
                 continue
             named = _unit_target(ts, units, row)

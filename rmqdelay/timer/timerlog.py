@@ -21,10 +21,12 @@ from rmqdelay.formats.timerlog import (
     TimerLogBlank,
     TimerLogFile,
     TimerLogUnit,
+    UnitColumns,
     decode_file,
     is_magic_ok,
     parse_file_construct,
     parse_unit,
+    unit_columns,
 )
 from rmqdelay.store.mappedfiles import MappedFile, MappedFileReader, list_mapped_files
 
@@ -81,11 +83,20 @@ class TimerLog:
         return decoded
 
     @staticmethod
-    def _decode(mf: MappedFile, view, decode) -> TimerLogFile:
+    def _decode(mf: MappedFile, view, decode):
         try:
             return decode(view, mf.start)
         except FormatError as exc:
             raise StoreError(mf.path, exc.offset, exc.expected) from None
+
+    def columns(self, index: int) -> UnitColumns:
+        """The units of file ``index`` as columns decoded on demand (not kept: one pass over a
+        large log holds one file's columns at a time)."""
+        return self._decode(self.files[index], self._reader.view(index), unit_columns)
+
+    def iter_columns(self) -> Iterator[tuple[MappedFile, UnitColumns]]:
+        for index, mf in enumerate(self.files):
+            yield mf, self.columns(index)
 
     def iter_files(self, *, reference: bool = False) -> Iterator[tuple[MappedFile, TimerLogFile]]:
         for index, mf in enumerate(self.files):
@@ -105,7 +116,7 @@ class TimerLog:
         zero tail of the last file, or its BLANK's end when it is full)."""
         if not self.files:
             return 0
-        last = self.file(len(self.files) - 1)
+        last = self.columns(len(self.files) - 1)
         return self.files[-1].end if last.blank is not None else last.end
 
     def view(self, index: int) -> memoryview:
