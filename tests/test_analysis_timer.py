@@ -214,3 +214,13 @@ def test_stores_without_a_timer_have_no_timer_rows(stores):
         mixed = analyze(kind, [store, *stores], PARTIAL_END)
         assert {r["store"] for r in mixed.tables[f"timer{'_topics' if kind == 'lateness' else ''}"].to_pylist()} \
             == set(TIMER_SAMPLES)
+
+
+def test_a_bad_timer_wheel_stops_the_run_in_one_line_before_any_work(store_copy, capsys):
+    from clirun import run_cli
+
+    path = store_copy("timer-fresh")
+    with open(path / "timerwheel", "r+b") as fh:
+        fh.truncate(1000)
+    result = run_cli(capsys, "analyze", "backlog", str(path), "--at", str(PARTIAL_END))
+    assert result.code == 2 and "timerwheel" in result.err and len(result.err.strip().splitlines()) == 1

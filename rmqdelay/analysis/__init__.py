@@ -65,12 +65,18 @@ def checked_request(kind: str, stores: list[StoreRef], delay_levels: dict[int, i
 
 def check_stores(stores: list[StoreRef]) -> None:
     """What every analysis reads of each store besides the commit log -- the directory,
-    config/delayOffset.json, the schedule units -- read once up front, so that a bad store
-    stops the run in one line before any scan (and, with Spark, before any task)."""
+    config/delayOffset.json, the schedule units, a 5.x store's timer wheel and checkpoint --
+    read once up front, so that a bad store stops the run in one line before any scan (and,
+    with Spark, before any task)."""
+    from rmqdelay.timer.store import TimerStore, timer_files_present
+
     for ref in stores:
         with Store(ref.path) as store:
             delay_offsets(store)
             schedule_units(store, ref.name)
+            if timer_files_present(ref.path):
+                with TimerStore(store) as ts:
+                    ts.checkpoint()
 
 
 def analyze(kind: str, stores: list[StoreRef], at_ms: int, *, delay_levels: dict[int, int] | None = None,
