@@ -5,6 +5,7 @@ records the real broker delivered in timer-partial, field by field."""
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 
@@ -14,8 +15,10 @@ from rmqdelay.formats.constants import (
     MESSAGE_MAGIC_CODE_V2,
     PROPERTY_CRC32,
 )
+from rmqdelay.formats.msgid import parse_host
 from rmqdelay.formats.propcrc import check_record
 
+from rmqdelay.producer import broker_message
 from rmqdelay.schedule.scheduler import Notice, Scheduler
 from rmqdelay.store import Store
 from rmqdelay.store.verify import verify_store
@@ -113,4 +116,31 @@ def test_v2_only_for_topics_longer_than_127(store_copy):
     with Store(path) as store:
         assert store.commitlog.read_message(a.commitLogOffset, a.storeSize).magicCode == MESSAGE_MAGIC_CODE_V2
         assert store.commitlog.read_message(b.commitLogOffset, b.storeSize).magicCode == MESSAGE_MAGIC_CODE
+        assert not list(verify_store(store))
+
+
+def test_delay_level_put_into_a_5x_store_is_parked_as_the_real_broker_parks_it(store_copy):
+    """A delay-level message put into a 5.x store gets the schedule record the real 5.3.3
+    broker wrote for the same message in timer-fresh: properties in the order of the
+    request's 128-bucket map (REAL_TOPIC and REAL_QID where their buckets put them, not first),
+    a separator after every pair, WAIT kept."""
+    path = store_copy("timer-fresh")
+    real = [r for r in real_records("timer-fresh")
+            if r.get("origin") == "delay-parked (HookUtils)" and r["reconsumeTimes"] == 0]  # producers' sends
+    assert len(real) == 301
+    results = []
+    with StoreWriter(path) as writer:
+        assert writer.write_format.is5x
+        for r in real:
+            client = {k: v for k, v in r["properties"].items() if k not in ("CLUSTER", "REAL_TOPIC", "REAL_QID")}
+            message = broker_message(r["properties"]["REAL_TOPIC"], int(r["properties"]["REAL_QID"]),
+                                     base64.b64decode(r["body"]), client, born_timestamp=r["bornTimestamp"],
+                                     born_host=parse_host(r["bornHost"]), store_host=parse_host(r["storeHost"]),
+                                     flag=r["flag"], store_timestamp=r["storeTimestamp"], broker5x=True)
+            message.sysFlag = r["sysFlag"]  # some bodies came compressed
+            results.append(writer.put(message))
+    with Store(path) as store:
+        for r, result in zip(real, results):
+            mine = store.commitlog.read_message(result.commitLogOffset, result.storeSize)
+            assert as_fields(mine) == {k: r[k] for k in COMPARED}, r["msgId"]
         assert not list(verify_store(store))

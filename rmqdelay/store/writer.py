@@ -72,9 +72,11 @@ from rmqdelay.formats.javanum import java_parse_int
 from rmqdelay.formats.msgid import create_message_id
 from rmqdelay.formats.propcrc import reserved_properties, seal_record
 from rmqdelay.formats.properties import (
+    DECODED_MAP_CAPACITY_5X,
     delete_property,
     format_properties,
     java_order,
+    properties_to_string,
     property_value,
 )
 from rmqdelay.schedule.levels import parse_delay_levels
@@ -559,7 +561,12 @@ class StoreWriter:
                     level = self.max_level
                 props[PROPERTY_REAL_TOPIC] = topic
                 props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
-                props_raw = None
+                if fmt.is5x:
+                    # 5.x HookUtils.transformDelayLevelMessage: messageProperties2String of the
+                    # request's decoded map (128 buckets), a separator after every pair.
+                    props_raw = properties_to_string(java_order(props, DECODED_MAP_CAPACITY_5X))
+                else:
+                    props_raw = None
                 topic, queue_id = RMQ_SYS_SCHEDULE_TOPIC, level - 1
         if props_raw is None:
             props_raw = format_properties(java_order(props))
