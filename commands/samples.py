@@ -38,6 +38,9 @@ def generate_command(
                                           help="maxHashSlotNum of the broker to open it (default 5000000)."),
     max_index_num: str = typer.Option(None, "--max-index-num", metavar="N",
                                       help="maxIndexNum of the broker to open it (default 20000000)."),
+    timer: bool = typer.Option(False, "--timer", help="A 5.x store with timer traffic as well: timer messages "
+                                                      "near and far (rolls), sharing a millisecond, recalled, "
+                                                      "some delivered, some pending; its timer store."),
     json_out: bool = typer.Option(False, "--json", help="The plan as one JSON object."),
 ) -> None:
     """Write a deterministic, realistic store: several topics, all 18 delay levels (some
@@ -65,7 +68,12 @@ def generate_command(
     options = GenerateOptions(messages=count, seed=int_option("--seed", seed), hours=span,
                               commitlog_file_size=cl_size, cq_file_size=cq_size, index=index)
     with progress("generating", count) as advance:
-        plan = generate(directory, options, on_progress=advance)
+        if timer:
+            from rmqdelay.samples_timerstore import generate_timer
+
+            plan = generate_timer(directory, options, on_progress=advance)
+        else:
+            plan = generate(directory, options, on_progress=advance)
     if json_out:
         emit_json(plan)
         return
@@ -75,8 +83,17 @@ def generate_command(
         f"{directory}: {plan['messages']} records from {format_time_ms(plan['start_ms'])} to "
         f"{format_time_ms(plan['at_ms'])} (at_ms {plan['at_ms']}): {r['normal']} normal, {r['delay']} delay, "
         f"{r['delivered']} delivered, {r['send_back']} send-backs, {r['retry']} retries, {r['dlq']} in DLQ; "
-        f"{pending} delay units pending; plan in {Path(directory) / 'plan.json'}",
+        f"{pending} delay units pending; {_timer_summary(plan)}plan in {Path(directory) / 'plan.json'}",
         markup=False, highlight=False, soft_wrap=True)
+
+
+def _timer_summary(plan: dict) -> str:
+    t = plan.get("timer")
+    if t is None:
+        return ""
+    return (f"timer: {t['parked']} parked, {t['delivered']} delivered, {t['cancelled']} cancelled, "
+            f"{t['rolled']} roll re-puts, {t['pending']} pending ({t['pending_cancelled']} of them recalled, "
+            f"{t['pending_rolled']} in roll units); ")
 
 
 @app.command("unpack")

@@ -64,7 +64,11 @@ from rmqdelay.formats.constants import (
 )
 from rmqdelay.formats.javahash import tags_code
 from rmqdelay.formats.msgid import create_message_id
-from rmqdelay.formats.properties import java_order, parse_properties
+from rmqdelay.formats.properties import (
+    DECODED_MAP_CAPACITY_5X,
+    java_order,
+    parse_properties,
+)
 from rmqdelay.producer import DEFAULT_CLUSTER, broker_message, client_properties
 from rmqdelay.schedule.levels import parse_delay_levels
 from rmqdelay.schedule.offsets import write_delay_offsets
@@ -249,19 +253,26 @@ class _Layout:
 
     __slots__ = ("template", "pick")
 
-    def __init__(self, topic: str, tagged: bool, delayed: bool) -> None:
+    def __init__(self, topic: str, tagged: bool, delayed: bool, broker5x: bool = False) -> None:
         user = USER_KEYS[topic]
         names = (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_WAIT_STORE_MSG_OK, *user, PROPERTY_DELAY_TIME_LEVEL,
                  PROPERTY_UNIQ, PROPERTY_CLUSTER, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID)
         position = {name: i for i, name in enumerate(names)}
         client = client_properties(PROPERTY_TAGS if tagged else None, PROPERTY_KEYS, {k: k for k in user},
                                    1 if delayed else 0, PROPERTY_UNIQ)
-        new = broker_message(topic, 0, b"", client, born_timestamp=0, born_host=STORE_HOST, store_host=STORE_HOST)
+        new = broker_message(topic, 0, b"", client, born_timestamp=0, born_host=STORE_HOST, store_host=STORE_HOST,
+                             broker5x=broker5x)
         if delayed:
-            order = tuple(java_order(dict(new.properties, **{PROPERTY_REAL_TOPIC: "", PROPERTY_REAL_QUEUE_ID: ""})))
+            # HookUtils (5.x) / putMessage (4.9.4) serialise the broker's map with REAL_TOPIC and
+            # REAL_QID added: 128 buckets in 5.x (MessageDecoder's), 16 in 4.9.4.
+            capacity = DECODED_MAP_CAPACITY_5X if broker5x else 16
+            order = tuple(java_order(dict(new.properties, **{PROPERTY_REAL_TOPIC: "", PROPERTY_REAL_QUEUE_ID: ""}),
+                                     capacity))
         else:
             order = tuple(parse_properties(new.propertiesRaw))
-        self.template = PROPERTY_SEPARATOR.join(f"{name}{NAME_VALUE_SEPARATOR}%s" for name in order)
+        # 5.x writes a separator after every pair (WAIT kept), 4.9.4 between pairs.
+        self.template = PROPERTY_SEPARATOR.join(f"{name}{NAME_VALUE_SEPARATOR}%s" for name in order) \
+            + (PROPERTY_SEPARATOR if broker5x else "")
         self.pick = itemgetter(*(position[name] for name in order))
 
 
@@ -309,6 +320,11 @@ def lateness_summary(counts: Counter) -> dict | None:
 
 class SampleGenerator:
     """Writes one sample store; ``run()`` returns the plan (also written to plan.json)."""
+
+    # The writer's WriteFormat (None: a 4.9.4 store) and whether messages are stored as a 5.x
+    # broker stores them (WAIT kept, 128-bucket order): set by a 5.x generator.
+    write_format = None
+    broker5x = False
 
     def __init__(self, directory: Path | str, options: GenerateOptions,
                  on_put: Callable[[NewMessage, PutResult], None] | None = None,
@@ -360,7 +376,7 @@ class SampleGenerator:
         self.serial = 0
         self.body_crcs = [body_crc(body) for body in self.bodies]
         self.heads = [_HEAD_V6 if len(p.host[0]) == 16 else _HEAD_V4 for p in self.producers]
-        self.layouts = {(t.name, tagged, delayed): _Layout(t.name, tagged, delayed)
+        self.layouts = {(t.name, tagged, delayed): _Layout(t.name, tagged, delayed, self.broker5x)
                         for t in TOPICS for tagged in (True, False) for delayed in (True, False)}
         self.tag_codes = {tag: tags_code(tag) for t in TOPICS for tag in t.tags}
         self.topic_parts: dict[str, bytes] = {}
@@ -368,6 +384,7 @@ class SampleGenerator:
         self.put_encoded = None
         self.rnd = rng.random
         self.gap_rate = 0.0
+        self.written = 0  # records written
 
     # -- the run -------------------------------------------------------------------------
     def run(self) -> dict:
@@ -376,7 +393,8 @@ class SampleGenerator:
         # About 1.6 records per producer message (deliveries, retries); spread N over `hours`.
         self.gap_rate = 1.0 / (opt.hours * 3_600_000 * 1.6 / opt.messages)  # producer messages per ms
         with StoreWriter(self.dir, delay_levels=self.delays, commitlog_file_size=opt.commitlog_file_size,
-                         cq_file_size=opt.cq_file_size, sync=False, create=True, index=opt.index) as writer:
+                         cq_file_size=opt.cq_file_size, sync=False, create=True, index=opt.index,
+                         write_format=self.write_format) as writer:
             self.writer = writer
             self.put_encoded = writer.put_encoded
             # The heap holds hundreds of thousands of long-lived events and nothing in it forms
@@ -389,6 +407,7 @@ class SampleGenerator:
                 if collecting:
                     gc.enable()
             writer.sync_to_disk()
+            self._after_log()
             for item in self.heap:
                 chain = item[5]
                 if chain is not None:
@@ -399,30 +418,36 @@ class SampleGenerator:
         atomic_write(self.dir / "plan.json", (json.dumps(plan, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
         return plan
 
+    def _handlers(self) -> tuple:
+        """The handler of each event kind in the heap, by kind."""
+        return self._deliver, self._send_back
+
+    def _after_log(self) -> None:
+        """Called once the commit log is written and synced (a 5.x generator writes its timer
+        store here)."""
+
     def _loop(self, n: int, next_original: int) -> None:
         """Write ``n`` records: at each step the earliest of the next producer message and the
-        first event in the heap."""
+        first event in the heap. (An event that writes several records at once, a timer
+        slot's deliveries, may take the count a little past ``n``.)"""
         heap = self.heap
         heappop = heapq.heappop
-        original, deliver, send_back = self._original, self._deliver, self._send_back
+        original = self._original
+        handlers = self._handlers()
         last_t = next_original
-        done = 0
-        while done < n:
-            step = min(PROGRESS_STEP, n - done)
-            for _ in range(step):
+        while self.written < n:
+            start = self.written
+            goal = start + min(PROGRESS_STEP, n - start)
+            while self.written < goal:
                 if heap and heap[0][0] <= next_original:
                     t, _seq, kind, arg, rec, chain = heappop(heap)
-                    if kind == _DELIVER:
-                        deliver(t, arg, rec, chain)
-                    else:
-                        send_back(t, arg, rec, chain)
+                    handlers[kind](t, arg, rec, chain)
                 else:
                     t = next_original
                     next_original = original(t)
                 last_t = t
-            done += step
             if self.on_progress is not None:
-                self.on_progress(step)
+                self.on_progress(self.written - start)
         self.at_ms = last_t
 
     def _check_dir(self) -> None:
@@ -452,6 +477,7 @@ class SampleGenerator:
             head.pack(size, MESSAGE_MAGIC_CODE, c.crc, queue_id, 0, 0, 0, c.sys_flag, c.born_ts, c.born_addr,
                       c.born_port, store_ts, STORE_HOST[0], STORE_HOST[1], c.reconsume, 0, len(body)),
             body, topic_part, props_part))
+        self.written += 1
         return (*self.put_encoded(topic, queue_id, record, code, c.keys, c.uniq), size)
 
     def _report(self, new: NewMessage, rec: _Rec, size: int, store_ts: int, code: int) -> None:
@@ -593,6 +619,7 @@ class SampleGenerator:
         new = consumer_send_back(consumed.message(), GROUPS[gi].name)
         new.storeTimestamp = t
         result = self.writer.put(new)
+        self.written += 1
         if self.on_put is not None:
             self.on_put(new, result)
         if new.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
@@ -708,7 +735,7 @@ class SampleGenerator:
                 retry_queues[retry_topic] = {"0": {"max_offset": self.retry_copies[gi], "consumer_offset": consumed,
                                                    "lag": self.retry_copies[gi] - consumed}}
         return {
-            "seed": self.opt.seed, "messages": self.opt.messages, "start_ms": self.start_ms, "at_ms": self.at_ms,
+            "seed": self.opt.seed, "messages": self.written, "start_ms": self.start_ms, "at_ms": self.at_ms,
             "records": {k: self.kinds[k] for k in ("normal", "delay", "delivered", "send_back", "retry", "dlq")},
             "levels": levels, "groups": groups, "retry_queues": retry_queues,
             "consumer_offsets": {key: {str(q): v for q, v in value.items()} for key, value in offsets.items()},
