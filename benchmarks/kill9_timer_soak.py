@@ -5,7 +5,11 @@ queue (a cancelled one not, or once when its cancellation reached the timer afte
 the broker drops it then), every delay message once, `inspect timer --verify` and the commit
 log's verify clean, and a store the real broker resumes from without putting anything again.
 
-    python benchmarks/kill9_timer_soak.py [--kills 200] [--seed N] [--work DIR]
+    python benchmarks/kill9_timer_soak.py [--kills 200] [--seed N] [--work DIR] [--generated N]
+
+--generated N: the soak on a store of N records made by `samples generate --timer` (timer
+messages delivered, pending, rolled and recalled, beside delay-level traffic and retry chains)
+instead of the timer-fresh sample; the runs start from its read clock.
 
 Each run reads the wheel four hours further (--now), so runs read ahead of the wall clock too
 (the neutralising of slots read early is killed as well). tests/test_timer_run.py runs a few.
@@ -61,14 +65,15 @@ def run_cli(path: Path, *extra: str, now: int = FAR) -> list[str]:
     return [sys.executable, "-m", "rmqdelay", "run", str(path), "--until-empty", "--now", str(now), "--json", *extra]
 
 
-def kill_timer_runs(path: Path, kills: int, rng: random.Random, work: Path, *, max_delay_s: float = 0.3) -> dict:
+def kill_timer_runs(path: Path, kills: int, rng: random.Random, work: Path, *, max_delay_s: float = 0.3,
+                    clock: int = FRESH_READ_CLOCK) -> dict:
     """Park messages, start `run` reading four hours further, SIGKILL it a random moment after
-    its first timer delivery; repeat until ``kills`` runs were stopped or finished."""
+    its first timer delivery; repeat until ``kills`` runs were stopped or finished. ``clock``:
+    the store's read clock (where the first run's four hours start)."""
     stats = {"killed": 0, "finished": 0, "parked": 0, "seconds": 0.0}
     started = time.monotonic()
     serial = 1
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    clock = FRESH_READ_CLOCK
     while stats["killed"] + stats["finished"] < kills:
         stats["parked"] += park(path, rng, rng.choice([150, 300]), clock, serial)
         serial += 1000
@@ -95,19 +100,38 @@ def kill_timer_runs(path: Path, kills: int, rng: random.Random, work: Path, *, m
     return stats
 
 
+def generated_store(path: Path, messages: int, seed: int) -> dict:
+    """A store from `samples generate --timer` (with small commit log files, so they roll); its plan."""
+    from rmqdelay.samples import GenerateOptions
+    from rmqdelay.samples_timerstore import generate_timer
+
+    return generate_timer(path, GenerateOptions(messages=messages, seed=seed, hours=30,
+                                                commitlog_file_size=4 * 1024 * 1024))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kills", type=int, default=200)
     ap.add_argument("--seed", type=int, default=20261123)
     ap.add_argument("--work", type=Path, default=None)
+    ap.add_argument("--generated", type=int, default=None, metavar="N",
+                    help="soak a store of N records from `samples generate --timer` instead of timer-fresh")
     args = ap.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="kill9-timer-"))
     path = work / "store"
     if path.exists():
         shutil.rmtree(path)
-    unpack(SAMPLE, path)
+    clock = FRESH_READ_CLOCK
+    if args.generated:
+        plan = generated_store(path, args.generated, args.seed)
+        clock = plan["timer"]["read_ms"]
+        print(f"generated {plan['messages']} records: timer {plan['timer']['pending']} pending "
+              f"({plan['timer']['pending_cancelled']} recalled, {plan['timer']['pending_rolled']} in roll units), "
+              f"{plan['timer']['delivered']} delivered, {plan['timer']['cancelled']} cancelled")
+    else:
+        unpack(SAMPLE, path)
     rng = random.Random(args.seed)
-    stats = kill_timer_runs(path, args.kills, rng, work)
+    stats = kill_timer_runs(path, args.kills, rng, work, clock=clock)
     done = subprocess.run(run_cli(path), capture_output=True)
     if done.returncode != 0:
         print(done.stderr.decode()[-2000:], file=sys.stderr)

@@ -74,7 +74,8 @@ def check_timer_store(path: Path, *, drained: bool = True, strict_cancel: bool =
                 elif PROPERTY_TIMER_ROLL_TIMES not in p:
                     parked[f"{p.get(PROPERTY_REAL_TOPIC)}+{uniq}"] = p
             elif rec.topic == RMQ_SYS_SCHEDULE_TOPIC:
-                delay_parked.add(f"{p.get(PROPERTY_REAL_TOPIC)}+{uniq}")
+                # reconsumeTimes tells apart the send-backs of one message (a retry chain).
+                delay_parked.add(f"{p.get(PROPERTY_REAL_TOPIC)}+{uniq}+{rec.reconsumeTimes}")
             elif PROPERTY_TIMER_DEQUEUE_MS in p and PROPERTY_DELAY_TIME_LEVEL not in p:
                 key = f"{p.get(PROPERTY_REAL_TOPIC)}+{uniq}"
                 delivered[key] += 1
@@ -83,7 +84,7 @@ def check_timer_store(path: Path, *, drained: bool = True, strict_cancel: bool =
                                          or str(rec.queueId) != want.get(PROPERTY_REAL_QUEUE_ID)):
                     check.misrouted.append(key)
             elif PROPERTY_DELAY_TIME_LEVEL in p and PROPERTY_REAL_TOPIC in p:
-                delay_delivered[f"{p.get(PROPERTY_REAL_TOPIC)}+{uniq}"] += 1
+                delay_delivered[f"{p.get(PROPERTY_REAL_TOPIC)}+{uniq}+{rec.reconsumeTimes}"] += 1
         check.problems += [f"{p.kind}: {p.file} {p.offset} {p.expected}" for p in verify_store(store)]
         with TimerStore(store) as ts:
             now = int(time.time() * 1000)

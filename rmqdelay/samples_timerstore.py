@@ -70,7 +70,7 @@ PRODUCER_GROUP = "PID_TIMER_SAMPLES"
 DELAY_KINDS = (("seconds", 0.30), ("minutes", 0.22), ("hours", 0.18), ("far", 0.12), ("shared_ms", 0.12),
                ("exact_second", 0.06))
 _KIND_CUMULATIVE = [sum(share for _, share in DELAY_KINDS[:i + 1]) for i in range(len(DELAY_KINDS) - 1)]
-SHARED_EVERY_MS = 10_000  # the messages stored within each 10 s share one deliver millisecond
+SHARED_MAX = 40  # up to this many (and at least 2) shared_ms messages share one deliver millisecond
 
 
 @dataclass
@@ -131,6 +131,7 @@ class TimerSampleGenerator(SampleGenerator):
         self.recalls_pending: set[str] = set()  # keys whose marker sits in the wheel, not read yet
         self.timer_counts: Counter[str] = Counter()
         self.shared: Counter[int] = Counter()  # deliver ms of the shared kind -> messages
+        self.hot = (0, 0)  # the shared deliver millisecond, how many more take it
 
     # -- the timeline -------------------------------------------------------------------------
     def _handlers(self) -> tuple:
@@ -162,8 +163,12 @@ class TimerSampleGenerator(SampleGenerator):
             low = self.window_ms + 3 * self.precision  # its re-put still ahead of the clock
             span = max(self.max_delay_ms - low - 60_000, 1)
             return kind, t + low + int(rnd() * span)
-        if kind == "shared_ms":
-            return kind, (t // SHARED_EVERY_MS + 3) * SHARED_EVERY_MS + 777
+        if kind == "shared_ms":  # the next few of this kind share one deliver millisecond
+            hot, left = self.hot
+            if left <= 0 or hot - t < 2_000:
+                hot, left = t + 20_000 + int(rnd() * 3 * 3_600_000), 2 + int(rnd() * SHARED_MAX)
+            self.hot = (hot, left - 1)
+            return kind, hot
         return kind, (t + 2_000 + int(rnd() * 600_000)) // 1000 * 1000  # exact_second
 
     def _timer_original(self, t: int) -> int:
