@@ -43,14 +43,7 @@ from .constants import (
 )
 from .errors import FormatError
 from .javanum import java_parse_int
-from .scanloops import (
-    BAD,
-    HEAD,
-    gather_ranges,
-    parse_ints,
-    property_values,
-    scan_records,
-)
+from .scanloops import BAD, HEAD, NOT_PLAIN, PRESENT, name_table, scan_records
 
 MESSAGE_SCHEMA = pa.schema([
     pa.field("store", pa.string(), nullable=False),
@@ -128,30 +121,6 @@ def _error_at(buf, pos: int, limit: int) -> FormatError:
     return FormatError(pos, "a message record the fast path can decode")
 
 
-def _ranges(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-            valid: np.ndarray | None = None) -> pa.Array:
-    """The byte ranges [start, end) of ``data`` as strings (null where not ``valid``).
-
-    A compiled loop copies the ranges one after another next to their offsets. The result
-    is not checked for UTF-8 here.
-    """
-    n = len(starts)
-    if valid is None:
-        valid = np.ones(n, dtype=bool)
-        size = int((ends - starts).sum()) if n else 0
-    else:
-        size = int((ends - starts)[valid].sum()) if n else 0
-    large = size >= 2**31
-    offsets = np.empty(n + 1, dtype=np.int64 if large else np.int32)
-    out = np.empty(size, dtype=np.uint8)
-    gather_ranges(data, starts, ends, valid, offsets, out)
-    nulls = n - int(np.count_nonzero(valid))
-    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
-    kind = pa.large_string() if large else pa.string()
-    strings = pa.Array.from_buffers(kind, n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(out)], null_count=nulls)
-    return strings.cast(pa.string()) if large else strings
-
-
 def _checked_utf8(strings: pa.Array) -> pa.Array:
     try:
         strings.validate(full=True)
@@ -168,10 +137,13 @@ def _replace_invalid_utf8(strings: pa.Array) -> pa.Array:
                     type=pa.string())
 
 
-def _string_array(data: np.ndarray, offsets: np.ndarray, n: int) -> pa.Array:
-    """The first ``n`` strings laid out in ``data`` with their ``offsets`` (not checked for UTF-8)."""
-    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets[:n + 1]),
-                                                  pa.py_buffer(data[:offsets[n]])])
+def _string_array(data: np.ndarray, offsets: np.ndarray, n: int, valid: np.ndarray | None = None) -> pa.Array:
+    """The first ``n`` strings laid out in ``data`` with their ``offsets``, null where not
+    ``valid`` (not checked for UTF-8)."""
+    nulls = 0 if valid is None else n - int(np.count_nonzero(valid))
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    return pa.Array.from_buffers(pa.string(), n, [bitmap, pa.py_buffer(offsets[:n + 1]),
+                                                  pa.py_buffer(data[:offsets[n]])], null_count=nulls)
 
 
 def _constant_strings(text: str, n: int) -> pa.Array:
@@ -181,95 +153,18 @@ def _constant_strings(text: str, n: int) -> pa.Array:
                                                   pa.py_buffer(data)])
 
 
-class _Properties:
-    """The values of a few property names in every properties string of a batch, read the
-    way MessageDecoder.string2messageProperties reads them (``property_values``): a later
-    pair with the same name wins, empty names and values are skipped, a value may hold
-    0x01. 0x01 and 0x02 never occur inside a multi-byte UTF-8 character, so byte positions
-    serve as well as character positions.
-    """
-
-    def __init__(self, strings: pa.Array, names: list[str]) -> None:
-        n = len(strings)
-        _, offsets_buf, data_buf = strings.buffers()
-        offsets = np.frombuffer(offsets_buf, dtype=np.int32)[strings.offset:strings.offset + n + 1].astype(np.int64)
-        if data_buf is None:
-            data_buf = pa.py_buffer(b"")
-        self.data = np.frombuffer(data_buf, dtype=np.uint8)
-        self.n = n
-        self._names = names
-        raws = [name.encode("utf-8") for name in names]
-        name_offsets = np.zeros(len(raws) + 1, dtype=np.int64)
-        np.cumsum([len(r) for r in raws], out=name_offsets[1:])
-        # One row's values side by side: the loop writes them together.
-        self._starts = np.empty((n, len(names)), dtype=np.int64)
-        self._ends = np.empty((n, len(names)), dtype=np.int64)
-        self._found = np.empty((n, len(names)), dtype=bool)
-        # The 0x02 separators in bulk (a vectorised pass), the pairs from them (a compiled loop).
-        first, last = (int(offsets[0]), int(offsets[-1])) if n else (0, 0)
-        twos = np.flatnonzero(self.data[first:last] == 2)
-        if first:
-            twos += first
-        property_values(self.data, twos, offsets, np.frombuffer(b"".join(raws), dtype=np.uint8),
-                        name_offsets, self._starts, self._ends, self._found)
-
-    def value_ranges(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(valid, value starts, value ends) per row for property ``name``."""
-        k = self._names.index(name)
-        return self._found[:, k], self._starts[:, k], self._ends[:, k]
-
-    def strings(self, name: str) -> pa.Array:
-        # Whole segments of valid UTF-8 text cut at ASCII separators: valid UTF-8 again.
-        valid, starts, ends = self.value_ranges(name)
-        return _ranges(self.data, starts, ends, valid)
-
-    def ints(self, name: str) -> pa.Array:
-        """Integer.parseInt of the value (javanum.java_parse_int); null when absent or not
-        an int."""
-        valid, starts, ends = self.value_ranges(name)
-        values = np.empty(self.n, dtype=np.int32)
-        present = np.empty(self.n, dtype=bool)
-        parse_ints(self.data, starts, ends, valid, values, present)
-        # What the fast path refused (rare): Java also takes leading zeros past 10 digits and
-        # any Unicode decimal digit, so those values get the exact rule.
-        for row in np.flatnonzero(valid & ~present).tolist():
-            number = java_parse_int(self.data[starts[row]:ends[row]].tobytes().decode("utf-8", "replace"))
-            if number is not None:
-                values[row], present[row] = number, True
-        return pa.array(values, type=pa.int32(), mask=~present)
-
-
 _WANTED = [*STRING_PROPERTIES.values(), *INT_PROPERTIES.values()]
 
 
 
-# Bytes of topics and of properties one batch may hold (a record's are at most 32767 each,
-# signed shorts): a batch ends early rather than grow them.
+# Bytes of topics, of properties and of each property column one batch may hold (a
+# record's are at most 32767 each, signed shorts): a batch ends early rather than grow them.
 _TEXT_ROOM = 32 << 20
+_VALUE_ROOM = 8 << 20
 # The rows of ``fields`` scan_records fills.
 _FIELDS = ["store_size", "queue_id", "flag", "queue_offset", "commitlog_offset", "sys_flag",
            "born_timestamp", "store_timestamp", "reconsume_times", "body_length"]
-
-
-def _batch(n: int, fields: np.ndarray, topic: pa.Array, properties_raw: pa.Array, msg_id: pa.Array, *,
-           store: str, file: str) -> pa.RecordBatch:
-    columns = {
-        "store": _constant_strings(store, n),
-        "file": _constant_strings(file, n),
-        "topic": topic,
-        "msg_id": msg_id,
-        "properties_raw": properties_raw,
-    }
-    for row, column in enumerate(_FIELDS):
-        kind = MESSAGE_SCHEMA.field(column).type
-        values = fields[row, :n]
-        columns[column] = pa.array(values if kind == pa.int64() else values.astype(np.int32), type=kind)
-    props = _Properties(properties_raw, _WANTED)
-    for column, name in STRING_PROPERTIES.items():
-        columns[column] = props.strings(name)
-    for column, name in INT_PROPERTIES.items():
-        columns[column] = props.ints(name)
-    return pa.RecordBatch.from_arrays([columns[f.name] for f in MESSAGE_SCHEMA], schema=MESSAGE_SCHEMA)
+_NAMES = name_table(_WANTED)
 
 
 def decode_records(buf, *, store: str, file: str, start: int = 0, limit: int | None = None,
@@ -283,24 +178,17 @@ def decode_records(buf, *, store: str, file: str, start: int = 0, limit: int | N
     limit = len(buf) if limit is None else limit
     data = np.frombuffer(buf, dtype=np.uint8)
     pos = start
+    strings, ints = len(STRING_PROPERTIES), len(INT_PROPERTIES)
     while True:
         rows = batch_rows
         room = max(min(_TEXT_ROOM, limit - pos), 0)
-        positions = np.empty(rows, dtype=np.int64)
-        fields = np.empty((len(_FIELDS), rows), dtype=np.int64)
-        topic_offsets = np.empty(rows + 1, dtype=np.int32)
-        topic_out = np.empty(room, dtype=np.uint8)
-        props_offsets = np.empty(rows + 1, dtype=np.int32)
-        props_out = np.empty(room, dtype=np.uint8)
-        id_offsets = np.empty(rows + 1, dtype=np.int32)
-        id_out = np.empty(56 * rows, dtype=np.uint8)
-        count, pos, why = scan_records(data, pos, limit, positions, fields, topic_offsets, topic_out,
-                                       props_offsets, props_out, id_offsets, id_out)
+        out = _Columns(rows, room, min(_VALUE_ROOM, room), strings, ints)
+        count, pos, why = scan_records(data, pos, limit, out.positions, out.fields, out.topic_offsets,
+                                       out.topic, out.props_offsets, out.props, out.id_offsets, out.ids,
+                                       *_NAMES, out.value_offsets, out.values, out.value_found,
+                                       out.int_values, out.int_state, out.int_ranges)
         if count:
-            topic = _checked_utf8(_string_array(topic_out, topic_offsets, count))
-            properties_raw = _checked_utf8(_string_array(props_out, props_offsets, count))
-            msg_id = _string_array(id_out, id_offsets, count)
-            yield _batch(count, fields, topic, properties_raw, msg_id, store=store, file=file)
+            yield out.batch(count, data, store=store, file=file)
         if why == BAD:
             raise _error_at(buf, pos, limit)
         if why == HEAD:
@@ -311,3 +199,53 @@ def decode_records(buf, *, store: str, file: str, start: int = 0, limit: int | N
         if count == 0:
             # Cannot happen (a record's text always fits): refuse rather than loop.
             raise _error_at(buf, pos, limit)
+
+
+class _Columns:
+    """The arrays scan_records fills for one batch, and the batch made of them."""
+
+    def __init__(self, rows: int, room: int, value_room: int, strings: int, ints: int) -> None:
+        self.positions = np.empty(rows, dtype=np.int64)
+        self.fields = np.empty((len(_FIELDS), rows), dtype=np.int64)
+        self.topic_offsets = np.empty(rows + 1, dtype=np.int32)
+        self.topic = np.empty(room, dtype=np.uint8)
+        self.props_offsets = np.empty(rows + 1, dtype=np.int32)
+        self.props = np.empty(room, dtype=np.uint8)
+        self.id_offsets = np.empty(rows + 1, dtype=np.int32)
+        self.ids = np.empty(56 * rows, dtype=np.uint8)
+        self.value_offsets = np.empty((strings, rows + 1), dtype=np.int32)
+        self.value_room = value_room
+        self.values = np.empty(strings * value_room, dtype=np.uint8)
+        self.value_found = np.empty((strings, rows), dtype=bool)
+        self.int_values = np.empty((ints, rows), dtype=np.int32)
+        self.int_state = np.empty((ints, rows), dtype=np.int8)
+        self.int_ranges = np.empty((ints, 2, rows), dtype=np.int64)
+
+    def batch(self, n: int, data: np.ndarray, *, store: str, file: str) -> pa.RecordBatch:
+        columns = {
+            "store": _constant_strings(store, n),
+            "file": _constant_strings(file, n),
+            "topic": _checked_utf8(_string_array(self.topic, self.topic_offsets, n)),
+            "msg_id": _string_array(self.ids, self.id_offsets, n),
+            "properties_raw": _checked_utf8(_string_array(self.props, self.props_offsets, n)),
+        }
+        for row, column in enumerate(_FIELDS):
+            kind = MESSAGE_SCHEMA.field(column).type
+            values = self.fields[row, :n]
+            columns[column] = pa.array(values if kind == pa.int64() else values.astype(np.int32), type=kind)
+        # Whole segments of text cut at ASCII separators: valid UTF-8 where the properties are.
+        for k, column in enumerate(STRING_PROPERTIES):
+            part = self.values[k * self.value_room:(k + 1) * self.value_room]
+            columns[column] = _checked_utf8(_string_array(part, self.value_offsets[k], n,
+                                                          self.value_found[k, :n]))
+        for j, column in enumerate(INT_PROPERTIES):
+            values, state = self.int_values[j, :n], self.int_state[j, :n]
+            # What the compiled parse refused (rare): Java also takes leading zeros past 10
+            # digits and any Unicode decimal digit, so those values get the exact rule.
+            for row in np.flatnonzero(state == NOT_PLAIN).tolist():
+                start, end = self.int_ranges[j, :, row]
+                number = java_parse_int(data[start:end].tobytes().decode("utf-8", "replace"))
+                if number is not None:
+                    values[row], state[row] = number, PRESENT
+            columns[column] = pa.array(values, type=pa.int32(), mask=state != PRESENT)
+        return pa.RecordBatch.from_arrays([columns[f.name] for f in MESSAGE_SCHEMA], schema=MESSAGE_SCHEMA)

@@ -1,26 +1,30 @@
-"""The loops of the columnar scan that do not vectorise, compiled by numba.
+"""The loop of the columnar scan that does not vectorise, compiled by numba.
 
-- ``scan_records``: record heads form a chain (each head's totalSize gives the next head), so
-  finding where records start is a sequential walk; compiled, it runs at the speed memory
-  delivers the bytes instead of the interpreter's few hundred nanoseconds a record. While a
-  record's bytes are in the cache it also reads its numbers, checks its lengths as
-  decode_message does, and copies out its topic, properties and message id.
-- ``property_values``: the value of each of a few property names in every properties string
-  of a batch, read exactly as MessageDecoder.string2messageProperties reads them; and
-  ``parse_ints`` (Integer.parseInt of some of them), ``gather_ranges`` (the values as
-  strings).
+Record heads form a chain (each head's totalSize gives the next head), so finding where
+records start is a sequential walk; compiled, ``scan_records`` runs at the speed memory
+delivers the bytes instead of the interpreter's few hundred nanoseconds a record. While a
+record's bytes are in the cache it also reads its numbers, checks its lengths as
+decode_message does, copies out its topic, properties and message id, and picks out the
+values of a few property names, read exactly as MessageDecoder.string2messageProperties
+reads them (some also as Integer.parseInt reads them).
 
-They only read their inputs and write into arrays the caller allocated. The decisions around
-them (what a bad head means, which FormatError, the Arrow columns) stay in ``scan.py``; the
-tests hold both to ``decode_message`` and the construct definitions. Compiled on first use
-and cached beside this file (``cache=True``), so a process pays the compile once per
+It only reads its input and writes into arrays the caller allocated. The decisions around it
+(what a bad head means, which FormatError, the Arrow columns) stay in ``scan.py``; the tests
+hold both to ``decode_message`` and the construct definitions. Compiled on first use and
+cached beside this file (``cache=True``), so a process pays the compile once per
 installation, not per scan.
 """
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.cpython.unsafe.numbers import trailing_zeros
+from numba.extending import intrinsic
 
 from .commitlog import MIN_MESSAGE_SIZE
 from .constants import (
@@ -31,14 +35,14 @@ from .constants import (
 )
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _int32_be(data: np.ndarray, pos: int) -> int:
     value = (np.int64(data[pos]) << 24) | (np.int64(data[pos + 1]) << 16) | (np.int64(data[pos + 2]) << 8) \
         | np.int64(data[pos + 3])
     return value - (1 << 32) if value >= (1 << 31) else value
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _int64_be(data: np.ndarray, pos: int) -> int:
     value = np.int64(0)
     for i in range(8):
@@ -46,166 +50,228 @@ def _int64_be(data: np.ndarray, pos: int) -> int:
     return value
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _int16_be(data: np.ndarray, pos: int) -> int:
     value = (np.int64(data[pos]) << 8) | np.int64(data[pos + 1])
     return value - (1 << 16) if value >= (1 << 15) else value
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _hex_digit(nibble: int) -> int:
     return nibble + 48 if nibble < 10 else nibble + 55
+
+
+@intrinsic
+def _memcpy(typingctx, dst, dst_pos, src, src_pos, n):
+    """``dst[dst_pos:dst_pos + n] = src[src_pos:src_pos + n]`` for byte arrays, as one memcpy
+    (a loop of byte copies is several times slower for the lengths of properties)."""
+    sig = types.void(dst, dst_pos, src, src_pos, n)
+
+    def codegen(context, builder, signature, args):
+        target = context.make_array(signature.args[0])(context, builder, args[0])
+        source = context.make_array(signature.args[2])(context, builder, args[2])
+        cgutils.raw_memcpy(builder, builder.gep(target.data, [args[1]]), builder.gep(source.data, [args[3]]),
+                           args[4], 1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _load_u64(typingctx, data, pos):
+    """The 8 bytes ``data[pos:pos + 8]`` as one native-endian (unaligned) load."""
+    sig = types.uint64(data, pos)
+
+    def codegen(context, builder, signature, args):
+        array = context.make_array(signature.args[0])(context, builder, args[0])
+        pointer = builder.bitcast(builder.gep(array.data, [args[1]]), ir.IntType(64).as_pointer())
+        return builder.load(pointer, align=1)
+
+    return sig, codegen
+
+
+@intrinsic
+def _store_u64(typingctx, data, pos, value):
+    """``data[pos:pos + 8]`` = the 8 bytes of ``value``, as one native-endian (unaligned) store."""
+    sig = types.void(data, pos, types.uint64)
+
+    def codegen(context, builder, signature, args):
+        array = context.make_array(signature.args[0])(context, builder, args[0])
+        pointer = builder.bitcast(builder.gep(array.data, [args[1]]), ir.IntType(64).as_pointer())
+        builder.store(args[2], pointer, align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _copy(dst: np.ndarray, dst_pos: int, dst_end: int, src: np.ndarray, src_pos: int, n: int) -> None:
+    """``dst[dst_pos:dst_pos + n] = src[src_pos:src_pos + n]``. Short ranges go 8 bytes at a
+    time and may then write up to 7 bytes past their end, though not past ``dst_end``: the
+    caller writes its ranges of ``dst[:dst_end]`` in ascending order, each over the spare
+    bytes of the one before."""
+    if n <= 64 and src_pos + n + 8 <= len(src) and dst_pos + n + 8 <= dst_end:
+        i = 0
+        while i < n:
+            _store_u64(dst, dst_pos + i, _load_u64(src, src_pos + i))
+            i += 8
+    else:
+        _memcpy(dst, dst_pos, src, src_pos, n)
+
+
+_LITTLE_ENDIAN = sys.byteorder == "little"
+_ONES = np.uint64(0x0101010101010101)
+_HIGHS = np.uint64(0x8080808080808080)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _find(data: np.ndarray, start: int, end: int, byte: int) -> int:
+    """The first position of ``byte`` in ``data[start:end]``, else ``end``. Eight bytes at a
+    time: in ``x`` (the word xor the byte in every lane) the lowest lane that is zero is the
+    lowest high bit set in ``(x - 0x01..01) & ~x & 0x80..80``."""
+    i = start
+    if _LITTLE_ENDIAN:
+        pattern = _ONES * np.uint64(byte)
+        while i + 8 <= end:
+            x = _load_u64(data, i) ^ pattern
+            mask = (x - _ONES) & ~x & _HIGHS
+            if mask:
+                return i + (np.int64(trailing_zeros(mask)) >> 3)
+            i += 8
+    while i < end:
+        if data[i] == byte:
+            return i
+        i += 1
+    return end
+
+
+def name_table(names: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The wanted property names as scan_records takes them: their bytes one after
+    another, the offsets of each, and for each first byte the names that start with it
+    (-1 after the last)."""
+    raws = [name.encode("utf-8") for name in names]
+    assert all(raw and b"\x01" not in raw and b"\x02" not in raw for raw in raws)
+    name_offsets = np.zeros(len(raws) + 1, dtype=np.int64)
+    np.cumsum([len(r) for r in raws], out=name_offsets[1:])
+    by_first = np.full((256, len(raws) + 1), -1, dtype=np.int64)
+    for k, raw in enumerate(raws):
+        row = by_first[raw[0]]
+        row[int(np.argmax(row < 0))] = k
+    return np.frombuffer(b"".join(raws), dtype=np.uint8), name_offsets, by_first
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _segment(data: np.ndarray, segment: int, end: int, names: np.ndarray, name_offsets: np.ndarray,
+             by_first: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+    """One 0x02-separated segment ``data[segment:end]``: its name is the text before its
+    first 0x01, its value the rest, and the pair is kept when neither is empty. When the
+    name is wanted name k, the value's range goes to ``starts[k]``, ``ends[k]`` (a later
+    pair replaces an earlier one). No wanted name holds 0x01, so the segment's name is name
+    k exactly when the segment starts with name k's bytes followed by 0x01."""
+    if segment >= end:
+        return
+    byte = data[segment]
+    for slot in range(by_first.shape[1]):
+        k = by_first[byte, slot]
+        if k < 0:
+            return
+        first = name_offsets[k]
+        length = name_offsets[k + 1] - first
+        separator = segment + length
+        if separator + 1 >= end or data[separator] != 1:
+            continue
+        same = True
+        for i in range(length):
+            if data[segment + i] != names[first + i]:
+                same = False
+                break
+        if same:
+            starts[k] = separator + 1
+            ends[k] = end
+            return
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _parse_int(data: np.ndarray, start: int, end: int) -> tuple[int, bool]:
+    """Integer.parseInt of ``data[start:end]`` when it is an optional sign and 1 to 10
+    ASCII digits within the int range; else (0, False) (the caller has the exact rule)."""
+    i = start
+    negative = False
+    if i < end and (data[i] == 45 or data[i] == 43):  # '-' or '+'
+        negative = data[i] == 45
+        i += 1
+    if end - i < 1 or end - i > 10:
+        return 0, False
+    value = np.int64(0)
+    while i < end:
+        digit = np.int64(data[i]) - 48
+        if digit < 0 or digit > 9:
+            return 0, False
+        value = value * 10 + digit
+        i += 1
+    if negative:
+        value = -value
+    if value < -(1 << 31) or value >= (1 << 31):
+        return 0, False
+    return value, True
 
 
 # Bytes brought into the cache ahead of the walk at a time (see scan_records).
 _AHEAD = 1 << 16
 _CACHE_LINE = 64
 
-
-@njit(cache=True, nogil=True)
-def property_values(data: np.ndarray, twos: np.ndarray, offsets: np.ndarray, names: np.ndarray,
-                    name_offsets: np.ndarray, starts: np.ndarray, ends: np.ndarray, found: np.ndarray) -> None:
-    """For row r (bytes ``offsets[r]:offsets[r + 1]`` of ``data``) and wanted name k (bytes
-    ``name_offsets[k]:name_offsets[k + 1]`` of ``names``): the value's byte range
-    ``starts[r, k]:ends[r, k]`` and ``found[r, k]`` (absent: an empty range at the row's start).
-
-    ``twos``: the positions of every 0x02 of the rows, ascending (found in bulk by the caller).
-
-    string2messageProperties: the string is cut at each 0x02 into segments; a segment's
-    name is the text before its first 0x01 and its value the rest; the pair is kept when
-    both are non-empty, and a later pair with the same name replaces an earlier one. Only a
-    name as long as a wanted one matters, so the first 0x01 is looked for no further.
-    """
-    wanted = len(name_offsets) - 1
-    longest = 0
-    for k in range(wanted):
-        longest = max(longest, name_offsets[k + 1] - name_offsets[k])
-    # The wanted names of each length: a segment's name is compared with those only.
-    of_length = np.full((longest + 1, wanted), -1, dtype=np.int64)
-    for k in range(wanted):
-        length = name_offsets[k + 1] - name_offsets[k]
-        for slot in range(wanted):
-            if of_length[length, slot] < 0:
-                of_length[length, slot] = k
-                break
-    e = 0
-    count = len(twos)
-    for row in range(len(offsets) - 1):
-        segment = offsets[row]
-        row_end = offsets[row + 1]
-        for k in range(wanted):
-            starts[row, k] = segment
-            ends[row, k] = segment
-            found[row, k] = False
-        while e < count and twos[e] < segment:
-            e += 1
-        while segment < row_end:
-            end = twos[e] if e < count and twos[e] < row_end else row_end
-            # The first 0x01 of the segment, if the name before it is not too long.
-            first_01 = -1
-            for p in range(segment, min(end, segment + longest + 1)):
-                if data[p] == 1:
-                    first_01 = p
-                    break
-            if first_01 > segment and end > first_01 + 1:
-                length = first_01 - segment
-                for slot in range(wanted):
-                    k = of_length[length, slot]
-                    if k < 0:
-                        break
-                    first = name_offsets[k]
-                    same = True
-                    for i in range(length):
-                        if data[segment + i] != names[first + i]:
-                            same = False
-                            break
-                    if same:
-                        starts[row, k] = first_01 + 1
-                        ends[row, k] = end
-                        found[row, k] = True
-                        break
-            if end < row_end:
-                e += 1
-            segment = end + 1
-
-
-@njit(cache=True, nogil=True)
-def parse_ints(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, found: np.ndarray,
-               values: np.ndarray, present: np.ndarray) -> None:
-    """Integer.parseInt of each found range: an optional sign and 1 to 10 ASCII digits
-    within the int range; ``present[r]`` False where it is not such an int."""
-    for r in range(len(starts)):
-        present[r] = False
-        values[r] = 0
-        if not found[r]:
-            continue
-        i = starts[r]
-        end = ends[r]
-        negative = False
-        if i < end and (data[i] == 45 or data[i] == 43):  # '-' or '+'
-            negative = data[i] == 45
-            i += 1
-        if end - i < 1 or end - i > 10:
-            continue
-        value = 0
-        ok = True
-        while i < end:
-            digit = np.int64(data[i]) - 48
-            if digit < 0 or digit > 9:
-                ok = False
-                break
-            value = value * 10 + digit
-            i += 1
-        if not ok:
-            continue
-        if negative:
-            value = -value
-        if value < -(1 << 31) or value >= (1 << 31):
-            continue
-        values[r] = value
-        present[r] = True
-
-
-@njit(cache=True, nogil=True)
-def gather_ranges(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, valid: np.ndarray,
-                  offsets: np.ndarray, out: np.ndarray) -> None:
-    """The byte ranges ``data[starts[i]:ends[i]]`` (where ``valid[i]``; else empty) one after
-    another into ``out``, with the Arrow offsets of each (``offsets[i]``, ``offsets[n]``)."""
-    o = 0
-    for i in range(len(starts)):
-        offsets[i] = o
-        if valid[i]:
-            for j in range(starts[i], ends[i]):
-                out[o] = data[j]
-                o += 1
-    offsets[len(starts)] = o
-
-
 # Why scan_records stopped.
 FULL = 0  # ``max_records`` records read (or no room left for their text): more may follow
 HEAD = 1  # the bytes at the next position are not a message head (the end, or a bad head)
 BAD = 2  # the record at the next position has a good head but fails decode_message's checks
 
+# What scan_records says of an int property of a row.
+ABSENT = 0
+PRESENT = 1
+NOT_PLAIN = 2  # found, but not a plain int: the caller reads it with the exact Java rule
+
 
 @njit(cache=True, nogil=True)
 def scan_records(data: np.ndarray, pos: int, limit: int, positions: np.ndarray, fields: np.ndarray,
                  topic_offsets: np.ndarray, topic_out: np.ndarray, props_offsets: np.ndarray,
-                 props_out: np.ndarray, id_offsets: np.ndarray, id_out: np.ndarray) -> tuple[int, int, int]:
+                 props_out: np.ndarray, id_offsets: np.ndarray, id_out: np.ndarray,
+                 names: np.ndarray, name_offsets: np.ndarray, by_first: np.ndarray,
+                 value_offsets: np.ndarray, value_out: np.ndarray, value_found: np.ndarray,
+                 int_values: np.ndarray, int_state: np.ndarray, int_ranges: np.ndarray) -> tuple[int, int, int]:
     """Walk the records from ``pos`` and read each while its bytes are in the cache.
+
+    A record is a message head (a message magic code, V1 or V2, at +4 and a totalSize of at
+    least MIN_MESSAGE_SIZE that ends by ``limit``) whose lengths pass the checks
+    decode_message makes (the hosts' IPv6 bits move the fields after them; body, topic and
+    properties lengths inside the record, the properties ending it exactly).
 
     Per record r: its start in ``positions[r]``; its numbers in ``fields[:, r]`` (totalSize,
     queueId, flag, queueOffset, physicalOffset, sysFlag, bornTimestamp, storeTimestamp,
     reconsumeTimes, bodyLength); its topic, properties and message id (upper hex, as
     MessageDecoder.createMessageId) as bytes one after another in ``*_out`` with Arrow
-    offsets in ``*_offsets``. A record is taken only when it passes the checks decode_message
-    makes of its lengths (the head as ``walk_heads``; the hosts' IPv6 bits move the fields
-    after them; body, topic and properties lengths inside the record, the properties
-    ending it exactly).
+    offsets in ``*_offsets``.
+
+    Its properties as string2messageProperties reads them: cut at each 0x02 into segments,
+    a segment's name the text before its first 0x01 and its value the rest, a pair kept
+    when both are non-empty, a later pair with the same name replacing an earlier one.
+    0x01 and 0x02 never occur inside a multi-byte UTF-8 character, so byte positions serve
+    as well as character positions. Wanted name k (bytes ``name_offsets[k]:name_offsets[k
+    + 1]`` of ``names``, see name_table): for the first ``len(value_offsets)`` names the
+    value in the k-th of as many equal parts of ``value_out``, with offsets (in that part)
+    ``value_offsets[k]`` and ``value_found[k, r]``; for the others (j = k - len(value_offsets)) Integer.parseInt of it in ``int_values[j, r]``,
+    ``int_state[j, r]`` ABSENT, PRESENT or NOT_PLAIN, and its range in ``data`` in
+    ``int_ranges[j, :, r]``.
 
     Returns (records read, the next position, why it stopped: FULL, HEAD or BAD).
     """
     count = 0
     capacity = len(positions)
+    wanted = len(name_offsets) - 1
+    strings = value_offsets.shape[0]
+    value_room = len(value_out) // strings
+    starts = np.empty(wanted, dtype=np.int64)
+    ends = np.empty(wanted, dtype=np.int64)
+    value_o = np.zeros(strings, dtype=np.int64)
     topic_o = 0
     props_o = 0
     id_o = 0
@@ -219,6 +285,9 @@ def scan_records(data: np.ndarray, pos: int, limit: int, positions: np.ndarray, 
         if pos + 8 > limit:
             status = HEAD
             break
+        # Each head's address comes from the one before, so the walk alone waits for memory
+        # at every record. Touching every cache line of the next 64 KiB first (loads that do
+        # not depend on each other, so the CPU runs them at once) turns that into a stream.
         if pos + 8 > ready:
             ahead = min(max(ready, pos) + _AHEAD, limit)
             for i in range(max(ready, pos), ahead, _CACHE_LINE):
@@ -266,9 +335,29 @@ def scan_records(data: np.ndarray, pos: int, limit: int, positions: np.ndarray, 
         if props_len < 0 or props_pos + props_len != end:
             status = BAD
             break
+
+        # The wanted properties' ranges in data.
+        for k in range(wanted):
+            starts[k] = -1
+            ends[k] = -1
+        segment = props_pos
+        while segment < end:
+            segment_end = _find(data, segment, end, 2)
+            _segment(data, segment, segment_end, names, name_offsets, by_first, starts, ends)
+            segment = segment_end + 1
+
+        # Room for this record's text, or the batch ends before it.
         if topic_o + topic_len > len(topic_out) or props_o + props_len > len(props_out):
             status = FULL
             break
+        room = True
+        for k in range(strings):
+            if starts[k] >= 0 and value_o[k] + ends[k] - starts[k] > value_room:
+                room = False
+        if not room:
+            status = FULL
+            break
+
         positions[count] = pos
         fields[0, count] = total
         fields[1, count] = _int32_be(data, pos + 12)
@@ -282,13 +371,11 @@ def scan_records(data: np.ndarray, pos: int, limit: int, positions: np.ndarray, 
         fields[8, count] = _int32_be(data, tail_pos)
         fields[9, count] = body_len
         topic_offsets[count] = topic_o
-        for i in range(topic_pos, topic_pos + topic_len):
-            topic_out[topic_o] = data[i]
-            topic_o += 1
+        _copy(topic_out, topic_o, len(topic_out), data, topic_pos, topic_len)
+        topic_o += topic_len
         props_offsets[count] = props_o
-        for i in range(props_pos, end):
-            props_out[props_o] = data[i]
-            props_o += 1
+        _memcpy(props_out, props_o, data, props_pos, props_len)
+        props_o += props_len
         # createMessageId: the store host (address and port), then the physical offset.
         id_offsets[count] = id_o
         for i in range(host_pos, host_pos + (20 if store_v6 else 8)):
@@ -301,10 +388,29 @@ def scan_records(data: np.ndarray, pos: int, limit: int, positions: np.ndarray, 
             id_out[id_o] = _hex_digit(byte >> 4)
             id_out[id_o + 1] = _hex_digit(byte & 15)
             id_o += 2
+        for k in range(strings):
+            value_offsets[k, count] = value_o[k]
+            value_found[k, count] = starts[k] >= 0
+            if starts[k] >= 0:
+                _copy(value_out, k * value_room + value_o[k], (k + 1) * value_room, data, starts[k],
+                      ends[k] - starts[k])
+                value_o[k] += ends[k] - starts[k]
+        for k in range(strings, wanted):
+            j = k - strings
+            int_ranges[j, 0, count] = starts[k]
+            int_ranges[j, 1, count] = ends[k]
+            int_values[j, count] = 0
+            int_state[j, count] = ABSENT
+            if starts[k] >= 0:
+                value, ok = _parse_int(data, starts[k], ends[k])
+                int_values[j, count] = value
+                int_state[j, count] = PRESENT if ok else NOT_PLAIN
         count += 1
         pos = end
     topic_offsets[count] = topic_o
     props_offsets[count] = props_o
     id_offsets[count] = id_o
+    for k in range(strings):
+        value_offsets[k, count] = value_o[k]
     # ``touched`` is returned only so that the loads above are not optimised away.
     return count, pos + 0 * touched, status
