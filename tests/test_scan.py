@@ -433,3 +433,49 @@ def test_v2_records_and_ipv6_hosts_walk_and_decode_like_decode_message(tmp_path)
     assert {r["sys_flag"] & 0x30 for r in expected} == {0, 0x10, 0x20, 0x30}
     for batch_rows in (1, 7, 50):
         assert scanned_rows(data, batch_rows) == expected
+
+
+def test_batches_end_where_the_text_buffers_are_full(tmp_path, monkeypatch):
+    """A batch also ends before the record whose topic, properties or property value would
+    not fit in what one batch holds; the next batch starts with that record."""
+    import rmqdelay.formats.scan as scan
+
+    store = tmp_path / "s"
+    with StoreWriter(store, create=True, commitlog_file_size=64 << 10, clock=lambda: 1_700_000_000_000,
+                     sync=False) as w:
+        for i in range(120):
+            # Values around the 8-byte steps and the 64-byte short-copy limit of the copies.
+            w.put(NewMessage(topic="T" * (1 + i % 40), queueId=0, body=bytes(i % 50),
+                             properties={"KEYS": "k" * (1 + i % 90), "UNIQ_KEY": f"U{i}", "TAGS": "t" * (i % 9),
+                                         "DELAY": str(i % 19)}))
+    data = commitlog_files(store)[0].read_bytes()
+    whole = scanned_rows(data, batch_rows=1000)
+    assert whole == reference_rows(data)
+    largest = max(len(r["properties_raw"]) for r in whole)
+    for text_room, value_room in ((largest, 90), (largest + 7, 97), (3 * largest, 200), (1 << 20, 95)):
+        monkeypatch.setattr(scan, "_TEXT_ROOM", text_room)
+        monkeypatch.setattr(scan, "_VALUE_ROOM", value_room)
+        batches = list(decode_records(data, store="s", file="f", batch_rows=1000))
+        assert [row for b in batches for row in b.to_pylist()] == whole
+        assert len(batches) > 1
+        for batch, following in zip(batches, batches[1:]):
+            rows, first = batch.to_pylist(), following.to_pylist()[0]
+
+            def overflows(column: str, room: int) -> bool:
+                used = sum(len((row[column] or "").encode()) for row in rows)
+                return used + len((first[column] or "").encode()) > room
+
+            # Full: the next record's text would not have fitted in this batch.
+            assert overflows("topic", text_room) or overflows("properties_raw", text_room) or \
+                any(overflows(column, value_room) for column in scan.STRING_PROPERTIES)
+
+
+def test_records_ending_at_the_end_of_the_buffer_read_their_last_bytes(tmp_path):
+    """Without a zero tail or BLANK after them, the last record's properties end where the
+    buffer ends: read in full (no word read past the buffer)."""
+    data = writer_file(tmp_path)
+    offsets = record_offsets(data)
+    for k in (1, 2, 17, len(offsets) - 1):
+        cut = data[:offsets[k]]
+        assert scanned_rows(cut) == reference_rows(cut)
+        assert scanned_rows(cut, batch_rows=k) == reference_rows(cut)
