@@ -43,6 +43,7 @@ from .constants import (
 )
 from .errors import FormatError
 from .javanum import java_parse_int
+from .properties import parse_properties
 from .scanloops import BAD, HEAD, NOT_PLAIN, PRESENT, name_table, scan_records
 
 MESSAGE_SCHEMA = pa.schema([
@@ -161,9 +162,9 @@ _WANTED = [*STRING_PROPERTIES.values(), *INT_PROPERTIES.values()]
 # record's are at most 32767 each, signed shorts): a batch ends early rather than grow them.
 _TEXT_ROOM = 32 << 20
 _VALUE_ROOM = 8 << 20
-# The rows of ``fields`` scan_records fills.
-_FIELDS = ["store_size", "queue_id", "flag", "queue_offset", "commitlog_offset", "sys_flag",
-           "born_timestamp", "store_timestamp", "reconsume_times", "body_length"]
+# The rows of ``ints`` and ``longs`` scan_records fills.
+_INTS = ["store_size", "queue_id", "flag", "sys_flag", "reconsume_times", "body_length"]
+_LONGS = ["queue_offset", "commitlog_offset", "born_timestamp", "store_timestamp"]
 _NAMES = name_table(_WANTED)
 
 
@@ -183,12 +184,12 @@ def decode_records(buf, *, store: str, file: str, start: int = 0, limit: int | N
         rows = batch_rows
         room = max(min(_TEXT_ROOM, limit - pos), 0)
         out = _Columns(rows, room, min(_VALUE_ROOM, room), strings, ints)
-        count, pos, why = scan_records(data, pos, limit, out.positions, out.fields, out.topic_offsets,
+        count, pos, why = scan_records(data, pos, limit, out.ints, out.longs, out.topic_offsets,
                                        out.topic, out.props_offsets, out.props, out.id_offsets, out.ids,
                                        *_NAMES, out.value_offsets, out.values, out.value_found,
-                                       out.int_values, out.int_state, out.int_ranges)
+                                       out.int_values, out.int_state)
         if count:
-            yield out.batch(count, data, store=store, file=file)
+            yield out.batch(count, store=store, file=file)
         if why == BAD:
             raise _error_at(buf, pos, limit)
         if why == HEAD:
@@ -205,8 +206,8 @@ class _Columns:
     """The arrays scan_records fills for one batch, and the batch made of them."""
 
     def __init__(self, rows: int, room: int, value_room: int, strings: int, ints: int) -> None:
-        self.positions = np.empty(rows, dtype=np.int64)
-        self.fields = np.empty((len(_FIELDS), rows), dtype=np.int64)
+        self.ints = np.empty((len(_INTS), rows), dtype=np.int32)
+        self.longs = np.empty((len(_LONGS), rows), dtype=np.int64)
         self.topic_offsets = np.empty(rows + 1, dtype=np.int32)
         self.topic = np.empty(room, dtype=np.uint8)
         self.props_offsets = np.empty(rows + 1, dtype=np.int32)
@@ -219,9 +220,8 @@ class _Columns:
         self.value_found = np.empty((strings, rows), dtype=bool)
         self.int_values = np.empty((ints, rows), dtype=np.int32)
         self.int_state = np.empty((ints, rows), dtype=np.int8)
-        self.int_ranges = np.empty((ints, 2, rows), dtype=np.int64)
 
-    def batch(self, n: int, data: np.ndarray, *, store: str, file: str) -> pa.RecordBatch:
+    def batch(self, n: int, *, store: str, file: str) -> pa.RecordBatch:
         columns = {
             "store": _constant_strings(store, n),
             "file": _constant_strings(file, n),
@@ -229,10 +229,10 @@ class _Columns:
             "msg_id": _string_array(self.ids, self.id_offsets, n),
             "properties_raw": _checked_utf8(_string_array(self.props, self.props_offsets, n)),
         }
-        for row, column in enumerate(_FIELDS):
-            kind = MESSAGE_SCHEMA.field(column).type
-            values = self.fields[row, :n]
-            columns[column] = pa.array(values if kind == pa.int64() else values.astype(np.int32), type=kind)
+        for row, column in enumerate(_INTS):
+            columns[column] = pa.array(self.ints[row, :n], type=pa.int32())
+        for row, column in enumerate(_LONGS):
+            columns[column] = pa.array(self.longs[row, :n], type=pa.int64())
         # Whole segments of text cut at ASCII separators: valid UTF-8 where the properties are.
         for k, column in enumerate(STRING_PROPERTIES):
             part = self.values[k * self.value_room:(k + 1) * self.value_room]
@@ -242,9 +242,9 @@ class _Columns:
             values, state = self.int_values[j, :n], self.int_state[j, :n]
             # What the compiled parse refused (rare): Java also takes leading zeros past 10
             # digits and any Unicode decimal digit, so those values get the exact rule.
+            name = INT_PROPERTIES[column]
             for row in np.flatnonzero(state == NOT_PLAIN).tolist():
-                start, end = self.int_ranges[j, :, row]
-                number = java_parse_int(data[start:end].tobytes().decode("utf-8", "replace"))
+                number = java_parse_int(parse_properties(columns["properties_raw"][row].as_py())[name])
                 if number is not None:
                     values[row], state[row] = number, PRESENT
             columns[column] = pa.array(values, type=pa.int32(), mask=state != PRESENT)

@@ -232,12 +232,12 @@ NOT_PLAIN = 2  # found, but not a plain int: the caller reads it with the exact 
 
 
 @njit(cache=True, nogil=True)
-def scan_records(data: np.ndarray, pos: int, limit: int, positions: np.ndarray, fields: np.ndarray,
+def scan_records(data: np.ndarray, pos: int, limit: int, ints: np.ndarray, longs: np.ndarray,
                  topic_offsets: np.ndarray, topic_out: np.ndarray, props_offsets: np.ndarray,
                  props_out: np.ndarray, id_offsets: np.ndarray, id_out: np.ndarray,
                  names: np.ndarray, name_offsets: np.ndarray, by_first: np.ndarray,
                  value_offsets: np.ndarray, value_out: np.ndarray, value_found: np.ndarray,
-                 int_values: np.ndarray, int_state: np.ndarray, int_ranges: np.ndarray) -> tuple[int, int, int]:
+                 int_values: np.ndarray, int_state: np.ndarray) -> tuple[int, int, int]:
     """Walk the records from ``pos`` and read each while its bytes are in the cache.
 
     A record is a message head (a message magic code, V1 or V2, at +4 and a totalSize of at
@@ -245,9 +245,9 @@ def scan_records(data: np.ndarray, pos: int, limit: int, positions: np.ndarray, 
     decode_message makes (the hosts' IPv6 bits move the fields after them; body, topic and
     properties lengths inside the record, the properties ending it exactly).
 
-    Per record r: its start in ``positions[r]``; its numbers in ``fields[:, r]`` (totalSize,
-    queueId, flag, queueOffset, physicalOffset, sysFlag, bornTimestamp, storeTimestamp,
-    reconsumeTimes, bodyLength); its topic, properties and message id (upper hex, as
+    Per record r (at most ``ints.shape[1]``): its numbers in ``ints[:, r]`` (totalSize,
+    queueId, flag, sysFlag, reconsumeTimes, bodyLength) and ``longs[:, r]`` (queueOffset,
+    physicalOffset, bornTimestamp, storeTimestamp); its topic, properties and message id (upper hex, as
     MessageDecoder.createMessageId) as bytes one after another in ``*_out`` with Arrow
     offsets in ``*_offsets``.
 
@@ -259,13 +259,12 @@ def scan_records(data: np.ndarray, pos: int, limit: int, positions: np.ndarray, 
     + 1]`` of ``names``, see name_table): for the first ``len(value_offsets)`` names the
     value in the k-th of as many equal parts of ``value_out``, with offsets (in that part)
     ``value_offsets[k]`` and ``value_found[k, r]``; for the others (j = k - len(value_offsets)) Integer.parseInt of it in ``int_values[j, r]``,
-    ``int_state[j, r]`` ABSENT, PRESENT or NOT_PLAIN, and its range in ``data`` in
-    ``int_ranges[j, :, r]``.
+    and ``int_state[j, r]`` ABSENT, PRESENT or NOT_PLAIN.
 
     Returns (records read, the next position, why it stopped: FULL, HEAD or BAD).
     """
     count = 0
-    capacity = len(positions)
+    capacity = ints.shape[1]
     wanted = len(name_offsets) - 1
     strings = value_offsets.shape[0]
     value_room = len(value_out) // strings
@@ -358,18 +357,17 @@ def scan_records(data: np.ndarray, pos: int, limit: int, positions: np.ndarray, 
             status = FULL
             break
 
-        positions[count] = pos
-        fields[0, count] = total
-        fields[1, count] = _int32_be(data, pos + 12)
-        fields[2, count] = _int32_be(data, pos + 16)
-        fields[3, count] = _int64_be(data, pos + 20)
+        ints[0, count] = total
+        ints[1, count] = _int32_be(data, pos + 12)
+        ints[2, count] = _int32_be(data, pos + 16)
+        ints[3, count] = sys_flag
+        ints[4, count] = _int32_be(data, tail_pos)
+        ints[5, count] = body_len
         physical = _int64_be(data, pos + 28)
-        fields[4, count] = physical
-        fields[5, count] = sys_flag
-        fields[6, count] = _int64_be(data, pos + 40)
-        fields[7, count] = _int64_be(data, ts_pos)
-        fields[8, count] = _int32_be(data, tail_pos)
-        fields[9, count] = body_len
+        longs[0, count] = _int64_be(data, pos + 20)
+        longs[1, count] = physical
+        longs[2, count] = _int64_be(data, pos + 40)
+        longs[3, count] = _int64_be(data, ts_pos)
         topic_offsets[count] = topic_o
         _copy(topic_out, topic_o, len(topic_out), data, topic_pos, topic_len)
         topic_o += topic_len
@@ -397,8 +395,6 @@ def scan_records(data: np.ndarray, pos: int, limit: int, positions: np.ndarray, 
                 value_o[k] += ends[k] - starts[k]
         for k in range(strings, wanted):
             j = k - strings
-            int_ranges[j, 0, count] = starts[k]
-            int_ranges[j, 1, count] = ends[k]
             int_values[j, count] = 0
             int_state[j, count] = ABSENT
             if starts[k] >= 0:
