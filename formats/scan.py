@@ -122,7 +122,11 @@ def _error_at(buf, pos: int, limit: int) -> FormatError:
     return FormatError(pos, "a message record the fast path can decode")
 
 
-def _checked_utf8(strings: pa.Array) -> pa.Array:
+def _checked_utf8(strings: pa.Array, maybe_not_ascii: bool = True) -> pa.Array:
+    """``strings`` with any invalid UTF-8 replaced; ``maybe_not_ascii`` False: known to be
+    ASCII, so valid."""
+    if not maybe_not_ascii:
+        return strings
     try:
         strings.validate(full=True)
     except pa.ArrowInvalid:
@@ -187,7 +191,7 @@ def decode_records(buf, *, store: str, file: str, start: int = 0, limit: int | N
         count, pos, why = scan_records(data, pos, limit, out.ints, out.longs, out.topic_offsets,
                                        out.topic, out.props_offsets, out.props, out.id_offsets, out.ids,
                                        *_NAMES, out.value_offsets, out.values, out.value_found,
-                                       out.int_values, out.int_state)
+                                       out.int_values, out.int_state, out.not_ascii)
         if count:
             yield out.batch(count, store=store, file=file)
         if why == BAD:
@@ -220,14 +224,15 @@ class _Columns:
         self.value_found = np.empty((strings, rows), dtype=bool)
         self.int_values = np.empty((ints, rows), dtype=np.int32)
         self.int_state = np.empty((ints, rows), dtype=np.int8)
+        self.not_ascii = np.zeros(2, dtype=np.int64)
 
     def batch(self, n: int, *, store: str, file: str) -> pa.RecordBatch:
         columns = {
             "store": _constant_strings(store, n),
             "file": _constant_strings(file, n),
-            "topic": _checked_utf8(_string_array(self.topic, self.topic_offsets, n)),
+            "topic": _checked_utf8(_string_array(self.topic, self.topic_offsets, n), self.not_ascii[0]),
             "msg_id": _string_array(self.ids, self.id_offsets, n),
-            "properties_raw": _checked_utf8(_string_array(self.props, self.props_offsets, n)),
+            "properties_raw": _checked_utf8(_string_array(self.props, self.props_offsets, n), self.not_ascii[1]),
         }
         for row, column in enumerate(_INTS):
             columns[column] = pa.array(self.ints[row, :n], type=pa.int32())
@@ -236,8 +241,8 @@ class _Columns:
         # Whole segments of text cut at ASCII separators: valid UTF-8 where the properties are.
         for k, column in enumerate(STRING_PROPERTIES):
             part = self.values[k * self.value_room:(k + 1) * self.value_room]
-            columns[column] = _checked_utf8(_string_array(part, self.value_offsets[k], n,
-                                                          self.value_found[k, :n]))
+            columns[column] = _checked_utf8(_string_array(part, self.value_offsets[k], n, self.value_found[k, :n]),
+                                            self.not_ascii[1])
         for j, column in enumerate(INT_PROPERTIES):
             values, state = self.int_values[j, :n], self.int_state[j, :n]
             # What the compiled parse refused (rare): Java also takes leading zeros past 10

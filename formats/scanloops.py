@@ -35,19 +35,29 @@ from .constants import (
 )
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _int32_be(data: np.ndarray, pos: int) -> int:
-    value = (np.int64(data[pos]) << 24) | (np.int64(data[pos + 1]) << 16) | (np.int64(data[pos + 2]) << 8) \
-        | np.int64(data[pos + 3])
-    return value - (1 << 32) if value >= (1 << 31) else value
+def _big_endian_load(bits: int):
+    """An intrinsic: the ``bits``-bit big-endian signed number at ``data[pos]`` as int64, in
+    one (unaligned) load."""
+
+    @intrinsic
+    def load(typingctx, data, pos):
+        sig = types.int64(data, pos)
+
+        def codegen(context, builder, signature, args):
+            array = context.make_array(signature.args[0])(context, builder, args[0])
+            kind = ir.IntType(bits)
+            value = builder.load(builder.bitcast(builder.gep(array.data, [args[1]]), kind.as_pointer()), align=1)
+            if sys.byteorder == "little":
+                value = builder.bswap(value)
+            return builder.sext(value, ir.IntType(64)) if bits < 64 else value
+
+        return sig, codegen
+
+    return load
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _int64_be(data: np.ndarray, pos: int) -> int:
-    value = np.int64(0)
-    for i in range(8):
-        value = (value << 8) | np.int64(data[pos + i])
-    return value
+_int32_be = _big_endian_load(32)
+_int64_be = _big_endian_load(64)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -58,7 +68,7 @@ def _int16_be(data: np.ndarray, pos: int) -> int:
 
 @njit(cache=True, nogil=True, inline="always")
 def _hex_digit(nibble: int) -> int:
-    return nibble + 48 if nibble < 10 else nibble + 55
+    return nibble + 48 + 7 * (nibble > 9)
 
 
 @intrinsic
@@ -125,24 +135,30 @@ _HIGHS = np.uint64(0x8080808080808080)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _find(data: np.ndarray, start: int, end: int, byte: int) -> int:
-    """The first position of ``byte`` in ``data[start:end]``, else ``end``. Eight bytes at a
-    time: in ``x`` (the word xor the byte in every lane) the lowest lane that is zero is the
-    lowest high bit set in ``(x - 0x01..01) & ~x & 0x80..80``."""
+def _find(data: np.ndarray, start: int, end: int, byte: int) -> tuple[int, int]:
+    """The first position of ``byte`` in ``data[start:end]``, else ``end``; and non-zero if
+    a byte read on the way (at least those before that position) is not ASCII. Eight bytes
+    at a time: in ``x`` (the word xor the byte in every lane) the lowest lane that is zero
+    is the lowest high bit set in ``(x - 0x01..01) & ~x & 0x80..80``."""
     i = start
+    high = np.uint64(0)
     if _LITTLE_ENDIAN:
         pattern = _ONES * np.uint64(byte)
         while i + 8 <= end:
-            x = _load_u64(data, i) ^ pattern
+            word = _load_u64(data, i)
+            high |= word
+            x = word ^ pattern
             mask = (x - _ONES) & ~x & _HIGHS
             if mask:
-                return i + (np.int64(trailing_zeros(mask)) >> 3)
+                return i + (np.int64(trailing_zeros(mask)) >> 3), np.int64((high & _HIGHS) != 0)
             i += 8
+    seen = np.int64((high & _HIGHS) != 0)
     while i < end:
+        seen |= np.int64(data[i]) & 128
         if data[i] == byte:
-            return i
+            return i, seen
         i += 1
-    return end
+    return end, seen
 
 
 def name_table(names: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -237,7 +253,7 @@ def scan_records(data: np.ndarray, pos: int, limit: int, ints: np.ndarray, longs
                  props_out: np.ndarray, id_offsets: np.ndarray, id_out: np.ndarray,
                  names: np.ndarray, name_offsets: np.ndarray, by_first: np.ndarray,
                  value_offsets: np.ndarray, value_out: np.ndarray, value_found: np.ndarray,
-                 int_values: np.ndarray, int_state: np.ndarray) -> tuple[int, int, int]:
+                 int_values: np.ndarray, int_state: np.ndarray, not_ascii: np.ndarray) -> tuple[int, int, int]:
     """Walk the records from ``pos`` and read each while its bytes are in the cache.
 
     A record is a message head (a message magic code, V1 or V2, at +4 and a totalSize of at
@@ -259,7 +275,9 @@ def scan_records(data: np.ndarray, pos: int, limit: int, ints: np.ndarray, longs
     + 1]`` of ``names``, see name_table): for the first ``len(value_offsets)`` names the
     value in the k-th of as many equal parts of ``value_out``, with offsets (in that part)
     ``value_offsets[k]`` and ``value_found[k, r]``; for the others (j = k - len(value_offsets)) Integer.parseInt of it in ``int_values[j, r]``,
-    and ``int_state[j, r]`` ABSENT, PRESENT or NOT_PLAIN.
+    and ``int_state[j, r]`` ABSENT, PRESENT or NOT_PLAIN. ``not_ascii[0]`` and
+    ``not_ascii[1]`` (zeros when called) become non-zero if a topic or properties byte of a
+    record read is not ASCII (so the UTF-8 check is needed).
 
     Returns (records read, the next position, why it stopped: FULL, HEAD or BAD).
     """
@@ -341,7 +359,8 @@ def scan_records(data: np.ndarray, pos: int, limit: int, ints: np.ndarray, longs
             ends[k] = -1
         segment = props_pos
         while segment < end:
-            segment_end = _find(data, segment, end, 2)
+            segment_end, high = _find(data, segment, end, 2)
+            not_ascii[1] |= high
             _segment(data, segment, segment_end, names, name_offsets, by_first, starts, ends)
             segment = segment_end + 1
 
@@ -370,6 +389,8 @@ def scan_records(data: np.ndarray, pos: int, limit: int, ints: np.ndarray, longs
         longs[3, count] = _int64_be(data, ts_pos)
         topic_offsets[count] = topic_o
         _copy(topic_out, topic_o, len(topic_out), data, topic_pos, topic_len)
+        for i in range(topic_pos, topic_pos + topic_len):
+            not_ascii[0] |= np.int64(data[i]) & 128
         topic_o += topic_len
         props_offsets[count] = props_o
         _memcpy(props_out, props_o, data, props_pos, props_len)

@@ -479,3 +479,46 @@ def test_records_ending_at_the_end_of_the_buffer_read_their_last_bytes(tmp_path)
         cut = data[:offsets[k]]
         assert scanned_rows(cut) == reference_rows(cut)
         assert scanned_rows(cut, batch_rows=k) == reference_rows(cut)
+
+
+def test_text_that_is_not_utf8_reads_with_replacement_characters(tmp_path):
+    """Bytes that are not UTF-8 in a topic, a wanted property value or another property
+    read as U+FFFD (Arrow strings cannot hold decode_message's surrogate escapes), in
+    batches of only ASCII text and in batches with such bytes alike."""
+    from dataclasses import replace
+
+    from rmqdelay.formats.commitlog import encode_message, message_size
+
+    source = writer_file(tmp_path, count=30, file_size=64 << 10)
+    broken = {3: ("T\udcff", "KEYS\x01k\udce4\udcb8\x02UNIQ_KEY\x01u"), 4: ("T", "X\x01\udcff\x02TAGS\x01\udcc3"),
+              11: ("ü", "TAGS\x01ä\udcc3\x02DELAY\x011\udcff"), 25: ("T\udce4\udcb8x", "TAGS\x01ok")}
+    out, pos = bytearray(), 0
+    for i, offset in enumerate(record_offsets(source)):
+        msg = decode_message(source, offset, len(source))
+        topic, props = broken.get(i, (msg.topic, msg.propertiesRaw))
+        size = message_size(msg.sysFlag, len(msg.body), len(topic.encode("utf-8", "surrogateescape")),
+                            len(props.encode("utf-8", "surrogateescape")), msg.magicCode)
+        out += encode_message(replace(msg, topic=topic, propertiesRaw=props, storeSize=size, commitLogOffset=pos))
+        pos += size
+    data = bytes(out) + bytes(100)
+
+    def readable(text):
+        return None if text is None else text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+    expected = []
+    for row in reference_rows_until_zero(data):
+        row = {k: readable(v) if isinstance(v, str) else v for k, v in row.items()}
+        expected.append(row)
+    assert expected[3]["topic"] == "T\ufffd" and expected[3]["keys"] == "k\ufffd"
+    assert expected[11]["tags"] == "ä\ufffd" and expected[11]["delay_level"] is None
+    for batch_rows in (1, 3, 5, 50):
+        assert scanned_rows(data, batch_rows) == expected
+
+
+def reference_rows_until_zero(data: bytes) -> list[dict]:
+    rows, pos = [], 0
+    while int.from_bytes(data[pos + 4:pos + 8], "big", signed=True) == -626843481:
+        msg = decode_message(data, pos, len(data))
+        rows.append(expected_row(msg, "s", "f"))
+        pos += msg.storeSize
+    return rows
