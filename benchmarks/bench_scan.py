@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import random
 import shutil
@@ -177,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fast path / raw read MB/s:      {scan_mbs / raw_mbs:6.1%}   (aim >= 5%)")
         print(f"fast path / decode_message:     {scan_rate / rec_rate:6.1f}x  (aim >= 10x)")
         print(f"fast path / construct msgs/s:   {scan_rate / con_rate:6.1f}x  (aim >= 20x)")
+        print("load average (1, 5, 15 min) at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
         if args.profile:
             profiler = cProfile.Profile()
             profiler.enable()

@@ -4,17 +4,17 @@
 whole file's bytes into pyarrow RecordBatches of ``MESSAGE_SCHEMA``, with the same values
 and the same ``FormatError`` at the first bad record. How:
 
-1. a compiled loop (``scanloops.scan_records``) walks the record heads (totalSize,
-   magicCode) and, while each record is in the cache, reads its fixed fields (the host
-   fields move with sysFlag's IPv6 bits), checks its lengths as decode_message checks them,
-   and copies its topic, properties and message id (upper hex) into column buffers; where it
-   stops, the bytes there are read once more to tell the zero tail or a BLANK record (the
-   data's end) from a bad record, whose FormatError is decode_message's;
-2. those buffers become Arrow arrays without a copy; the few properties the analyses need
-   are picked out of the properties bytes as MessageDecoder.string2messageProperties reads
-   them (a later duplicate key wins, empty keys or values are skipped): the 0x02
-   separators found in one numpy pass, the pairs by a compiled loop
-   (``scanloops.property_values``).
+1. one compiled pass per batch (``scanloops.scan_records``) walks the record heads
+   (totalSize, magicCode) and, while each record is in the cache, reads its fixed fields
+   (the host fields move with sysFlag's IPv6 bits), checks its lengths as decode_message
+   checks them, copies its topic, properties and message id (upper hex) into column
+   buffers, and picks out the few properties the analyses need as
+   MessageDecoder.string2messageProperties reads them (a later duplicate key wins, empty
+   keys or values are skipped); where it stops, the bytes there are read once more to tell
+   the zero tail or a BLANK record (the data's end) from a bad record, whose FormatError is
+   decode_message's;
+2. those buffers become Arrow arrays without a copy; text is checked for UTF-8 only in
+   batches where the pass saw a byte that is not ASCII.
 
 Pure: bytes in, batches out, no file I/O.
 """
