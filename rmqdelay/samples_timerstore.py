@@ -28,25 +28,43 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from math import log
+from operator import itemgetter
 from pathlib import Path
 
 from rmqdelay.formats.commitlog import Message
 from rmqdelay.formats.constants import (
     BORNHOST_V6_FLAG,
     MESSAGE_MAGIC_CODE,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_CLUSTER,
+    PROPERTY_KEYS,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
     PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TIMER_DEQUEUE_MS,
+    PROPERTY_TIMER_ENQUEUE_MS,
+    PROPERTY_TIMER_OUT_MS,
+    PROPERTY_WAIT_STORE_MSG_OK,
     RMQ_SYS_WHEEL_TIMER_TOPIC,
     TIMER_MAGIC_DELETE,
     TIMER_MAGIC_ROLL,
 )
+from rmqdelay.formats.constants import (
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as PROPERTY_UNIQ,
+)
 from rmqdelay.formats.properties import parse_properties
-from rmqdelay.producer import broker_message, client_properties
+from rmqdelay.producer import DEFAULT_CLUSTER, broker_message, client_properties
 from rmqdelay.samples import (
+    _HEAD_V6,
     STORE_HOST,
     TOPICS,
     USER_KEYS,
     GenerateOptions,
     SampleGenerator,
+    _Content,
+    _props_part,
 )
 from rmqdelay.samples_timer import TimerStoreBuilder
 from rmqdelay.store.brokerconfig import add_topics
@@ -58,6 +76,7 @@ from rmqdelay.timer.transform import (
     DEFAULT_MAP_CAPACITY,
     recall_message,
     recall_timestamp,
+    timer_out_ms,
     transform_timer_message,
 )
 
@@ -80,34 +99,63 @@ class TimerOptions:
     config: TimerConfig | None = None  # the broker's timer settings (default: 5.3.3's)
 
 
+class _TimerLayout:
+    """A producer's timer message of one topic, with or without TAGS: the stored properties of
+    its parked record and of its delivered copy as %-templates over the message's values, in
+    the order the 5.3.3 broker writes them. The orders come from running the put hook
+    (transform.py) and the dequeue's convert (convert.py) once on stand-in values: a HashMap's
+    order depends on its keys and their insertion order, never on the values."""
+
+    __slots__ = ("parked", "pick_parked", "delivered", "pick_delivered")
+    NAMES_TAIL = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_UNIQ, PROPERTY_CLUSTER, PROPERTY_TIMER_OUT_MS,
+                  PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_TIMER_ENQUEUE_MS, PROPERTY_TIMER_DEQUEUE_MS)
+
+    def __init__(self, topic: str, tagged: bool, config: TimerConfig) -> None:
+        user = USER_KEYS[topic]
+        names = (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_WAIT_STORE_MSG_OK, *user, *self.NAMES_TAIL)
+        position = {name: i for i, name in enumerate(names)}
+        client = client_properties(PROPERTY_TAGS if tagged else None, PROPERTY_KEYS, {k: k for k in user}, 0,
+                                   PROPERTY_UNIQ, timer=(PROPERTY_TIMER_DELIVER_MS, str(config.precisionMs + 1)))
+        new = broker_message(topic, 0, b"x", client, born_timestamp=0, born_host=STORE_HOST, store_host=STORE_HOST,
+                             broker5x=True)
+        parked = transform_timer_message(new, config, 0).message
+        msg = Message(0, MESSAGE_MAGIC_CODE, 0, 0, 0, 0, 0, 0, 0, STORE_HOST[0], STORE_HOST[1], 0, STORE_HOST[0],
+                      STORE_HOST[1], 0, 0, b"x", RMQ_SYS_WHEEL_TIMER_TOPIC, parked.propertiesRaw,
+                      parse_properties(parked.propertiesRaw))
+        delivered = timer_output(msg, 1, False, 2)
+        for attr, raw in (("parked", parked.propertiesRaw), ("delivered", delivered.propertiesRaw)):
+            order = tuple(parse_properties(raw))
+            setattr(self, attr, "".join(f"{name}{NAME_VALUE_SEPARATOR}%s{PROPERTY_SEPARATOR}" for name in order))
+            setattr(self, "pick_" + attr, itemgetter(*(position[name] for name in order)))
+
+
 class _Parked:
-    """A timer message in rmq_sys_wheel_timer (as parked or as re-put by a roll): what the
-    dequeue needs to put its output."""
+    """A timer message in rmq_sys_wheel_timer (as parked, as re-put by a roll, or a recall's
+    marker): what the dequeue needs to put its output. ``layout`` and ``values`` (a producer's
+    message as parked) let the delivered copy be formatted from a template."""
 
-    __slots__ = ("key", "topic", "qid", "raw", "body", "born", "host", "sys_flag", "offset", "size", "store_ts",
-                 "write_ms", "out_ms")
+    __slots__ = ("key", "topic", "qid", "c", "offset", "size", "store_ts", "write_ms", "out_ms", "layout", "values")
 
-    def __init__(self, key, topic, qid, raw, body, born, host, sys_flag, offset, size, store_ts, write_ms,
-                 out_ms) -> None:
+    def __init__(self, key: str, topic: str, qid: int, c: _Content, offset: int, size: int, store_ts: int,
+                 out_ms: int, layout: _TimerLayout | None = None, values: tuple | None = None) -> None:
         self.key = key
         self.topic = topic
         self.qid = qid
-        self.raw = raw
-        self.body = body
-        self.born = born
-        self.host = host
-        self.sys_flag = sys_flag
+        self.c = c
         self.offset = offset
         self.size = size
         self.store_ts = store_ts
-        self.write_ms = write_ms
+        self.write_ms = 0
         self.out_ms = out_ms
+        self.layout = layout
+        self.values = values
 
     def message(self) -> Message:
         """The record as the timer reads it back (convert.timer_output's input)."""
-        return Message(self.size, MESSAGE_MAGIC_CODE, 0, 0, 0, 0, self.offset, self.sys_flag, self.born,
-                       self.host[0], self.host[1], self.store_ts, STORE_HOST[0], STORE_HOST[1], 0, 0, self.body,
-                       RMQ_SYS_WHEEL_TIMER_TOPIC, self.raw, parse_properties(self.raw))
+        c = self.c
+        return Message(self.size, MESSAGE_MAGIC_CODE, c.crc, 0, 0, 0, self.offset, c.sys_flag, c.born_ts,
+                       c.born_addr, c.born_port, self.store_ts, STORE_HOST[0], STORE_HOST[1], c.reconsume, 0, c.body,
+                       RMQ_SYS_WHEEL_TIMER_TOPIC, c.raw, parse_properties(c.raw))
 
 
 class TimerSampleGenerator(SampleGenerator):
@@ -132,6 +180,8 @@ class TimerSampleGenerator(SampleGenerator):
         self.timer_counts: Counter[str] = Counter()
         self.shared: Counter[int] = Counter()  # deliver ms of the shared kind -> messages
         self.hot = (0, 0)  # the shared deliver millisecond, how many more take it
+        self.timer_layouts = {(t.name, tagged): _TimerLayout(t.name, tagged, self.tconfig)
+                              for t in TOPICS for tagged in (True, False)}
 
     # -- the timeline -------------------------------------------------------------------------
     def _handlers(self) -> tuple:
@@ -173,7 +223,10 @@ class TimerSampleGenerator(SampleGenerator):
 
     def _timer_original(self, t: int) -> int:
         """A producer's timer message stored at ``t``, parked as the put hook parks it and
-        enqueued by the timer; a recall planned for some. Returns the next message's time."""
+        enqueued by the timer; a recall planned for some. Returns the next message's time.
+
+        The stored properties come from the layout's template; with ``on_put`` set (tests) the
+        message goes through the put hook and the writer's put instead, the same bytes."""
         rnd = self.rnd
         spec = TOPICS[bisect_right(self.topic_cumulative, rnd())]
         queue_id = int(rnd() * spec.queues)
@@ -186,24 +239,37 @@ class TimerSampleGenerator(SampleGenerator):
         tag = spec.tags[int(rnd() * len(spec.tags))]
         keys = f"{spec.key_prefix}{serial}"
         uniq = producer.uniq.create(born)
-        body = self.bodies[int(rnd() * len(self.bodies))]
+        bi = int(rnd() * len(self.bodies))
         kind, deliver = self._deliver_ms(t)
-        client = client_properties(tag, keys, dict(zip(USER_KEYS[spec.name], user)), 0, uniq,
-                                   timer=(PROPERTY_TIMER_DELIVER_MS, str(deliver)))
-        new = broker_message(spec.name, queue_id, body, client, born_timestamp=born, born_host=producer.host,
-                             store_host=STORE_HOST, store_timestamp=t, broker5x=True)
-        hook = transform_timer_message(new, self.tconfig, t)
-        result = self._put(hook.message)
+        out = timer_out_ms(deliver, self.precision)
+        layout = self.timer_layouts[(spec.name, tag is not None)]
+        values = (tag, keys, "true", *user, str(deliver), uniq, DEFAULT_CLUSTER, str(out), spec.name, str(queue_id))
+        head = self.heads[pi]
+        tag_code = self.tag_codes[tag] if tag else 0
+        body = self.bodies[bi]
+        if self.on_put is None:
+            raw = layout.parked % layout.pick_parked(values + ("", ""))
+            c = _Content(raw, _props_part(raw), body, self.body_crcs[bi], head, born, *producer.host,
+                         BORNHOST_V6_FLAG if head is _HEAD_V6 else 0, 0, tag_code, keys, uniq)
+            _qoff, offset, size = self._append(c, RMQ_SYS_WHEEL_TIMER_TOPIC, 0, t, tag_code)
+        else:
+            client = client_properties(tag, keys, dict(zip(USER_KEYS[spec.name], user)), 0, uniq,
+                                       timer=(PROPERTY_TIMER_DELIVER_MS, str(deliver)))
+            new = broker_message(spec.name, queue_id, body, client, born_timestamp=born, born_host=producer.host,
+                                 store_host=STORE_HOST, store_timestamp=t, broker5x=True)
+            hook = transform_timer_message(new, self.tconfig, t)
+            result = self._put(hook.message)
+            c = _Content(result.propertiesRaw, b"", body, self.body_crcs[bi], head, born, *producer.host,
+                         BORNHOST_V6_FLAG if head is _HEAD_V6 else 0, 0, tag_code, keys, uniq)
+            offset, size = result.commitLogOffset, result.storeSize
         key = f"{spec.name}+{uniq}"
-        parked = _Parked(key, spec.name, queue_id, result.propertiesRaw, body, born, producer.host,
-                         result_sys_flag(hook.message), result.commitLogOffset, result.storeSize, t, 0, hook.timerOutMs)
+        parked = _Parked(key, spec.name, queue_id, c, offset, size, t, out, layout, values)
         rolled = self._enqueue(t, parked, False)
         self.timer_pending[key] = (spec.name, queue_id, rolled)
         self.timer_counts["parked"] += 1
         self.timer_counts[kind] += 1
         if kind == "shared_ms":
             self.shared[deliver] += 1
-        out = hook.timerOutMs
         if not rolled and deliver - t > 2_000 and rnd() < self.topt.cancel_share:
             # The recall reaches the broker before the slot is due: its marker goes to the same slot.
             recall_at = t + 1 + int(rnd() * min(out - t - 1_000, 600_000))
@@ -225,12 +291,13 @@ class TimerSampleGenerator(SampleGenerator):
 
     def _recall(self, t: int, out_ms: int, target: _Parked, _chain) -> None:
         """RecallMessageProcessor: the cancellation marker, parked in the target's slot."""
-        marker = recall_message(target.topic, target.key.split("+", 1)[1], recall_timestamp(out_ms), PRODUCER_GROUP,
-                                t, born_host=target.host, store_host=STORE_HOST, config=self.tconfig)
+        host = (target.c.born_addr, target.c.born_port)
+        marker = recall_message(target.topic, target.c.uniq, recall_timestamp(out_ms), PRODUCER_GROUP, t,
+                                born_host=host, store_host=STORE_HOST, config=self.tconfig)
         hook = transform_timer_message(marker, self.tconfig, t, map_capacity=DEFAULT_MAP_CAPACITY)
         result = self._put(hook.message)
-        parked = _Parked(target.key, target.topic, 0, result.propertiesRaw, b"0", t, target.host, 0,
-                         result.commitLogOffset, result.storeSize, t, 0, hook.timerOutMs)
+        c = target.c._replace(raw=result.propertiesRaw, props_part=b"", body=b"0", born_ts=t)
+        parked = _Parked(target.key, target.topic, 0, c, result.commitLogOffset, result.storeSize, t, hook.timerOutMs)
         self._enqueue(t, parked, True)
         self.recalls_pending.add(target.key)
         self.timer_counts["recalls"] += 1
@@ -250,19 +317,27 @@ class TimerSampleGenerator(SampleGenerator):
                 counts["cancelled"] += 1
                 del self.timer_pending[p.key]
                 continue
-            roll = bool(magic & TIMER_MAGIC_ROLL)
-            new = timer_output(p.message(), p.write_ms, roll, t)
-            new.storeTimestamp = t
-            result = self._put(new)
             self.timer.delivered(p.topic)
-            if roll:
+            if magic & TIMER_MAGIC_ROLL:
+                new = timer_output(p.message(), p.write_ms, True, t)
+                new.storeTimestamp = t
+                result = self._put(new)
                 counts["rolled"] += 1
-                again = _Parked(p.key, p.topic, p.qid, result.propertiesRaw, p.body, p.born, p.host, p.sys_flag,
-                                result.commitLogOffset, result.storeSize, t, 0, p.out_ms)
+                again = _Parked(p.key, p.topic, p.qid, p.c._replace(raw=result.propertiesRaw), result.commitLogOffset,
+                                result.storeSize, t, p.out_ms)
                 self.timer_pending[p.key] = (p.topic, p.qid, self._enqueue(t, again, False))
+                continue
+            if p.layout is not None and self.on_put is None:
+                layout = p.layout
+                raw = layout.delivered % layout.pick_delivered(p.values + (str(p.write_ms), str(t)))
+                c = p.c._replace(raw=raw, props_part=_props_part(raw))
+                self._append(c, p.topic, p.qid, t, c.tags_code)
             else:
-                counts["delivered"] += 1
-                del self.timer_pending[p.key]
+                new = timer_output(p.message(), p.write_ms, False, t)
+                new.storeTimestamp = t
+                self._put(new)
+            counts["delivered"] += 1
+            del self.timer_pending[p.key]
 
     # -- the files ----------------------------------------------------------------------------
     def read_clock(self) -> int:
@@ -320,11 +395,6 @@ class TimerSampleGenerator(SampleGenerator):
         plan = super().build_plan()
         plan["timer"] = self.timer_plan()
         return plan
-
-
-def result_sys_flag(new: NewMessage) -> int:
-    """The sysFlag the writer stores for ``new`` (its born host's IPv6 bit)."""
-    return (new.sysFlag | BORNHOST_V6_FLAG) if len(new.bornHost[0]) == 16 else new.sysFlag
 
 
 def generate_timer(directory: Path | str, options: GenerateOptions, timer: TimerOptions | None = None,

@@ -109,6 +109,25 @@ def test_run_delivers_every_pending_timer_message_once_and_skips_the_recalled(ge
     assert check.delay_delivered == check.delay_parked > 0
 
 
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(f.relative_to(root)): f.read_bytes() for f in sorted(root.rglob("*")) if f.is_file()}
+
+
+def test_the_templates_write_what_the_put_hook_and_the_dequeue_write(tmp_path):
+    """Parked records and delivered copies are formatted from templates; watched through
+    ``on_put`` every message goes through the put hook (transform.py), the dequeue's convert
+    (convert.py) and the writer's put instead: the same store, byte for byte."""
+    options = GenerateOptions(messages=4000, seed=5, hours=40, commitlog_file_size=CL_SIZE)
+    fast = generate_timer(tmp_path / "fast", options)
+    seen = []
+    slow = generate_timer(tmp_path / "slow", options, on_put=lambda new, result: seen.append(result.topic))
+    assert fast == slow and len(seen) == fast["messages"]
+    assert fast["timer"]["delivered"] > 0 and fast["timer"]["rolled"] > 0
+    a, b = tree(tmp_path / "fast"), tree(tmp_path / "slow")
+    assert sorted(a) == sorted(b)
+    assert [name for name in a if a[name] != b[name]] == []
+
+
 @pytest.mark.slow
 def test_kill_9_on_a_generated_timer_store_delivers_every_timer_message_exactly_once(tmp_path):
     path = tmp_path / "store"
