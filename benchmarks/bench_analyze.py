@@ -3,10 +3,13 @@
 - raw read MB/s of the record bytes of every commit log file (page cache, 1 MiB reads, after a
   warm-up pass); all MB/s below count those bytes, not the preallocated zero tail;
 - the embedded engine, Spark ``local[1]`` and Spark ``local[2]``: MB/s of commit log bytes for
-  one store and for all of them, per analysis that scans the commit log (lateness, retries);
-  on Spark each analysis first runs once cold (printed apart), then the measured runs are warm,
-  in ``--rounds`` rounds (best of each kept), the embedded engine's runs alternating with
-  Spark ``local[1]``'s;
+  one store and for all of them, per analysis that scans the commit log (lateness, retries),
+  each measured two ways: ``tables`` (the summary tables the analysis computes, nothing
+  written) and ``+parquet`` (the tables and the per-message table written as Parquet: on Spark
+  by the executors, as ``--output`` does; the embedded engine writes what it holds, as the CLI
+  does); on Spark each analysis first runs once cold (printed apart), then the measured runs
+  are warm, in ``--rounds`` rounds (best of each kept), the embedded engine's runs alternating
+  with Spark ``local[1]``'s;
 - the ratios: Spark local[1] vs embedded (one core's worth), local[2] vs local[1] (cores),
   and how the time grows from 1 to N stores; peak RSS of this process and of the JVM (the
   commit log is never held in the driver: it streams on the executors).
@@ -33,12 +36,16 @@ import tempfile
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
 from rmqdelay.analysis import StoreRef, analyze
 from rmqdelay.store import Store
 from rmqdelay.store.scan import commitlog_files
 
 HERE = Path(__file__).resolve().parent
 KINDS = ("lateness", "retries")
+# tables: the summary tables only; +parquet: and the per-message table written as Parquet.
+WHAT = ("tables", "+parquet")
 
 
 def make_store(path: Path, messages: int, seed: int) -> str:
@@ -149,39 +156,51 @@ def main() -> None:
         for _ in range(args.rounds):
             for kind in KINDS:
                 for n in sorted({1, len(refs)}):
+                    engine = f"spark {master}"
+                    record((engine, kind, n, "tables"),
+                           timed(lambda: spark_analyze(kind, refs[:n], at_ms, spark=spark, with_messages=False)))
                     # The per-message table stays on the executors (written as Parquet), as the CLI does.
                     out = root / f"messages-{kind}-{n}"
-                    record((f"spark {master}", kind, n),
+                    record((engine, kind, n, "+parquet"),
                            timed(lambda: spark_analyze(kind, refs[:n], at_ms, spark=spark, messages_to=out)))
                     shutil.rmtree(out, ignore_errors=True)
                     if master == "local[1]":
                         # The embedded engine in the same rounds as Spark on one core, so the
                         # ratio compares times taken side by side on a shared machine.
-                        record(("embedded", kind, n), timed(lambda: analyze(kind, refs[:n], at_ms)))
+                        started = time.perf_counter()
+                        result = analyze(kind, refs[:n], at_ms)
+                        tables = time.perf_counter() - started
+                        out = root / f"messages-{kind}-{n}.parquet"
+                        written = timed(lambda: pq.write_table(result.messages, out))
+                        out.unlink()
+                        del result
+                        record(("embedded", kind, n, "tables"), tables)
+                        record(("embedded", kind, n, "+parquet"), tables + written)
         jvm_peak = max(jvm_peak, _peak_rss_kb(spark.sparkContext._gateway.proc.pid))
         spark.stop()
     process_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
     for (engine, kind), seconds in cold.items():
         print(f"first run (cold) of {engine} {kind} on 1 store: {seconds:.2f} s")
-    print(f"{'engine':30} {'analysis':9} {'stores':>6} {'seconds':>8} {'MB/s':>8} {'vs raw':>7}")
-    for (engine, kind, n), seconds in results.items():
+    print(f"{'engine':30} {'analysis':9} {'what':9} {'stores':>6} {'seconds':>8} {'MB/s':>8} {'vs raw':>7}")
+    for (engine, kind, n, what), seconds in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][3], kv[0][0], kv[0][2])):
         nbytes = sum(sizes[:n])
-        print(f"{engine:30} {kind:9} {n:>6} {seconds:8.2f} {nbytes / seconds / 1e6:8.1f} "
+        print(f"{engine:30} {kind:9} {what:9} {n:>6} {seconds:8.2f} {nbytes / seconds / 1e6:8.1f} "
               f"{(nbytes / seconds) / (total / raw):7.1%}")
     n = len(refs)
     for kind in KINDS:
-        emb1, emb_n = results[("embedded", kind, 1)], results[("embedded", kind, n)]
-        s1, s2 = results[("spark local[1]", kind, n)], results[("spark local[2]", kind, n)]
-        s2_1 = results[("spark local[2]", kind, 1)]
-        print(f"{kind}: spark local[1] / embedded (same {n} stores, one core each) = {s1 / emb_n:.2f}x time; "
-              f"spark local[2] / embedded = {s2 / emb_n:.2f}x time; "
-              f"local[2] speed-up over local[1] = {s1 / s2:.2f}x; "
-              f"1 -> {n} stores: embedded {emb_n / emb1:.2f}x time, spark local[2] {s2 / s2_1:.2f}x time "
-              f"(data {sum(sizes) / sizes[0]:.2f}x)")
-        if args.local_cluster:
-            lc = results[("spark local-cluster[2,1,2048]", kind, n)]
-            print(f"{kind}: local-cluster[2,1,2048] / local[2] (same {n} stores) = {lc / s2:.2f}x time")
+        for what in WHAT:
+            emb1, emb_n = results[("embedded", kind, 1, what)], results[("embedded", kind, n, what)]
+            s1, s2 = results[("spark local[1]", kind, n, what)], results[("spark local[2]", kind, n, what)]
+            s2_1 = results[("spark local[2]", kind, 1, what)]
+            print(f"{kind} ({what}): spark local[1] / embedded (same {n} stores, one core each) = {s1 / emb_n:.2f}x time; "
+                  f"spark local[2] / embedded = {s2 / emb_n:.2f}x time; "
+                  f"local[2] speed-up over local[1] = {s1 / s2:.2f}x; "
+                  f"1 -> {n} stores: embedded {emb_n / emb1:.2f}x time, spark local[2] {s2 / s2_1:.2f}x time "
+                  f"(data {sum(sizes) / sizes[0]:.2f}x)")
+            if args.local_cluster:
+                lc = results[("spark local-cluster[2,1,2048]", kind, n, what)]
+                print(f"{kind} ({what}): local-cluster[2,1,2048] / local[2] (same {n} stores) = {lc / s2:.2f}x time")
     largest = max(p.stat().st_size for s in paths for p in commitlog_files(s))
     print(f"peak RSS: this process (Spark driver Python and the embedded engine) {process_peak / 1024:,.0f} MB, "
           f"Spark JVM (driver + local executors) {jvm_peak / 1024:,.0f} MB "

@@ -12,18 +12,16 @@ fold the same way.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import StorageLevel
+from pyspark.rdd import RDD
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from rmqdelay.formats.constants import (
-    DLQ_GROUP_TOPIC_PREFIX,
-    RETRY_GROUP_TOPIC_PREFIX,
-    RMQ_SYS_SCHEDULE_TOPIC,
-)
 from rmqdelay.formats.scan import MESSAGE_SCHEMA
 
 from rmqdelay.analysis import AnalysisResult, StoreRef, check_stores, checked_request
@@ -34,7 +32,7 @@ from rmqdelay.analysis import timer as embedded_timer
 from rmqdelay.analysis.common import sort_table
 from rmqdelay.store import Store
 
-from . import source
+from . import blocks, source
 from .session import get_session
 
 MINUTE_MS = 60_000
@@ -42,23 +40,30 @@ MINUTE_MS = 60_000
 
 def analyze(kind: str, stores: list[StoreRef], at_ms: int, *, delay_levels: dict[int, int] | None = None,
             keep_going: bool = False, master: str | None = None, spark: SparkSession | None = None,
-            messages_to: Path | None = None) -> AnalysisResult:
+            messages_to: Path | None = None, with_messages: bool = True) -> AnalysisResult:
     """Run one analysis on Spark. ``messages_to``: write the per-message table there as Parquet
-    from the executors (result.messages is then empty) instead of collecting it to the driver."""
+    from the executors (result.messages is then empty) instead of collecting it to the driver;
+    ``with_messages`` false: compute the summary tables only (no per-message table at all)."""
     levels = checked_request(kind, stores, delay_levels)
     check_stores(stores)  # a bad store fails here, in one line, not in a task on an executor
     spark = spark or get_session(master)
     job = {"backlog": _backlog, "lateness": _lateness, "retries": _retries}[kind]
-    return job(spark, stores, at_ms, levels, keep_going, messages_to)
+    return job(spark, stores, at_ms, levels, keep_going, messages_to if with_messages else _NO_MESSAGES)
 
 
 # -- shared ----------------------------------------------------------------------------------
+# messages_to when no per-message table is wanted at all (the summary tables only).
+_NO_MESSAGES = Path("/dev/null/no-messages")
+
+
 def _arrow(df: DataFrame, schema: pa.Schema, keys: list[str]) -> pa.Table:
     table = df.select(*schema.names).toArrow()
     return sort_table(table.cast(schema), keys)
 
 
 def _messages_out(df: DataFrame, schema: pa.Schema, keys: list[str], messages_to: Path | None) -> pa.Table:
+    if messages_to == _NO_MESSAGES:
+        return schema.empty_table()
     if messages_to is None:
         return _arrow(df, schema, keys)
     df.select(*schema.names).orderBy(*keys).write.mode("overwrite").parquet(str(messages_to))
@@ -78,12 +83,68 @@ def _fold(df: DataFrame, keys: list[str], schema: pa.Schema) -> pa.Table:
 
 
 def _timer_messages_to(messages_to: Path | None, kind: str) -> Path | None:
-    return None if messages_to is None else messages_to.with_name(f"{kind}_timer_messages.parquet")
+    if messages_to in (None, _NO_MESSAGES):
+        return messages_to
+    return messages_to.with_name(f"{kind}_timer_messages.parquet")
+
+
+# What the tasks of lateness and retries give back besides their partial results.
+_HISTOGRAM, _MESSAGES = "histogram", "messages"
+
+
+def _partitions(spark: SparkSession, stores: list[StoreRef]) -> int:
+    """How many tasks the rows are split over by key: spark.sql.shuffle.partitions, and at
+    least as many as there are commit log files, so a task that matches holds about as many
+    rows as a task that decodes a file, however large the stores."""
+    files = len(source.commitlog_tasks(stores))
+    return max(int(spark.conf.get("spark.sql.shuffle.partitions")), files, 1)
+
+
+def _gather(spark: SparkSession, results: RDD, messages_to: Path | None, schema: pa.Schema,
+            order: list[str]) -> tuple[dict[str, list[bytes]], pa.Table]:
+    """The tasks' partial results (name -> blocks) on the driver, and the per-message table:
+    collected and sorted (``messages_to`` None), written as Parquet by the executors (a path;
+    an empty table is returned), or none at all (_NO_MESSAGES: the tasks made none)."""
+    partials: dict[str, list[bytes]] = {}
+    if messages_to is None or messages_to == _NO_MESSAGES:
+        for name, part in results.collect():
+            partials.setdefault(name, []).append(part)
+        messages = partials.pop(_MESSAGES, [])
+        return partials, sort_table(blocks.table(messages, schema), order)
+    results.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        for name, part in results.filter(lambda kv: kv[0] != _MESSAGES).collect():
+            partials.setdefault(name, []).append(part)
+
+        def rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                for part in batch.column("block").to_pylist():
+                    yield from blocks.table([part], schema).to_batches()
+
+        parts = spark.createDataFrame(results.filter(lambda kv: kv[0] == _MESSAGES).map(lambda kv: (kv[1],)),
+                                      "block binary")
+        frame = parts.mapInArrow(rows, source.spark_schema(schema))
+        frame.orderBy(*order).write.mode("overwrite").parquet(str(messages_to))
+    finally:
+        results.unpersist()
+    return partials, schema.empty_table()
+
+
+def _fold_blocks(parts: list[bytes], schema: pa.Schema, keys: list[str], smallest: frozenset[str] = frozenset()) -> pa.Table:
+    """Partial results (blocks of ``schema``) summed by ``keys`` (the ``smallest`` columns: their
+    least), sorted by ``keys``."""
+    table = blocks.table(parts, schema)
+    values = [name for name in schema.names if name not in keys]
+    folded = table.group_by(keys, use_threads=False).aggregate(
+        [(v, "min" if v in smallest else "sum") for v in values])
+    folded = folded.rename_columns([c.rsplit("_", 1)[0] if c.endswith(("_sum", "_min")) else c
+                                    for c in folded.column_names])
+    return sort_table(folded.select(schema.names).cast(schema), keys)
 
 
 def _no_messages(schema: pa.Schema, messages_to: Path | None) -> pa.Table:
     """An empty per-message table; written where one was asked for, so it is always there."""
-    if messages_to is not None:
+    if messages_to not in (None, _NO_MESSAGES):
         import pyarrow.parquet as pq
 
         pq.write_table(schema.empty_table(), messages_to)
@@ -177,46 +238,59 @@ def _records_with_units(rows: pa.Table, units: pa.Table) -> pa.Table:
         n = table.num_rows
         columns = {name: table.column(name) if name in table.column_names else pa.nulls(n, field.type)
                    for name, field in zip(_LATENESS_ROWS.names, _LATENESS_ROWS)}
-        columns["is_schedule"] = pa.array([is_schedule] * n, type=pa.bool_())
+        columns["is_schedule"] = pa.array(np.full(n, is_schedule), type=pa.bool_())
         return pa.table(columns, schema=_LATENESS_ROWS)
 
     return pa.concat_tables([part(schedule, True), part(copies, False)])
 
 
-def _match_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """All rows of one key hash: the embedded engine's match, on this partition's share."""
-    rows = pa.Table.from_batches(list(batches), schema=_LATENESS_ROWS)
-    is_schedule = rows.column("is_schedule")
-    yield from embedded_lateness.match(rows.filter(is_schedule), rows.filter(pc.invert(is_schedule))).to_batches()
+def _lateness_buckets(partitions: int) -> Callable[[pa.Table], np.ndarray]:
+    """Where each row of ``_LATENESS_ROWS`` goes: by its UNIQ_KEY, so a schedule record and its
+    copies meet; a record without one by its offset (it has nothing to meet), and a copy
+    without one nowhere (nothing can match it)."""
+    def bucket_of(rows: pa.Table) -> np.ndarray:
+        uniq = rows.column("uniq_key")
+        bucket = (blocks.key_hash(uniq) % np.uint64(partitions)).astype(np.int64)
+        no_key = ~uniq.is_valid().to_numpy(zero_copy_only=False)
+        if no_key.any():
+            schedule = rows.column("is_schedule").to_numpy(zero_copy_only=False)
+            offsets = rows.column("commitlog_offset").to_numpy(zero_copy_only=False)
+            bucket[no_key] = np.where(schedule[no_key], offsets[no_key] % partitions, -1)
+        return bucket
+
+    return bucket_of
 
 
 def _lateness(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: dict[int, int],
               keep_going: bool, messages_to: Path | None) -> AnalysisResult:
     problems = source.Problems(spark)
+    partitions = _partitions(spark, stores)
     # Where each file is decoded, its schedule records meet their units; then the rows are
-    # split by key (store, UNIQ_KEY), so all the copies of a record meet it in one task, which
-    # matches them as the embedded engine does. Nothing else is shuffled but the summaries'
-    # histogram, which is small: exact percentiles come from it on the driver.
-    rows = source.schedule_records_and_copies(
-        spark, stores, embedded_lateness._COLUMNS, embedded_lateness._is_schedule_or_copy, _records_with_units,
-        _LATENESS_ROWS, problems)
-    matched = (rows.repartition("store", "uniq_key")
-               .mapInArrow(_match_partition, source.spark_schema(embedded_lateness.MESSAGES_SCHEMA))
-               .cache())
-    has_copy = F.col("actual_ms").isNotNull()
-    overdue = ~has_copy & (F.col("intended_ms") < at_ms)
-    hist = _arrow(matched.groupBy(*embedded_lateness.HISTOGRAM_KEYS).agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.sum(F.when(has_copy, F.col("deliveries") - 1).otherwise(0)).alias("duplicates"),
-        _count_if(overdue).alias("overdue"),
-        F.min(F.when(overdue, F.col("intended_ms"))).alias("oldest_overdue_ms")),
-        embedded_lateness.HISTOGRAM_SCHEMA, embedded_lateness.HISTOGRAM_KEYS)
+    # split by UNIQ_KEY, so all the copies of a record meet it in one task, which matches
+    # them as the embedded engine does and folds its share into the histogram. Only the
+    # histograms (small: a row per distinct lateness) go to the driver, which folds them and
+    # takes the exact percentiles from them.
+    rows = source.keyed_blocks(spark, stores, embedded_lateness._COLUMNS, embedded_lateness._is_schedule_or_copy,
+                               problems, _lateness_buckets(partitions), partitions, join=_records_with_units)
+    with_messages = messages_to != _NO_MESSAGES
+
+    def match(keyed: Iterator[tuple[int, bytes]]) -> Iterator[tuple[str, bytes]]:
+        rows = blocks.table((block for _, block in keyed), _LATENESS_ROWS)
+        is_schedule = rows.column("is_schedule")
+        messages = embedded_lateness.match(rows.filter(is_schedule), rows.filter(pc.invert(is_schedule)))
+        yield _HISTOGRAM, blocks.block(embedded_lateness.histogram(messages, at_ms))
+        if with_messages:
+            yield _MESSAGES, blocks.block(messages)
+
+    matched = rows.partitionBy(partitions, blocks.partition_of).mapPartitions(match)
+    partials, messages = _gather(spark, matched, messages_to, embedded_lateness.MESSAGES_SCHEMA,
+                                 embedded_lateness.MESSAGES_ORDER)
+    hist = _fold_blocks(partials.get(_HISTOGRAM, []), embedded_lateness.HISTOGRAM_SCHEMA,
+                        embedded_lateness.HISTOGRAM_KEYS, smallest={"oldest_overdue_ms"})
     tables = {
         "levels": embedded_lateness.summaries(hist, "level", embedded_lateness.LEVELS_SCHEMA, undelivered=True),
         "topics": embedded_lateness.summaries(hist, "real_topic", embedded_lateness.TOPICS_SCHEMA, undelivered=False),
     }
-    messages = _messages_out(matched, embedded_lateness.MESSAGES_SCHEMA, embedded_lateness.MESSAGES_ORDER, messages_to)
-    matched.unpersist()
     timer_tables, timer_messages = _timer_lateness(spark, stores, at_ms, problems,
                                                    _timer_messages_to(messages_to, "lateness"))
     skipped = problems.resolve(stores, keep_going)
@@ -262,70 +336,64 @@ def _timer_lateness(spark: SparkSession, stores: list[StoreRef], at_ms: int, pro
 
 
 # -- retries ---------------------------------------------------------------------------------
-# What the tasks that follow the chains give back: a row per chain (``is_anomaly`` false) or
-# per anomaly of a chain (true; only store, group, chain, kind and detail set).
-_CHAIN_ROWS = pa.schema([*embedded_retries.CHAINS_SCHEMA, ("is_anomaly", pa.bool_()),
-                         ("kind", pa.string()), ("detail", pa.string())])
-
-
-def _chains_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """All rows of some chains: the embedded engine's chain following, on this partition."""
-    rows = pa.Table.from_batches(list(batches), schema=_RETRY_ROWS)
-    chains, anomalies = embedded_retries.follow_chains(rows)
-    if chains.num_rows:
-        yield from _with_columns(chains, is_anomaly=False).to_batches()
-    if anomalies.num_rows:
-        yield from _with_columns(anomalies, is_anomaly=True).to_batches()
-
-
-def _with_columns(table: pa.Table, *, is_anomaly: bool) -> pa.Table:
-    n = table.num_rows
-    columns = {f.name: table.column(f.name) if f.name in table.column_names else pa.nulls(n, f.type)
-               for f in _CHAIN_ROWS}
-    columns["is_anomaly"] = pa.array([is_anomaly] * n, type=pa.bool_())
-    return pa.table(columns, schema=_CHAIN_ROWS)
-
-
-# The retry-path rows as Spark hands them over (every column nullable).
+# The retry-path rows as the tasks that follow the chains get them.
 _RETRY_ROWS = pa.schema([(c, MESSAGE_SCHEMA.field(c).type) for c in embedded_retries._COLUMNS])
+
+
+def _retries_buckets(partitions: int) -> Callable[[pa.Table], np.ndarray]:
+    """Where each retry-path row goes: by its chain (ORIGIN_MESSAGE_ID, else UNIQ_KEY, as
+    follow_chains keys it), so every record of a chain meets in one task; a row with neither
+    nowhere (follow_chains leaves it out)."""
+    def bucket_of(rows: pa.Table) -> np.ndarray:
+        chain = pc.coalesce(rows.column("origin_message_id"), rows.column("uniq_key"))
+        bucket = (blocks.key_hash(chain) % np.uint64(partitions)).astype(np.int64)
+        bucket[~chain.is_valid().to_numpy(zero_copy_only=False)] = -1
+        return bucket
+
+    return bucket_of
+
+
+# The partial results of a task that follows chains: name -> (keys, schema) to fold them by.
+_RETRY_PARTIALS = {
+    "counts": (["store", "group"], embedded_retries.COUNTS_SCHEMA),
+    "spans": (["store", "group", "kind", "span"], embedded_retries.SPANS_SCHEMA),
+    "attempts": (["store", "group", "attempts"], embedded_retries.ATTEMPTS_SCHEMA),
+}
 
 
 def _retries(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: dict[int, int],
              keep_going: bool, messages_to: Path | None) -> AnalysisResult:
     problems = source.Problems(spark)
-    rows = source.messages(spark, stores, embedded_retries._COLUMNS, embedded_retries._on_retry_path, problems)
-    # Split by chain (store, group, ORIGIN_MESSAGE_ID or UNIQ_KEY, as follow_chains keys it),
-    # so each task follows whole chains as the embedded engine does; the group summaries
-    # come from small aggregates (counts, and a histogram of the spans for exact medians).
-    topic = F.col("topic")
-    retry_len, dlq_len = len(RETRY_GROUP_TOPIC_PREFIX), len(DLQ_GROUP_TOPIC_PREFIX)
-    group = (F.when(topic == RMQ_SYS_SCHEDULE_TOPIC, F.substring("real_topic", retry_len + 1, 1 << 20))
-             .when(topic.startswith(DLQ_GROUP_TOPIC_PREFIX), F.substring("topic", dlq_len + 1, 1 << 20))
-             .otherwise(F.substring("topic", retry_len + 1, 1 << 20)))
-    followed = (rows.repartition("store", group, F.coalesce("origin_message_id", "uniq_key"))
-                .mapInArrow(_chains_partition, source.spark_schema(_CHAIN_ROWS))
-                .cache())
-    chains = followed.where(~F.col("is_anomaly"))
-    gkeys = ["store", "group"]
-    counts = chains.groupBy(*gkeys).agg(
-        F.count(F.lit(1)).alias("messages"), _count_if(F.col("in_dlq")).alias("dlq"),
-        _count_if(F.col("pending")).alias("pending"))
-    spans = None
-    for name, end in (("to_last_attempt", "last_attempt_ms"), ("to_dlq", "dlq_ms")):
-        span = chains.select(*gkeys, F.lit(name).alias("kind"), (F.col(end) - F.col("first_failure_ms")).alias("span"))
-        span = span.where(F.col("span").isNotNull())
-        spans = span if spans is None else spans.unionByName(span)
-    spans = spans.groupBy(*gkeys, "kind", "span").agg(F.count(F.lit(1)).alias("chains"))
+    partitions = _partitions(spark, stores)
+    # Split by chain, so each task follows whole chains as the embedded engine does, and
+    # gives back its share of the group figures: counts, a histogram of the spans (for exact
+    # medians), the attempts per chain and the anomalies, which the driver folds.
+    rows = source.keyed_blocks(spark, stores, embedded_retries._COLUMNS, embedded_retries._on_retry_path,
+                               problems, _retries_buckets(partitions), partitions)
+    with_messages = messages_to != _NO_MESSAGES
+
+    def follow(keyed: Iterator[tuple[int, bytes]]) -> Iterator[tuple[str, bytes]]:
+        rows = blocks.table((block for _, block in keyed), _RETRY_ROWS)
+        chains, anomalies = embedded_retries.follow_chains(rows)
+        if not chains.num_rows:
+            return
+        yield "counts", blocks.block(embedded_retries.group_counts(chains))
+        yield "spans", blocks.block(embedded_retries.span_histogram(chains))
+        yield "attempts", blocks.block(embedded_retries.attempts(chains))
+        if anomalies.num_rows:
+            yield "anomalies", blocks.block(anomalies)
+        if with_messages:
+            yield _MESSAGES, blocks.block(chains.select(embedded_retries.MESSAGES_SCHEMA.names))
+
+    followed = rows.partitionBy(partitions, blocks.partition_of).mapPartitions(follow)
+    partials, messages = _gather(spark, followed, messages_to, embedded_retries.MESSAGES_SCHEMA,
+                                 ["store", "group", "chain"])
+    folded = {name: _fold_blocks(partials.get(name, []), schema, keys) for name, (keys, schema) in _RETRY_PARTIALS.items()}
+    anomalies = blocks.table(partials.get("anomalies", []), embedded_retries.ANOMALIES_SCHEMA)
     tables = {
-        "groups": embedded_retries.groups_table(
-            _arrow(counts, embedded_retries.COUNTS_SCHEMA, gkeys),
-            _arrow(spans, embedded_retries.SPANS_SCHEMA, [*gkeys, "kind", "span"])),
-        "attempts": _arrow(chains.groupBy(*gkeys, "attempts").agg(F.count(F.lit(1)).alias("chains")),
-                           embedded_retries.ATTEMPTS_SCHEMA, [*gkeys, "attempts"]),
-        "anomalies": _arrow(followed.where(F.col("is_anomaly")), embedded_retries.ANOMALIES_SCHEMA,
-                            ["store", "group", "chain", "kind", "detail"]),
+        "groups": embedded_retries.groups_table(folded["counts"], folded["spans"]),
+        "attempts": folded["attempts"],
+        "anomalies": sort_table(anomalies, ["store", "group", "chain", "kind", "detail"]),
     }
-    messages = _messages_out(chains, embedded_retries.MESSAGES_SCHEMA, ["store", "group", "chain"], messages_to)
-    followed.unpersist()
     skipped = problems.resolve(stores, keep_going)
     return AnalysisResult("retries", tables, messages, skipped)

@@ -48,6 +48,10 @@ def get_session(master: str | None = None) -> SparkSession:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = (builder.config("spark.driver.host", "127.0.0.1")
                    .config("spark.driver.bindAddress", "127.0.0.1"))
+    if master is not None and master.startswith("local"):
+        # A shuffle split for one machine: a task per core (Spark's 200 are for clusters); on
+        # a cluster spark.sql.shuffle.partitions is left to spark-submit's --conf.
+        builder = builder.config("spark.sql.shuffle.partitions", str(local_cores(master)))
     with tempfile.TemporaryDirectory(prefix="rmqdelay-spark-") as tmp:
         # Read once by the JVM as it starts (inside getOrCreate), so the file can go after.
         log_config = os.path.join(tmp, "log4j2.properties")
@@ -58,12 +62,24 @@ def get_session(master: str | None = None) -> SparkSession:
     return session
 
 
+def local_cores(master: str) -> int:
+    """The task slots of a local master: ``local`` 1, ``local[N]`` / ``local[N,F]`` N,
+    ``local[*]`` the machine's cores, ``local-cluster[E,C,M]`` E·C."""
+    inside = master[master.find("[") + 1:master.rfind("]")] if "[" in master else "1"
+    numbers = [part.strip() for part in inside.split(",")]
+    try:
+        if master.startswith("local-cluster"):
+            return max(int(numbers[0]) * int(numbers[1]), 1)
+        return (os.cpu_count() or 1) if numbers[0] == "*" else max(int(numbers[0]), 1)
+    except (ValueError, IndexError):
+        return 1
+
+
 def _configured(builder: SparkSession.Builder, log_config: str) -> SparkSession.Builder:
     return (builder
             .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log_config}")
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.sql.shuffle.partitions", "8")
             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
             .config("spark.python.worker.reuse", "true"))

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.accumulators import AccumulatorParam
+from pyspark.rdd import RDD
 from pyspark.sql import DataFrame, SparkSession
 from rmqdelay.formats.scan import MESSAGE_SCHEMA
 
@@ -30,6 +30,8 @@ from rmqdelay.store.scan import (
     scan_commitlog_file,
     schedule_units,
 )
+
+from . import blocks
 
 # (store, path, offset or None, bytes, expected) — what went wrong in one file.
 Problem = tuple[str, str, "int | None", int, str]
@@ -104,76 +106,70 @@ def messages(spark: SparkSession, stores: list[StoreRef], columns: list[str],
     return files.mapInArrow(decode, spark_schema(schema))
 
 
-# What the tasks of schedule_records_and_copies are handed: a row per commit log file (path
-# set) and a row per schedule unit (path null), both keyed by (store, file_start).
-_WORK_SCHEMA = pa.schema([
-    ("store", pa.string()), ("file_start", pa.int64()), ("path", pa.string()),
-    ("commitlog_offset", pa.int64()), ("level", pa.int32()), ("deliver_ms", pa.int64()),
-])
+def keyed_blocks(spark: SparkSession, stores: list[StoreRef], columns: list[str],
+                 keep: Callable[[pa.RecordBatch], pa.Array], problems: Problems,
+                 bucket_of: Callable[[pa.Table], np.ndarray], partitions: int, *,
+                 join: Callable[[pa.Table, pa.Table], pa.Table] | None = None) -> RDD:
+    """Each commit log file's rows that ``keep`` selects (only ``columns``), decoded by one task
+    per file, split by ``bucket_of`` (a bucket in [0, partitions) per row, -1 to leave it out)
+    into Arrow blocks: an RDD of (bucket, block), for ``blocks.partition_of`` to route.
 
-
-def schedule_records_and_copies(spark: SparkSession, stores: list[StoreRef], columns: list[str],
-                                keep: Callable[[pa.RecordBatch], pa.Array],
-                                join: Callable[[pa.Table, pa.Table], pa.Table],
-                                schema: pa.Schema, problems: Problems) -> DataFrame:
-    """Each commit log file's rows that ``keep`` selects (only ``columns``), passed with the
-    schedule units that point into that file to ``join(rows, units)``, whose result (of
-    ``schema``) are the rows of the frame.
-
-    The units of each store are read once and sent to the task of the file each points into,
-    so a schedule record meets its unit where its file is decoded: the decoded rows are not
-    shuffled for that join, and a task holds one file's rows and units at a time.
+    With ``join``, the task first passes its rows with the schedule units that point into its
+    file to ``join(rows, units)``, and splits what that gives: the units of each store are read
+    once and sent (as blocks) to the task of the file each points into, so a schedule record
+    meets its unit where its file is decoded, and a task holds one file's rows and units.
     """
     tasks = commitlog_tasks(stores)
-    starts: dict[str, list[int]] = {}
-    for store, path in tasks:
-        starts.setdefault(store, []).append(int(Path(path).name))
-    work_ddl = spark_schema(_WORK_SCHEMA)
-    files = spark.createDataFrame([(store, int(Path(path).name), path, None, None, None) for store, path in tasks],
-                                  work_ddl)
+    sc = spark.sparkContext
+    n = max(len(tasks), 1)
+    files = sc.parallelize([(i, task) for i, task in enumerate(tasks)], n)
+    if join is not None:
+        starts: dict[str, list[int]] = {}  # each store's files: where each starts in its log
+        indexes: dict[str, list[int]] = {}  # and which task reads it
+        for i, (store, path) in enumerate(tasks):
+            starts.setdefault(store, []).append(int(Path(path).name))
+            indexes.setdefault(store, []).append(i)
 
-    def read_units(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for name, path in zip(batch.column("store").to_pylist(), batch.column("path").to_pylist()):
+        def read_units(names: Iterator[tuple[str, str]]) -> Iterator[tuple[int, bytes]]:
+            for name, path in names:
                 with Store(path) as store:
-                    units = schedule_units(store, name).combine_chunks()
+                    units = schedule_units(store, name).select(UNIT_COLUMNS).combine_chunks()
                 file_starts = np.asarray(starts.get(name, []), dtype=np.int64)
                 at = np.searchsorted(file_starts, units.column("commitlog_offset").to_numpy(), side="right") - 1
-                inside = np.flatnonzero(at >= 0)  # a unit before the first file has no record to meet
-                units = units.take(pa.array(inside))
-                yield pa.RecordBatch.from_arrays(
-                    [units.column("store").combine_chunks(), pa.array(file_starts[at[inside]], type=pa.int64()),
-                     pa.nulls(units.num_rows, pa.string()), *(units.column(c).combine_chunks() for c in UNIT_COLUMNS[1:])],
-                    schema=_WORK_SCHEMA)
+                task_of = np.asarray(indexes.get(name, [-1]), dtype=np.int64)
+                # A unit before the first file has no record to meet: left out (-1).
+                yield from blocks.split(units, np.where(at >= 0, task_of[np.maximum(at, 0)], -1), n)
 
-    names = [(ref.name, str(ref.path)) for ref in stores]
-    units = (spark.sparkContext.parallelize(names, max(len(names), 1)).toDF("store string, path string")
-             .mapInArrow(read_units, work_ddl))
-    unit_schema = pa.schema([_WORK_SCHEMA.field(c) for c in UNIT_COLUMNS])
+        names = [(ref.name, str(ref.path)) for ref in stores]
+        units = sc.parallelize(names, max(len(names), 1)).mapPartitions(read_units)
+        files = files.union(units).partitionBy(n, blocks.partition_of)
+    schema = pa.schema([MESSAGE_SCHEMA.field(c) for c in columns])
+    unit_schema = pa.schema([SCHEDULE_UNIT_SCHEMA.field(c) for c in UNIT_COLUMNS])
 
-    def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        work = pa.Table.from_batches(list(batches), schema=_WORK_SCHEMA)
-        is_file = pc.is_valid(work.column("path"))
-        unit_rows = work.filter(pc.invert(is_file))
-        file_rows = work.filter(is_file)
-        for store, start, path in zip(*(file_rows.column(c).to_pylist() for c in ("store", "file_start", "path"))):
-            units = unit_rows.filter(pc.and_(pc.equal(unit_rows.column("store"), store),
-                                             pc.equal(unit_rows.column("file_start"), start))).select(UNIT_COLUMNS)
+    def decode(work: Iterator[tuple[int, object]]) -> Iterator[tuple[int, bytes]]:
+        file_tasks, unit_blocks = [], {}
+        for i, item in work:
+            if isinstance(item, bytes):
+                unit_blocks.setdefault(i, []).append(item)
+            else:
+                file_tasks.append((i, item))
+        for i, (store, path) in file_tasks:
             parts = []
             try:
                 for records in scan_commitlog_file(path, store):
                     parts.append(records.filter(keep(records)).select(columns))
             except StoreError as exc:
+                # The rows before the bad record are kept (keep-going semantics); without
+                # keep-going the driver fails on the problem after the job.
                 size = _file_size(exc.path)
                 problems.add((store, path, exc.offset, size - (exc.offset or 0), exc.expected))
-            rows = pa.Table.from_batches(parts, schema=pa.schema([MESSAGE_SCHEMA.field(c) for c in columns]))
-            out = join(rows, units.cast(unit_schema))
-            if out.num_rows:
-                yield from out.to_batches()
+            rows = pa.Table.from_batches(parts, schema=schema)
+            if join is not None:
+                rows = join(rows, blocks.table(unit_blocks.pop(i, []), unit_schema))
+            if rows.num_rows:
+                yield from blocks.split(rows, bucket_of(rows), partitions)
 
-    work = files.unionByName(units)
-    # One partition per file: the hash spreads the files over as many tasks as there are files.
-    return work.repartition(max(len(tasks), 1), "store", "file_start").mapInArrow(decode, spark_schema(schema))
+    return files.mapPartitions(decode)
 
 
 def schedule_unit_rows(spark: SparkSession, stores: list[StoreRef]) -> DataFrame:

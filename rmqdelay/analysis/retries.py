@@ -63,9 +63,7 @@ def retries(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *,
     chains, anomalies = follow_chains(rows)
     tables = {
         "groups": groups_table(group_counts(chains), span_histogram(chains)),
-        "attempts": sort_table(chains.group_by(["store", "group", "attempts"]).aggregate([("chain", "count")])
-                               .rename_columns(["store", "group", "attempts", "chains"]).select(ATTEMPTS_SCHEMA.names)
-                               .cast(ATTEMPTS_SCHEMA), ["store", "group", "attempts"]),
+        "attempts": sort_table(attempts(chains), ["store", "group", "attempts"]),
         "anomalies": sort_table(anomalies, ["store", "group", "chain", "kind", "detail"]),
     }
     msgs = sort_table(chains.select(MESSAGES_SCHEMA.names), ["store", "group", "chain"])
@@ -119,6 +117,13 @@ def group_counts(chains: pa.Table) -> pa.Table:
     }).group_by(["store", "group"]).aggregate([("one", "sum"), ("dlq", "sum"), ("pending", "sum")])
     return counted.rename_columns([{"one_sum": "messages", "dlq_sum": "dlq", "pending_sum": "pending"}.get(c, c)
                                    for c in counted.column_names]).select(COUNTS_SCHEMA.names).cast(COUNTS_SCHEMA)
+
+
+def attempts(chains: pa.Table) -> pa.Table:
+    """How many chains of each (store, group) made each number of attempts (``ATTEMPTS_SCHEMA``)."""
+    return (chains.group_by(["store", "group", "attempts"]).aggregate([("chain", "count")])
+            .rename_columns(["store", "group", "attempts", "chains"]).select(ATTEMPTS_SCHEMA.names)
+            .cast(ATTEMPTS_SCHEMA))
 
 
 def span_histogram(chains: pa.Table) -> pa.Table:
