@@ -180,6 +180,8 @@ def decode_records(buf, *, store: str, file: str, start: int = 0, limit: int | N
     before it, then raises the FormatError decode_message raises there (offsets are
     positions in ``buf``).
     """
+    if batch_rows < 1:
+        raise ValueError(f"batch_rows must be at least 1, not {batch_rows}")
     limit = len(buf) if limit is None else limit
     data = np.frombuffer(buf, dtype=np.uint8)
     pos = start
