@@ -522,3 +522,40 @@ def reference_rows_until_zero(data: bytes) -> list[dict]:
         rows.append(expected_row(msg, "s", "f"))
         pos += msg.storeSize
     return rows
+
+
+_PROPERTY_NAMES = ["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "REAL_TOPIC", "REAL_QID", "RETRY_TOPIC",
+                   "ORIGIN_MESSAGE_ID", "TAG", "REAL_QIDX", "", "CLUSTER", "ü"]
+_PROPERTY_TOKENS = ["X", "\x01", "\x02", "1", "7", "-", "+", "0", "ü", "٣", "\udcff", " ",
+                    "verylongvaluewithmorethansixtyfourcharacters" * 2]
+_SEGMENTS = st.one_of(
+    # name 0x01 value: duplicates of a name are likely, values may be empty or hold 0x01/0x02
+    st.tuples(st.sampled_from(_PROPERTY_NAMES), st.lists(st.sampled_from(_PROPERTY_TOKENS), max_size=5))
+    .map(lambda p: p[0] + "\x01" + "".join(p[1])),
+    st.lists(st.sampled_from(_PROPERTY_TOKENS + _PROPERTY_NAMES), max_size=6).map("".join),
+)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(_SEGMENTS, max_size=10).map("\x02".join), min_size=1, max_size=12))
+def test_any_properties_string_reads_as_string2messageProperties_reads_it(properties):
+    """Properties strings built from wanted names, separators, digits, signs, non-ASCII and
+    non-UTF-8 bytes, long values: every column as decode_message gives it."""
+    from dataclasses import replace
+
+    from rmqdelay.formats.commitlog import encode_message, message_size
+
+    template = decode_message(first_file(), 0, len(first_file()))
+    out, pos = bytearray(), 0
+    for raw in properties:
+        size = message_size(template.sysFlag, len(template.body), len(template.topic.encode()),
+                            len(raw.encode("utf-8", "surrogateescape")), template.magicCode)
+        out += encode_message(replace(template, propertiesRaw=raw, storeSize=size, commitLogOffset=pos))
+        pos += size
+    data = bytes(out) + bytes(16)
+
+    def readable(value):
+        return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace") if isinstance(value, str) else value
+
+    expected = [{k: readable(v) for k, v in row.items()} for row in reference_rows_until_zero(data)]
+    assert scanned_rows(data, batch_rows=5) == expected
