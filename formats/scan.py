@@ -22,6 +22,7 @@ Pure: bytes in, batches out, no file I/O.
 from __future__ import annotations
 
 import struct
+import sys
 from collections.abc import Iterator
 
 import numpy as np
@@ -185,17 +186,28 @@ def decode_records(buf, *, store: str, file: str, start: int = 0, limit: int | N
     limit = len(buf) if limit is None else limit
     data = np.frombuffer(buf, dtype=np.uint8)
     pos = start
-    strings, ints = len(STRING_PROPERTIES), len(INT_PROPERTIES)
+    room = max(min(_TEXT_ROOM, limit - start), 0)
+    handed: list[_Columns] = []  # the arrays of the batches yielded, the latest last
     while True:
-        rows = batch_rows
-        room = max(min(_TEXT_ROOM, limit - pos), 0)
-        out = _Columns(rows, room, min(_VALUE_ROOM, room), strings, ints)
+        # Filling fresh memory costs the kernel's zeroing of every page first, so the arrays
+        # of a batch the caller has let go of are filled again: those of the batch before the
+        # latest (a loop still holds the latest when it asks for the next).
+        if len(handed) == 2 and _COUNTED and handed[0].unused():
+            out = handed.pop(0)
+            out.not_ascii[:] = 0
+        else:
+            out = _Columns(batch_rows, room, min(_VALUE_ROOM, room))
+            if len(handed) == 2:
+                handed.pop(0)
         count, pos, why = scan_records(data, pos, limit, out.ints, out.longs, out.topic_offsets,
                                        out.topic, out.props_offsets, out.props, out.id_offsets, out.ids,
                                        *_NAMES, out.value_offsets, out.values, out.value_found,
                                        out.int_values, out.int_state, out.not_ascii)
         if count:
-            yield out.batch(count, store=store, file=file)
+            batch = out.batch(count, store=store, file=file)
+            handed.append(out)
+            yield batch
+            del batch
         if why == BAD:
             raise _error_at(buf, pos, limit)
         if why == HEAD:
@@ -208,10 +220,16 @@ def decode_records(buf, *, store: str, file: str, start: int = 0, limit: int | N
             raise _error_at(buf, pos, limit)
 
 
+# Reference counts tell when nothing refers to an array any more (not so without the GIL,
+# where counts may be deferred).
+_COUNTED = hasattr(sys, "getrefcount") and getattr(sys, "_is_gil_enabled", lambda: True)()
+
+
 class _Columns:
     """The arrays scan_records fills for one batch, and the batch made of them."""
 
-    def __init__(self, rows: int, room: int, value_room: int, strings: int, ints: int) -> None:
+    def __init__(self, rows: int, room: int, value_room: int) -> None:
+        strings, ints = len(STRING_PROPERTIES), len(INT_PROPERTIES)
         self.ints = np.empty((len(_INTS), rows), dtype=np.int32)
         self.longs = np.empty((len(_LONGS), rows), dtype=np.int64)
         self.topic_offsets = np.empty(rows + 1, dtype=np.int32)
@@ -227,6 +245,17 @@ class _Columns:
         self.int_values = np.empty((ints, rows), dtype=np.int32)
         self.int_state = np.empty((ints, rows), dtype=np.int8)
         self.not_ascii = np.zeros(2, dtype=np.int64)
+        self._idle = self._references()
+
+    def _references(self) -> list[int]:
+        return [sys.getrefcount(array) for array in vars(self).values() if isinstance(array, np.ndarray)]
+
+    def unused(self) -> bool:
+        """Whether nothing refers to these arrays any more: every view of them (each
+        column of a batch made of them, and so any Arrow array, buffer or slice over one)
+        holds a reference, so the counts are back to what they were when nothing had been
+        made of them."""
+        return self._references() == self._idle
 
     def batch(self, n: int, *, store: str, file: str) -> pa.RecordBatch:
         columns = {

@@ -559,3 +559,35 @@ def test_any_properties_string_reads_as_string2messageProperties_reads_it(proper
 
     expected = [{k: readable(v) for k, v in row.items()} for row in reference_rows_until_zero(data)]
     assert scanned_rows(data, batch_rows=5) == expected
+
+
+def test_batches_and_columns_kept_by_the_caller_keep_their_values(tmp_path):
+    """The arrays of a batch the caller let go of are filled again for a later batch; any
+    batch, column, slice or buffer the caller keeps still reads as it did."""
+    data = writer_file(tmp_path, count=300, file_size=64 << 10)
+    expected = reference_rows(data)
+    assert len(expected) > 60
+    kept: list = []
+    rows = []
+    for i, batch in enumerate(decode_records(data, store="s", file="f", batch_rows=7)):
+        rows.extend(batch.to_pylist())
+        # Keep some batches whole, some only a column, a slice or a buffer; let go of the rest.
+        if i % 5 == 0:
+            kept.append((i, "batch", batch))
+        elif i % 5 == 1:
+            kept.append((i, "column", batch.column("properties_raw")))
+        elif i % 5 == 2:
+            kept.append((i, "slice", batch.slice(2, 3)))
+        elif i % 5 == 3:
+            kept.append((i, "buffer", batch.column("keys").buffers()[2]))
+    assert rows == expected
+    for i, kind, value in kept:
+        part = expected[7 * i:7 * i + 7]
+        if kind == "batch":
+            assert value.to_pylist() == part
+        elif kind == "column":
+            assert value.to_pylist() == [r["properties_raw"] for r in part]
+        elif kind == "slice":
+            assert value.to_pylist() == part[2:5]
+        else:
+            assert value.to_pybytes().startswith("".join(r["keys"] for r in part).encode())
