@@ -161,8 +161,6 @@ def _constant_strings(text: str, n: int) -> pa.Array:
 
 _WANTED = [*STRING_PROPERTIES.values(), *INT_PROPERTIES.values()]
 
-
-
 # Bytes of topics, of properties and of each property column one batch may hold (a
 # record's are at most 32767 each, signed shorts): a batch ends early rather than grow them.
 _TEXT_ROOM = 32 << 20
@@ -269,7 +267,7 @@ class _Columns:
             columns[column] = pa.array(self.ints[row, :n], type=pa.int32())
         for row, column in enumerate(_LONGS):
             columns[column] = pa.array(self.longs[row, :n], type=pa.int64())
-        # Whole segments of text cut at ASCII separators: valid UTF-8 where the properties are.
+        # Values are properties text cut at ASCII separators: ASCII where the properties are.
         for k, column in enumerate(STRING_PROPERTIES):
             part = self.values[k * self.value_room:(k + 1) * self.value_room]
             columns[column] = _checked_utf8(_string_array(part, self.value_offsets[k], n, self.value_found[k, :n]),
