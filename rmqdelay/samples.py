@@ -671,8 +671,13 @@ class SampleGenerator:
                     0: self.retry_consumed[gi].count_upto(persisted)}
         return table
 
+    def _delay_offsets_version(self):
+        """delayOffset.json's dataVersion: none in a 4.9.4 store."""
+        return None
+
     def _write_config(self) -> None:
-        write_delay_offsets(self.dir, {level: self.level_delivered[level] for level in self.delays})
+        write_delay_offsets(self.dir, {level: self.level_delivered[level] for level in self.delays},
+                            self._delay_offsets_version())
         write_consumer_offsets(self.dir, self.consumer_offsets())
         topics = {t.name: t.queues for t in TOPICS}
         for gi, group in enumerate(GROUPS):

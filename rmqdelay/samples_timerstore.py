@@ -54,6 +54,7 @@ from rmqdelay.formats.constants import (
 from rmqdelay.formats.constants import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as PROPERTY_UNIQ,
 )
+from rmqdelay.formats.delayoffset import DataVersion
 from rmqdelay.formats.properties import parse_properties
 from rmqdelay.producer import DEFAULT_CLUSTER, broker_message, client_properties
 from rmqdelay.samples import (
@@ -349,6 +350,12 @@ class TimerSampleGenerator(SampleGenerator):
 
     def _after_log(self) -> None:
         self.timer.write(self.dir, self.read_clock(), self.at_ms)
+
+    def _delay_offsets_version(self) -> DataVersion:
+        """5.x writes delayOffset.json with a dataVersion (counter: one step per 200 offset updates,
+        delayOffsetUpdateVersionStep; one update per delivery here)."""
+        delivered = sum(self.level_delivered)
+        return DataVersion(delivered // 200, 0, self.at_ms)
 
     def _write_config(self) -> None:
         super()._write_config()
