@@ -15,10 +15,11 @@ from rmqdelay.formats.constants import (
     MESSAGE_MAGIC_CODE_V2,
     PROPERTY_CRC32,
 )
-from rmqdelay.formats.msgid import parse_host
+from rmqdelay.formats.msgid import decode_message_id, parse_host
 from rmqdelay.formats.propcrc import check_record
 
 from rmqdelay.producer import broker_message
+from rmqdelay.schedule.redelivery import consumer_send_back
 from rmqdelay.schedule.scheduler import Notice, Scheduler
 from rmqdelay.store import Store
 from rmqdelay.store.verify import verify_store
@@ -144,3 +145,26 @@ def test_delay_level_put_into_a_5x_store_is_parked_as_the_real_broker_parks_it(s
             mine = store.commitlog.read_message(result.commitLogOffset, result.storeSize)
             assert as_fields(mine) == {k: r[k] for k in COMPARED}, r["msgId"]
         assert not list(verify_store(store))
+
+
+def test_consumer_send_back_into_a_5x_store_is_parked_as_the_real_broker_parks_it(store_copy):
+    """The send-backs in timer-fresh (a consumer group's retries of its messages), made again
+    from the messages they came from, are the records the real 5.3.3 broker wrote: the
+    128-bucket map's properties string, V2 for the long retry topic."""
+    path = store_copy("timer-fresh")
+    real = [r for r in real_records("timer-fresh")
+            if r.get("origin") == "delay-parked (HookUtils)" and r["reconsumeTimes"] == 1]  # sent back from the message itself
+    assert len(real) == 4
+    results = []
+    with Store(path) as store, StoreWriter(path) as writer:
+        for r in real:
+            origin = decode_message_id(r["properties"]["ORIGIN_MESSAGE_ID"])[2]
+            consumed = store.commitlog.read_message(origin)
+            group = r["properties"]["REAL_TOPIC"].removeprefix("%RETRY%")
+            new = consumer_send_back(consumed, group)
+            new.storeTimestamp = r["storeTimestamp"]
+            results.append(writer.put(new))
+    with Store(path) as store:
+        for r, result in zip(real, results):
+            mine = store.commitlog.read_message(result.commitLogOffset, result.storeSize)
+            assert as_fields(mine) == {k: r[k] for k in COMPARED}, r["msgId"]
