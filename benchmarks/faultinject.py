@@ -19,6 +19,9 @@ where it would meet the real ones. SPEC is JSON, a list of rules:
 - short: instead of failing, the nth call writes only this many bytes (a short write);
   the calls after it fail with errno, as when the device fills up. Under an ENOSPC rule a
   write of zeros still succeeds: overwriting bytes already written needs no new space.
+- kill: true: the nth call is made for real, then the process is stopped by SIGKILL (what
+  it wrote stays in the page cache, as after a kill -9); for pwrite, write and fsync;
+- contains: only writes whose data holds this text count (a record with a given property).
 
 Faults that need no wrapping are made for real by the tests: RLIMIT_FSIZE and
 RLIMIT_NOFILE in a child, a small tmpfs, FIFOs, directories where files belong.
@@ -31,6 +34,7 @@ import errno as errno_module
 import io
 import json
 import os
+import signal
 import sys
 from dataclasses import dataclass
 
@@ -44,6 +48,8 @@ class Rule:
     errno: str = "EIO"
     short: int | None = None
     mode: str | None = None
+    kill: bool = False
+    contains: str | None = None
     seen: int = 0
 
     def matches(self, path: str) -> bool:
@@ -51,8 +57,10 @@ class Rule:
             return path.endswith(self.path[:-1])
         return self.path in path
 
-    def hit(self, op: str, path: str, mode: str | None = None) -> bool:
+    def hit(self, op: str, path: str, mode: str | None = None, data=None) -> bool:
         if op != self.op or not self.matches(path):
+            return False
+        if self.contains is not None and (data is None or self.contains.encode() not in bytes(data)):
             return False
         if self.mode is not None and mode != self.mode:
             return False
@@ -72,9 +80,9 @@ def install(rules: list[Rule]) -> None:
     real_pwrite, real_write, real_fsync = os.pwrite, os.write, os.fsync
     real_ftruncate, real_replace = os.ftruncate, os.replace
 
-    def first_hit(op: str, path: str, mode: str | None = None) -> Rule | None:
+    def first_hit(op: str, path: str, mode: str | None = None, data=None) -> Rule | None:
         for rule in rules:
-            if rule.hit(op, path, mode):
+            if rule.hit(op, path, mode, data):
                 return rule
         return None
 
@@ -104,8 +112,12 @@ def install(rules: list[Rule]) -> None:
                 # Zeros over bytes just written need no new blocks: a full disk still takes
                 # them (what undoing a short write does).
                 return real(fd, data, *rest)
-            rule = first_hit(op, name)
+            rule = first_hit(op, name, data=data)
             if rule is not None:
+                if rule.kill:
+                    done = real(fd, data, *rest)
+                    os.kill(os.getpid(), signal.SIGKILL)
+                    return done
                 if rule.short is not None and rule.seen == rule.nth:
                     size = min(rule.short, len(data))
                     return real(fd, memoryview(data)[:size], *rest) if size else 0
@@ -116,6 +128,9 @@ def install(rules: list[Rule]) -> None:
     def fake_fsync(fd):
         rule = first_hit("fsync", paths.get(fd, ""))
         if rule is not None:
+            if rule.kill:
+                real_fsync(fd)
+                os.kill(os.getpid(), signal.SIGKILL)
             raise rule.error(paths.get(fd, ""))
         return real_fsync(fd)
 
