@@ -18,8 +18,9 @@ Exactly once, kill -9 included. Every output (delivery or re-put) goes through t
 ``publish`` makes the commit log durable, then the timer log and the wheel, then renames in
 ``config/rmqdelay.timer.json`` (where the timer state is exact: commit log offset X, timer log
 end) and ``config/timercheck`` together. A run that finds its own state file replays: units past
-the published timer log end are adopted (they belong, in order, to the queue entries after the
-published queue offset), and the outputs in the commit log past X are matched, by everything
+the published timer log end are adopted (each by the queue entry after the published queue
+offset whose record - offset and size - it points at; a unit is only ever appended for a record
+already written to the commit log file), and the outputs in the commit log past X are matched, by everything
 but the clock, against what the engine puts again - each found one is not put twice. Its
 write clock is at least the newest TIMER_DEQUEUE_MS found there, so it reaches every slot the
 killed run had read.
@@ -218,7 +219,8 @@ class TimerEngine:
         self._appended: dict[int, _Entry] = {}  # rmq_sys_wheel_timer units this run put (rolls)
         self._messages: dict[int, Message] = {}  # what those records hold, by commit log offset
         self._replay: dict[tuple, list[int]] = {}  # outputs past the published state: key -> offsets
-        self._leftovers: deque[TimerLogUnit] = deque()
+        # units past the published timer log end, by the commit log offset they point at
+        self._leftovers: dict[int, deque[TimerLogUnit]] = {}
         self._metric_steps = 0
         self._write_floor = 0
         self._dry_units: dict[int, TimerLogUnit] = {}
@@ -308,7 +310,7 @@ class TimerEngine:
                     self._torn = pos  # a unit cut short by a kill: its tail is zeros
                     self._torn_range = (pos, min(pos + UNIT_SIZE, file_start + probe.file_size))
                     break
-                self._leftovers.append(unit)
+                self._leftovers.setdefault(unit.offsetPy, deque()).append(unit)
                 pos += UNIT_SIZE
         finally:
             probe.close()
@@ -335,7 +337,7 @@ class TimerEngine:
         self._write_floor = self._floor(newest)
         if found or self._leftovers:
             yield TimerNotice("replay", f"after the published timer state: {found} timer output(s) in the commit "
-                                        f"log past offset {start} and {len(self._leftovers)} timer log unit(s); "
+                                        f"log past offset {start} and {self._leftover_count} timer log unit(s); "
                                         f"matched as the engine runs again, none put twice")
 
     def _horizon_notice(self) -> Iterator[TimerEvent]:
@@ -471,7 +473,7 @@ class TimerEngine:
             yield TimerNotice("replay", f"{sum(map(len, self._replay.values()))} timer output(s) after the published state "
                                         f"matched nothing this run put again; left as they are")
         if self._leftovers:
-            yield TimerNotice("replay", f"{len(self._leftovers)} timer log unit(s) after the published end matched "
+            yield TimerNotice("replay", f"{self._leftover_count} timer log unit(s) after the published end matched "
                                         f"no queue entry; left as they are")
         self._replay.clear()
         self._leftovers.clear()
@@ -492,7 +494,7 @@ class TimerEngine:
         clock that run had."""
         if entry.offsetPy < self.replay_from or entry.offsetPy in self._reput_slots:
             return False
-        if self._leftovers and self._leftovers[0].offsetPy == entry.offsetPy:
+        if self._leftover_for(entry) is not None:
             return False
         if self.read_ms >= self._write_floor:
             return False
@@ -530,12 +532,14 @@ class TimerEngine:
         return self.write_ms
 
     def _enqueue(self, qoff: int, entry: _Entry) -> Iterator[TimerEvent]:
-        if self._leftovers and self._leftovers[0].offsetPy == entry.offsetPy:
-            self._adopt(self._leftovers.popleft())
+        if self._leftover_for(entry) is not None:
+            # The unit the killed run appended for this entry (a resume marker's too: it
+            # was in that run's wheel, in a slot read already).
+            units = self._leftovers[entry.offsetPy]
+            self._adopt(units.popleft())
+            if not units:
+                del self._leftovers[entry.offsetPy]
             return
-        while self._leftovers and self._leftovers[0].magic == MAGIC_NEUTRAL \
-                and self._leftovers[0].slotTimeMs < self.read_ms:
-            self._leftovers.popleft()  # a resume marker of the killed run's publish
         try:
             msg = self._message(entry.offsetPy, entry.size)
         except StoreReadError:
@@ -572,9 +576,31 @@ class TimerEngine:
         if is_delete:
             magic |= TIMER_MAGIC_DELETE
         real_topic = props.get(PROPERTY_REAL_TOPIC)
+        self._written_before_unit(entry.offsetPy)
         self._append_unit(magic, write_ms, slot_ms, entry.offsetPy, entry.size,
                           java_string_hash(real_topic) if real_topic is not None else 0)
         self._count(real_topic, -1 if is_delete else 1)
+
+    def _written_before_unit(self, offset_py: int) -> None:
+        """A unit may only point at a record in the commit log file: the broker enqueues
+        what its consume queue shows. A re-put of this run (a roll) may still wait in the
+        writer's buffer; written out first, or a kill between the two leaves a unit pointing
+        where the rerun writes something else."""
+        if self.writer is not None and not self.dry_run and offset_py >= self.writer.flushed_end:
+            self.writer.flush()
+
+    def _leftover_for(self, entry: _Entry) -> TimerLogUnit | None:
+        """The unit past the published end that the killed run appended for this entry: the
+        same record (offset and size), whatever came between; a unit for another record
+        stays out of the wheel."""
+        units = self._leftovers.get(entry.offsetPy)
+        if units and units[0].sizePy == entry.size:
+            return units[0]
+        return None
+
+    @property
+    def _leftover_count(self) -> int:
+        return sum(map(len, self._leftovers.values()))
 
     def _append_unit(self, magic: int, write_ms: int, slot_ms: int, offset_py: int, size_py: int,
                      topic_hash: int) -> int:
@@ -726,7 +752,7 @@ class TimerEngine:
             end = self.log.end
             neutralised = self._neutralise(read_pub)
             self._mark_resume_point(read_pub)
-            if neutralised or self.log.end != end:
+            if neutralised or self.log.end != end or self.wheel.dirty:
                 commit_log_offset = self.writer.end_offset
                 self.log.sync()
                 self.wheel.sync()
@@ -778,6 +804,11 @@ class TimerEngine:
             rest = [u for u in units if not self._is_marker_record(u, t)]
             if rest:
                 todo.append((t, rest, neutral[0] if neutral else None))
+            else:
+                # Neutralised by a run killed before its wheel was written: the count too.
+                slot = self.wheel.get(t)
+                if slot is not None and slot.num != -len(units):
+                    self.wheel.put(t, slot.firstPos, slot.lastPos, -len(units), slot.magic)
         if not todo:
             return 0
         targets: dict[int, tuple[int, int, int]] = {}
