@@ -334,3 +334,26 @@ def test_records_sealed_with_the_crc_property_verify_clean_and_a_changed_byte_is
     record = (store / "commitlog" / f"{0:020d}").read_bytes()[positions[1]:positions[2]]
     assert p["kind"] == "prop-crc" and p["offset"] == positions[2] - propcrc.CRC32_RESERVED_LEN
     assert str(propcrc.record_crc(record)) in p["expected"] and result.code == 1
+
+
+def test_units_read_ahead_of_the_wall_clock_beyond_the_wheels_span_are_no_fault(capsys, store_copy):
+    """`run --now` ahead of the wall clock turns the units of the slots it read ahead into
+    delete units (the checkpoint stays at the wall clock). One due more than the wheel's 14
+    days after the checkpoint is in no slot the broker reads from there, but the broker
+    would put nothing for it anyway: not a unit lost from its chain."""
+    import time
+
+    from rmqdelay.store.writer import NewMessage, StoreWriter
+
+    store = store_copy("timer-fresh")
+    wall = int(time.time() * 1000)
+    due = wall // 1000 * 1000 + 15 * 86_400_000 + 500
+    with StoreWriter(store) as w:
+        w.put(NewMessage("rmq_sys_wheel_timer", 0, b"far", {
+            "TIMER_DELIVER_MS": str(due), "UNIQ_KEY": "0A0A0008000000000000000000000001",
+            "TIMER_OUT_MS": str(due // 1000 * 1000), "REAL_TOPIC": "TimerTopic", "REAL_QID": "0"}))
+    for now in (due - 86_400_000, 4_102_444_800_000):  # enqueued a day before, then read
+        result = run_cli(capsys, "run", store, "--until-empty", "--now", str(now))
+        assert result.code == 0, result.err
+    code, lines, result = verify(capsys, store, int(time.time() * 1000))
+    assert faults(lines) == [] and code == 0, result.out

@@ -390,10 +390,18 @@ def _chains(ts: TimerStore, units: np.ndarray, slots: np.ndarray) -> Iterator[Ti
             yield TimerProblem(SLOT_COUNT, wheel, index * SLOT_SIZE + 24,
                                f"slot {index} ({t}) with num {n} (non-delete minus delete units of its chain), "
                                f"found {int(s['num'])}", timerLogOffset=last)
-    # Pending units whose slot does not hold their time: the dequeue never reads them.
+    # Pending units whose slot does not hold their time: the dequeue never reads them. A
+    # delete unit only where its slot holds its time but points outside the log (its target,
+    # sharing its slot time, is cut off with it): anywhere else the broker would put nothing
+    # for it whether it reads it or not. Slots read ahead of the wall clock leave such units
+    # (neutralised into delete units) beyond a 14-day wheel from the checkpoint, or under a
+    # later time that took their wheel index as the broker's own enqueue takes it
+    # (TimerWheel.getSlot reads another time as empty).
     held = {int(t) for t, ok in zip(slot_times, live & ~bad_slot) if ok}
+    broken = {int(t) for t, bad in zip(slot_times, bad_slot) if bad}
+    delete = (units["magic"] & TIMER_MAGIC_DELETE) != 0
     pending = np.flatnonzero(slot >= read_ms)
-    lost = [r for r in pending if int(slot[r]) not in held]
+    lost = [r for r in pending if int(slot[r]) not in held and (not delete[r] or int(slot[r]) in broken)]
     for row in lost:
         yield _unit_problem(ts, UNIT_NOT_IN_CHAIN, units[row],
                             f"a pending unit in its slot's chain (slot time {int(slot[row])}), found the slot "
