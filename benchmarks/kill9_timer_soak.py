@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(check.duplicated)}, misrouted {len(check.misrouted)}")
     print(f"delay messages: {check.delay_delivered} of {check.delay_parked} delivered once")
     print(f"verify and broker-resume problems: {len(check.problems)}")
-    for line in (check.lost[:5] + check.duplicated[:5] + check.problems[:10]):
+    for line in (["lost " + line for line in check.lost_lines()[:5]] + check.duplicated[:5] + check.problems[:10]):
         print("  " + line)
     ok = not (check.lost or check.duplicated or check.misrouted or check.problems) \
         and check.delivered + check.cancelled == check.parked and check.delay_delivered == check.delay_parked

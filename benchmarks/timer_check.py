@@ -43,6 +43,10 @@ class TimerCheck:
     delay_parked: int = 0
     delay_delivered: int = 0
     problems: list[str] = field(default_factory=list)
+    why: dict[str, str] = field(default_factory=dict)  # a lost message: where its trail ends
+
+    def lost_lines(self) -> list[str]:
+        return [f"{key}: {self.why.get(key, '?')}" for key in self.lost]
 
 
 def is_marker(props: dict) -> bool:
@@ -61,6 +65,7 @@ def check_timer_store(path: Path, *, drained: bool = True, strict_cancel: bool =
     delivered: Counter = Counter()
     delay_parked: set[str] = set()
     delay_delivered: Counter = Counter()
+    trail: dict[str, list[tuple[int, int, str]]] = {}  # key -> its rmq_sys_wheel_timer records
     with Store(path) as store:
         for rec in store.commitlog.records():
             p = rec.properties
@@ -68,6 +73,10 @@ def check_timer_store(path: Path, *, drained: bool = True, strict_cancel: bool =
             if rec.topic == RMQ_SYS_WHEEL_TIMER_TOPIC:
                 if is_marker(p):
                     continue
+                kind = "cancellation" if PROPERTY_TIMER_DEL_UNIQKEY in p else (
+                    f"re-put {p[PROPERTY_TIMER_ROLL_TIMES]}" if PROPERTY_TIMER_ROLL_TIMES in p else "parked")
+                trail.setdefault(f"{p.get(PROPERTY_REAL_TOPIC)}+{uniq}", []).append(
+                    (rec.commitLogOffset, rec.storeSize, f"{kind} TIMER_OUT_MS {p.get(PROPERTY_TIMER_OUT_MS)}"))
                 if PROPERTY_TIMER_DEL_UNIQKEY in p:
                     if PROPERTY_TIMER_ROLL_TIMES not in p:
                         cancels.add((p[PROPERTY_TIMER_DEL_UNIQKEY], p.get(PROPERTY_TIMER_OUT_MS)))
@@ -92,6 +101,10 @@ def check_timer_store(path: Path, *, drained: bool = True, strict_cancel: bool =
                                if not p.advisory]
             if drained:
                 check.problems += broker_would_put(store, ts, now)
+            lost_keys = [k for k, p in parked.items() if delivered[k] == 0
+                         and (k, p.get(PROPERTY_TIMER_OUT_MS)) not in cancels]
+            if lost_keys:
+                check.why = explain_lost(ts, {k: trail.get(k, []) for k in lost_keys})
     check.parked = len(parked)
     check.delay_parked = len(delay_parked)
     for key, p in parked.items():
@@ -109,6 +122,50 @@ def check_timer_store(path: Path, *, drained: bool = True, strict_cancel: bool =
     check.delay_delivered = sum(1 for k in delay_parked if delay_delivered[k] == 1)
     check.duplicated += [k for k in delay_parked if delay_delivered[k] > 1]
     return check
+
+
+def explain_lost(ts: TimerStore, trails: dict[str, list[tuple[int, int, str]]]) -> dict[str, str]:
+    """Where the trail of each lost message ends: its records in rmq_sys_wheel_timer (parked,
+    re-puts, cancellations) and, for each, the timer log units pointing at it - slot time,
+    magic, sizePy - and whether the wheel's chain of that slot reaches the unit."""
+    units = ts.log.units()
+    by_py: dict[int, list] = {}
+    wanted = {off for trail in trails.values() for off, _, _ in trail}
+    for u in units:
+        if int(u["offsetPy"]) in wanted:
+            by_py.setdefault(int(u["offsetPy"]), []).append(u)
+    cp = ts.checkpoint()
+    p = ts.config.precisionMs
+
+    def reached(slot_ms: int, pos: int) -> str:
+        slot = ts.wheel.slot(slot_ms)
+        at, steps = slot.lastPos, 0
+        while at >= 0 and steps < 1_000_000:
+            if at == pos:
+                return "in its slot's chain"
+            try:
+                at = ts.log.unit_at(at).prevPos
+            except Exception:  # noqa: BLE001 - a diagnostic: say where the walk stopped
+                return f"not reached (the chain breaks at {at})"
+            steps += 1
+        return "in no chain (the wheel slot holds another time)" if slot.lastPos < 0 else "not in its slot's chain"
+
+    out: dict[str, str] = {}
+    for key, trail in trails.items():
+        parts = []
+        for off, size, what in trail:
+            found = by_py.get(off, [])
+            if not found:
+                parts.append(f"{what} at {off}: no timer log unit points at it")
+                continue
+            for u in found:
+                slot_ms = int(u["currWriteTime"]) + int(u["delayedTime"])
+                size_note = "" if int(u["sizePy"]) == size else f", sizePy {int(u['sizePy'])} != record {size}"
+                read = "read" if cp is not None and slot_ms < cp.lastReadTimeMs else "pending"
+                parts.append(f"{what} at {off}: unit {int(u['offset'])} slot {slot_ms} ({read}) magic "
+                             f"{int(u['magic'])}{size_note}, {reached(slot_ms // p * p, int(u['offset']))}")
+        out[key] = "; ".join(parts) if parts else "no record of it in rmq_sys_wheel_timer"
+    return out
 
 
 def broker_would_put(store: Store, ts: TimerStore, now_ms: int) -> list[str]:

@@ -193,7 +193,10 @@ def test_kill_9_on_a_timer_store_delivers_every_timer_message_exactly_once(store
     done = subprocess.run(run_cli(path), capture_output=True)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     check = check_timer_store(path, strict_cancel=False)
-    assert check.problems == [] and check.lost == [] and check.duplicated == [] and check.misrouted == []
+    # Each failure names the message and where its trail (records, units, chains) ends.
+    assert check.lost == [], check.lost_lines()
+    assert check.duplicated == [] and check.misrouted == [], (check.duplicated, check.misrouted)
+    assert check.problems == [], check.problems[:10]
     assert check.parked == 1160 + stats["parked"]
     assert check.delivered + check.cancelled == check.parked
     assert check.delay_delivered == check.delay_parked == 305
