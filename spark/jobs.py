@@ -22,6 +22,7 @@ from pyspark import StorageLevel
 from pyspark.rdd import RDD
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from rmqdelay.formats.constants import RMQ_SYS_SCHEDULE_TOPIC
 from rmqdelay.formats.scan import MESSAGE_SCHEMA
 
 from rmqdelay.analysis import AnalysisResult, StoreRef, check_stores, checked_request
@@ -232,7 +233,28 @@ _LATENESS_ROWS = pa.schema([
 
 
 def _records_with_units(rows: pa.Table, units: pa.Table) -> pa.Table:
-    schedule, copies = embedded_lateness.with_units(rows, units)
+    """embedded_lateness.with_units on one file's rows and the units that point into it (one
+    store), as one table of ``_LATENESS_ROWS``: the same rows, joined by offset in numpy."""
+    stores = pc.unique(pa.concat_arrays([pc.unique(rows.column("store")).cast(pa.string()),
+                                         pc.unique(units.column("store")).cast(pa.string())]))
+    is_schedule = pc.equal(rows.column("topic"), RMQ_SYS_SCHEDULE_TOPIC)
+    if len(stores) > 1:
+        schedule, copies = embedded_lateness.with_units(rows, units)
+    else:
+        schedule = rows.filter(is_schedule)
+        copies = rows.filter(pc.invert(is_schedule))
+        # Every (record, unit) pair of one offset, as the inner join gives them.
+        unit_offsets = units.column("commitlog_offset").to_numpy()
+        order = np.argsort(unit_offsets, kind="stable")
+        unit_offsets = unit_offsets[order]
+        offsets = schedule.column("commitlog_offset").to_numpy()
+        first = np.searchsorted(unit_offsets, offsets, side="left")
+        count = np.searchsorted(unit_offsets, offsets, side="right") - first
+        record = np.repeat(np.arange(len(offsets)), count)
+        unit = order[np.repeat(first - np.cumsum(count) + count, count) + np.arange(int(count.sum()))]
+        schedule = schedule.take(pa.array(record))
+        schedule = (schedule.append_column("level", units.column("level").take(pa.array(unit)))
+                    .append_column("deliver_ms", units.column("deliver_ms").take(pa.array(unit))))
 
     def part(table: pa.Table, is_schedule: bool) -> pa.Table:
         n = table.num_rows
@@ -242,6 +264,59 @@ def _records_with_units(rows: pa.Table, units: pa.Table) -> pa.Table:
         return pa.table(columns, schema=_LATENESS_ROWS)
 
     return pa.concat_tables([part(schedule, True), part(copies, False)])
+
+
+def _codes(*columns: pa.ChunkedArray) -> tuple[np.ndarray, int]:
+    """Dense codes of the values of ``columns`` taken end to end (one dictionary: equal values,
+    equal codes), -1 for a null; and how many distinct values there are."""
+    joined = pa.chunked_array([chunk for column in columns for chunk in column.chunks], type=columns[0].type)
+    joined = joined.combine_chunks()
+    encoded = pc.dictionary_encode(joined)
+    return pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64), len(encoded.dictionary)
+
+
+def _match(schedule: pa.Table, copies: pa.Table) -> pa.Table:
+    """embedded_lateness.match, the same rows (unsorted), on one partition: the key (store,
+    UNIQ_KEY, real topic, reconsume times) packed into one exact 64-bit code per row (each
+    column dictionary-encoded over the partition, the codes combined positionally, so two
+    keys share a code only when they are equal), and the copies folded and looked up in numpy.
+    A key with a null never matches, as in the join. Falls back to the embedded match when the
+    codes would not fit in 64 bits."""
+    copies = copies.filter(pc.is_valid(copies.column("uniq_key")))
+    n_schedule = schedule.num_rows
+    key = np.zeros(n_schedule + copies.num_rows, dtype=np.int64)
+    valid = np.ones(len(key), dtype=bool)
+    span = 1
+    for name in embedded_lateness._KEY:
+        codes, distinct = _codes(schedule.column(name), copies.column(name))
+        distinct = max(distinct, 1)
+        if span > (1 << 62) // distinct:
+            return embedded_lateness.match(schedule, copies)
+        span *= distinct
+        key = key * distinct + np.maximum(codes, 0)
+        valid &= codes >= 0
+    wanted, copy_keys = key[:n_schedule], key[n_schedule:]
+    stamps = copies.column("store_timestamp").to_numpy(zero_copy_only=False)
+    copy_keys, stamps = copy_keys[valid[n_schedule:]], stamps[valid[n_schedule:]]
+    order = np.argsort(copy_keys, kind="stable")
+    keys, first, counts = np.unique(copy_keys[order], return_index=True, return_counts=True)
+    earliest = np.minimum.reduceat(stamps[order], first) if len(keys) else np.zeros(0, dtype=np.int64)
+    at = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
+    hit = valid[:n_schedule] & (keys[at] == wanted if len(keys) else False)
+    actual = pa.array(np.where(hit, earliest[at] if len(keys) else 0, 0), mask=~hit, type=pa.int64())
+    intended = schedule.column("deliver_ms")
+    return pa.table({
+        "store": schedule.column("store"),
+        "level": schedule.column("level"),
+        "real_topic": schedule.column("real_topic"),
+        "uniq_key": schedule.column("uniq_key"),
+        "reconsume_times": schedule.column("reconsume_times"),
+        "schedule_offset": schedule.column("commitlog_offset"),
+        "intended_ms": intended,
+        "actual_ms": actual,
+        "deliveries": pa.array(np.where(hit, counts[at] if len(keys) else 0, 0).astype(np.int64)),
+        "lateness_ms": pc.subtract(actual, intended),
+    }, schema=embedded_lateness.MESSAGES_SCHEMA)
 
 
 def _lateness_buckets(partitions: int) -> Callable[[pa.Table], np.ndarray]:
@@ -277,7 +352,7 @@ def _lateness(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: d
     def match(keyed: Iterator[tuple[int, bytes]]) -> Iterator[tuple[str, bytes]]:
         rows = blocks.table((block for _, block in keyed), _LATENESS_ROWS)
         is_schedule = rows.column("is_schedule")
-        messages = embedded_lateness.match(rows.filter(is_schedule), rows.filter(pc.invert(is_schedule)))
+        messages = _match(rows.filter(is_schedule), rows.filter(pc.invert(is_schedule)))
         yield _HISTOGRAM, blocks.block(embedded_lateness.histogram(messages, at_ms))
         if with_messages:
             yield _MESSAGES, blocks.block(messages)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.accumulators import AccumulatorParam
 from pyspark.rdd import RDD
 from pyspark.sql import DataFrame, SparkSession
@@ -28,6 +29,7 @@ from rmqdelay.store.scan import (
     Skipped,
     commitlog_files,
     scan_commitlog_file,
+    schedule_unit_ranges,
     schedule_units,
 )
 
@@ -120,40 +122,26 @@ def keyed_blocks(spark: SparkSession, stores: list[StoreRef], columns: list[str]
     meets its unit where its file is decoded, and a task holds one file's rows and units.
     """
     tasks = commitlog_tasks(stores)
-    sc = spark.sparkContext
-    n = max(len(tasks), 1)
-    files = sc.parallelize([(i, task) for i, task in enumerate(tasks)], n)
+    work = [(store, path, None, None, None) for store, path in tasks]
     if join is not None:
-        starts: dict[str, list[int]] = {}  # each store's files: where each starts in its log
-        indexes: dict[str, list[int]] = {}  # and which task reads it
-        for i, (store, path) in enumerate(tasks):
-            starts.setdefault(store, []).append(int(Path(path).name))
-            indexes.setdefault(store, []).append(i)
-
-        def read_units(names: Iterator[tuple[str, str]]) -> Iterator[tuple[int, bytes]]:
-            for name, path in names:
-                with Store(path) as store:
-                    units = schedule_units(store, name).select(UNIT_COLUMNS).combine_chunks()
-                file_starts = np.asarray(starts.get(name, []), dtype=np.int64)
-                at = np.searchsorted(file_starts, units.column("commitlog_offset").to_numpy(), side="right") - 1
-                task_of = np.asarray(indexes.get(name, [-1]), dtype=np.int64)
-                # A unit before the first file has no record to meet: left out (-1).
-                yield from blocks.split(units, np.where(at >= 0, task_of[np.maximum(at, 0)], -1), n)
-
-        names = [(ref.name, str(ref.path)) for ref in stores]
-        units = sc.parallelize(names, max(len(names), 1)).mapPartitions(read_units)
-        files = files.union(units).partitionBy(n, blocks.partition_of)
+        work = []
+        paths = {ref.name: str(ref.path) for ref in stores}
+        by_store: dict[str, list[str]] = {}
+        for store, path in tasks:
+            by_store.setdefault(store, []).append(path)
+        for store, files in by_store.items():
+            starts = [int(Path(path).name) for path in files]
+            with Store(paths[store]) as opened:
+                ranges = schedule_unit_ranges(opened, starts)
+            ends = [*starts[1:], None]
+            work += [(store, path, (paths[store], start, end), ranges[i], None)
+                     for i, (path, start, end) in enumerate(zip(files, starts, ends))]
+    files = spark.sparkContext.parallelize(work, max(len(work), 1))
     schema = pa.schema([MESSAGE_SCHEMA.field(c) for c in columns])
     unit_schema = pa.schema([SCHEDULE_UNIT_SCHEMA.field(c) for c in UNIT_COLUMNS])
 
-    def decode(work: Iterator[tuple[int, object]]) -> Iterator[tuple[int, bytes]]:
-        file_tasks, unit_blocks = [], {}
-        for i, item in work:
-            if isinstance(item, bytes):
-                unit_blocks.setdefault(i, []).append(item)
-            else:
-                file_tasks.append((i, item))
-        for i, (store, path) in file_tasks:
+    def decode(work: Iterator[tuple]) -> Iterator[tuple[int, bytes]]:
+        for store, path, where, ranges, _ in work:
             parts = []
             try:
                 for records in scan_commitlog_file(path, store):
@@ -165,7 +153,14 @@ def keyed_blocks(spark: SparkSession, stores: list[StoreRef], columns: list[str]
                 problems.add((store, path, exc.offset, size - (exc.offset or 0), exc.expected))
             rows = pa.Table.from_batches(parts, schema=schema)
             if join is not None:
-                rows = join(rows, blocks.table(unit_blocks.pop(i, []), unit_schema))
+                store_path, start, end = where
+                with Store(store_path) as opened:
+                    units = schedule_units(opened, store, ranges).select(UNIT_COLUMNS)
+                offsets = units.column("commitlog_offset")
+                inside = pc.greater_equal(offsets, start)
+                if end is not None:
+                    inside = pc.and_(inside, pc.less(offsets, end))
+                rows = join(rows, units.filter(inside).cast(unit_schema))
             if rows.num_rows:
                 yield from blocks.split(rows, bucket_of(rows), partitions)
 

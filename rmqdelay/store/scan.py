@@ -26,7 +26,7 @@ from rmqdelay.store.fileio import map_for_read
 
 __all__ = [
     "MESSAGE_SCHEMA", "SCHEDULE_UNIT_SCHEMA", "Skipped", "scan_commitlog_file", "commitlog_files",
-    "schedule_units", "delay_offsets", "consumer_offsets", "retry_queue_max_offsets",
+    "schedule_units", "schedule_unit_ranges", "delay_offsets", "consumer_offsets", "retry_queue_max_offsets",
 ]
 
 SCHEDULE_UNIT_SCHEMA = pa.schema([
@@ -131,13 +131,22 @@ def _size_or_zero(path: Path) -> int:
         return 0
 
 
-def schedule_units(store: Store, store_name: str) -> pa.Table:
-    """Every unit of ``SCHEDULE_TOPIC_XXXX/*``: level = queue id + 1, deliver_ms = tagsCode."""
+def schedule_units(store: Store, store_name: str, ranges: dict[int, tuple[int, int]] | None = None) -> pa.Table:
+    """Every unit of ``SCHEDULE_TOPIC_XXXX/*``: level = queue id + 1, deliver_ms = tagsCode.
+
+    ``ranges``: only the units [first, stop) of the levels it names (within each queue's
+    min and max offsets), as ``schedule_unit_ranges`` gives them."""
     parts = []
     for queue_id in store.topics().get(RMQ_SYS_SCHEDULE_TOPIC, []):
+        if ranges is not None and queue_id + 1 not in ranges:
+            continue
         cq = store.schedule_queue(queue_id + 1)
-        first = cq.min_offset
-        units = cq.units(first, cq.max_offset)
+        first, stop = cq.min_offset, cq.max_offset
+        if ranges is not None:
+            first, stop = max(first, ranges[queue_id + 1][0]), min(stop, ranges[queue_id + 1][1])
+            if first >= stop:
+                continue
+        units = cq.units(first, stop)
         cq.check_deliver_times(units, first)
         real = units["size"] != _PRE_BLANK_SIZE
         n = len(units)
@@ -153,6 +162,34 @@ def schedule_units(store: Store, store_name: str) -> pa.Table:
     if not parts:
         return SCHEDULE_UNIT_SCHEMA.empty_table()
     return pa.concat_tables(parts)
+
+
+def schedule_unit_ranges(store: Store, file_starts: list[int]) -> list[dict[int, tuple[int, int]]]:
+    """For each commit log file (``file_starts``, ascending), the units of each schedule level
+    that may point into it, as {level: (first, stop)} logical ranges: a queue's units are
+    appended in commit log order, so a file's units are one run of each queue, found by
+    bisection; a queue whose offsets go back anywhere is given whole to every file. A reader
+    still keeps only the units that point into its file."""
+    out: list[dict[int, tuple[int, int]]] = [{} for _ in file_starts]
+    for queue_id in store.topics().get(RMQ_SYS_SCHEDULE_TOPIC, []):
+        cq = store.schedule_queue(queue_id + 1)
+        first, stop = cq.min_offset, cq.max_offset
+        if first >= stop:
+            continue
+        units = cq.units(first, stop)
+        raw = units["commitLogOffset"].astype(np.int64)
+        real = units["size"] != _PRE_BLANK_SIZE
+        if (np.diff(raw[real]) < 0).any():
+            for bounds in out:
+                bounds[queue_id + 1] = (first, stop)
+            continue
+        # A pre-blank unit stands for nothing: it takes the offset before it.
+        offsets = np.maximum.accumulate(np.where(real, raw, np.iinfo(np.int64).min))
+        cuts = [first, *(first + np.searchsorted(offsets, file_starts[1:], side="left")).tolist(), stop]
+        for index, bounds in enumerate(out):
+            if cuts[index] < cuts[index + 1]:
+                bounds[queue_id + 1] = (int(cuts[index]), int(cuts[index + 1]))
+    return out
 
 
 def delay_offsets(store: Store) -> dict[int, int]:

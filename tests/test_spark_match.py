@@ -1,0 +1,89 @@
+"""The matching the Spark tasks of lateness do (exact integer codes of the keys, numpy
+lookups) gives the embedded engine's rows, whatever the keys hold: nulls, repeats, copies of
+another store or topic, several units for one record."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from conftest import SAMPLES
+
+from rmqdelay.analysis import lateness as embedded
+from rmqdelay.analysis.common import sort_table
+from rmqdelay.store import Store
+from rmqdelay.store.scan import commitlog_files, schedule_unit_ranges, schedule_units
+
+pytest.importorskip("pyspark")
+from rmqdelay.spark import jobs  # noqa: E402
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+
+
+def _column(rng, values, n, type_=pa.string(), nulls=0.15):
+    return pa.array([None if rng.random() < nulls else values[rng.integers(0, len(values))] for _ in range(n)],
+                    type=type_)
+
+
+def _rows(rng, n):
+    """Commit log rows of one store as lateness reads them: schedule records and copies."""
+    is_schedule = rng.random(n) < 0.5
+    return pa.table({
+        "store": pa.array(["s"] * n, pa.string()),
+        "commitlog_offset": pa.array(rng.permutation(n) * 100, pa.int64()),
+        "topic": pa.array(np.where(is_schedule, SCHEDULE_TOPIC, "T"), pa.string()),
+        "store_timestamp": pa.array(rng.integers(0, 1000, n), pa.int64()),
+        "reconsume_times": _column(rng, [0, 1], n, pa.int32(), nulls=0.05),
+        "uniq_key": _column(rng, ["k1", "k2", "k3", "k4"], n),
+        "delay_level": pa.array(np.full(n, 3), pa.int32()),
+        "real_topic": _column(rng, ["T", "U"], n, nulls=0.05),
+    })
+
+
+def _units(rng, rows):
+    """Units of some of the schedule records, now and then two for one record."""
+    offsets = rows.column("commitlog_offset").to_numpy()
+    picked = offsets[rng.random(len(offsets)) < 0.8]
+    picked = np.concatenate([picked, picked[rng.random(len(picked)) < 0.1]])
+    n = len(picked)
+    return pa.table({"store": pa.array(["s"] * n, pa.string()), "commitlog_offset": pa.array(picked, pa.int64()),
+                     "level": pa.array(rng.integers(1, 19, n), pa.int32()),
+                     "deliver_ms": pa.array(rng.integers(0, 1000, n), pa.int64())})
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_spark_matching_gives_the_embedded_rows(seed):
+    rng = np.random.default_rng(seed)
+    rows = _rows(rng, int(rng.integers(0, 60)))
+    units = _units(rng, rows)
+    schedule, copies = embedded.with_units(rows, units)
+    expected = sort_table(embedded.match(schedule, copies), ["level", "schedule_offset", "intended_ms"])
+
+    joined = jobs._records_with_units(rows, units)
+    on_spark = joined.filter(joined.column("is_schedule"))
+    got = jobs._match(on_spark, joined.filter(pa.compute.invert(joined.column("is_schedule"))))
+    assert sort_table(got, ["level", "schedule_offset", "intended_ms"]).equals(expected)
+
+
+def test_each_file_task_reads_the_units_of_its_file_and_together_all_of_them():
+    """generated-small spreads over several commit log files: the unit ranges the driver
+    hands each file's task, kept to that file, give every schedule unit once."""
+    path = SAMPLES / "generated-small" / "store"
+    files = commitlog_files(path)
+    starts = [int(p.name) for p in files]
+    assert len(starts) > 1
+    with Store(path) as store:
+        everything = schedule_units(store, "s")
+        ranges = schedule_unit_ranges(store, starts)
+        parts = []
+        for i, start in enumerate(starts):
+            units = schedule_units(store, "s", ranges[i])
+            offsets = units.column("commitlog_offset")
+            inside = pa.compute.greater_equal(offsets, start)
+            if i + 1 < len(starts):
+                inside = pa.compute.and_(inside, pa.compute.less(offsets, starts[i + 1]))
+            parts.append(units.filter(inside))
+            # A task reads its own file's share, not the whole queue.
+            assert units.num_rows < everything.num_rows
+    order = ["level", "queue_offset"]
+    assert sort_table(pa.concat_tables(parts), order).equals(sort_table(everything, order))
