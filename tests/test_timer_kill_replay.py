@@ -6,6 +6,7 @@ every timer message delivered once, every unit in its slot's chain, slot counts 
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import sys
@@ -17,9 +18,22 @@ from test_faults import FAR, cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
+from rmqdelay.formats.constants import TIMER_MAGIC_DELETE
+from rmqdelay.formats.timerlog import UNIT_SIZE
+from rmqdelay.formats.timerwheel import (
+    SLOT_SIZE,
+    Slot,
+    build_slot,
+    parse_slot,
+    slot_index,
+)
 from timer_check import check_timer_store  # noqa: E402
 
+from rmqdelay.errors import StoreError
+from rmqdelay.store import Store
 from rmqdelay.store.writer import NewMessage, StoreWriter
+from rmqdelay.timer.files import TimerLogFiles
+from rmqdelay.timer.store import TimerStore
 
 BASE = 1795450290000  # timer-fresh's lastReadTimeMs
 DAY = 86_400_000
@@ -32,13 +46,13 @@ def timer_store(tmp_path, sample_store):
     return dest
 
 
-def park(path: Path, count: int, deliver_from: int, serial: int, *, born: int = BASE) -> None:
+def park(path: Path, count: int, deliver_from: int, serial: int, *, born: int = BASE, pad: int = 0) -> None:
     """Timer messages as the broker's put hook parks them in rmq_sys_wheel_timer."""
     with StoreWriter(path) as w:
         for i in range(count):
             deliver = deliver_from + 37 * i
             out = deliver // 1000 * 1000 - (1000 if deliver % 1000 == 0 else 0)
-            w.put(NewMessage("rmq_sys_wheel_timer", 0, f"parked {serial + i}".encode(), {
+            w.put(NewMessage("rmq_sys_wheel_timer", 0, f"parked {serial + i}".encode() + b"-" * pad, {
                 "TIMER_DELIVER_MS": str(deliver), "UNIQ_KEY": f"0A0A0007{serial + i:024X}",
                 "TIMER_OUT_MS": str(out), "REAL_TOPIC": "TimerTopic", "REAL_QID": str(i % 4)},
                 bornTimestamp=born))
@@ -85,3 +99,104 @@ def test_a_kill_after_the_slots_read_ahead_were_neutralised_but_before_the_wheel
                  faults=[{"op": "pwrite", "path": "/commitlog/", "contains": "resume-point", "kill": True}])
     assert killed.code == -signal.SIGKILL, killed.err
     assert_clean(timer_store, 1160 + 30)
+
+
+def lose_unsynced_records(store: Path) -> None:
+    """A power loss after the kill: the commit log records past the published timer state
+    (and their queue units) never reached the disk - the writer had written them, not
+    fsynced them - while the timer log units the run appended for them did."""
+    start = json.loads((store / "config" / "rmqdelay.timer.json").read_text())["commitLogOffset"]
+    for path in sorted((store / "commitlog").iterdir()):
+        base, size = int(path.name), path.stat().st_size
+        if base + size <= start:
+            continue
+        if base > start:
+            path.unlink()  # a file begun after it: none of it on disk
+            continue
+        with open(path, "r+b") as fh:
+            pos = max(start - base, 0)
+            while pos < size:
+                fh.seek(pos)
+                chunk = fh.read(1 << 20)
+                if not any(chunk):
+                    break
+                fh.seek(pos)
+                fh.write(bytes(len(chunk)))
+                pos += len(chunk)
+    for path in (store / "consumequeue").glob("*/*/*"):  # their queue units with them
+        data = bytearray(path.read_bytes())
+        for at in range(0, len(data) - 19, 20):
+            if int.from_bytes(data[at:at + 8], "big") >= start and any(data[at:at + 20]):
+                data[at:at + 20] = bytes(20)
+        path.write_bytes(bytes(data))
+
+
+def units_past_the_published_end(store: Path):
+    end = json.loads((store / "config" / "rmqdelay.timer.json").read_text())["timerLogEnd"]
+    with Store(store) as s:
+        ts = TimerStore(s)
+        precision, file_size = ts.config.precisionMs, ts.log.file_size
+        ts.close()
+    log = TimerLogFiles(store / "timerlog", file_size, end)
+    units = []
+    try:
+        while True:
+            try:
+                unit = log.read(end + len(units) * UNIT_SIZE)
+            except StoreError:
+                break
+            units.append(unit)
+    finally:
+        log.close()
+    return units, precision
+
+
+def wheel_points_at(store: Path, units, precision: int) -> None:
+    """The wheel as a run of an older rmqdelay could leave it: its slots written with the
+    units, before the records they point at were on disk."""
+    with open(store / "timerwheel", "r+b") as fh:
+        for unit in units:
+            t = unit.slotTimeMs
+            index = slot_index(t, precision)
+            fh.seek(index * SLOT_SIZE)
+            slot = parse_slot(fh.read(SLOT_SIZE), index, precision)
+            if slot.timeSlot != t // precision:
+                slot = Slot(index, t // precision, -1, -1, 0, 0, precision)
+            num = slot.num + (-1 if unit.magic & TIMER_MAGIC_DELETE else 1)
+            first = slot.firstPos if slot.firstPos != -1 else unit.offset
+            fh.seek(index * SLOT_SIZE)
+            fh.write(build_slot(Slot(index, t // precision, first, unit.offset, num, slot.magic, precision)))
+
+
+@pytest.mark.parametrize("wheel_written", [False, True], ids=["units-only", "wheel-too"])
+def test_units_whose_records_were_lost_and_overwritten_by_another_writer(timer_store, wheel_written):
+    """A run is killed after it appended timer log units for roll re-puts, and the re-puts'
+    records are lost (a power loss: the units reached the disk, the records did not; or a
+    store an older rmqdelay left). Another writer then parks messages where those records
+    were. The rerun adopts none of those units (their records are gone): it turns them into
+    delete units pointing at a marker due in their slot, keeps them in their slots' chains
+    with the slots' ends and counts right, and puts every message once."""
+    park(timer_store, 20, BASE + 2 * DAY + 7_000, 1)  # rolled: ROLL units a day ahead
+    first = run(timer_store, BASE)
+    assert first.code == 0, first.err
+    killed = run(timer_store, BASE + DAY + 2_000,
+                 faults=[{"op": "pwrite", "path": "/timerlog/", "nth": 8, "kill": True}])
+    assert killed.code == -signal.SIGKILL, killed.err
+    lose_unsynced_records(timer_store)
+    units, precision = units_past_the_published_end(timer_store)
+    assert len(units) == 8
+    if wheel_written:
+        wheel_points_at(timer_store, units, precision)
+    park(timer_store, 200, BASE + DAY + 60_000, 100, born=BASE + DAY, pad=4000)  # over the lost records
+    with Store(timer_store) as s:
+        framed = {r.commitLogOffset: r.storeSize for r in s.commitlog.records()}
+    assert any(framed.get(u.offsetPy) != u.sizePy and u.offsetPy < max(framed) for u in units)
+
+    again = run(timer_store, BASE + DAY + 2_000)
+    assert again.code == 0, again.err
+    check = check_timer_store(timer_store, drained=False, strict_cancel=False)
+    assert check.problems == [], check.problems[:5]
+    assert check.duplicated == [] and check.misrouted == []
+    verify = cli("inspect", "timer", timer_store, "--verify")
+    assert verify.code == 0, verify.out[-2000:] + verify.err
+    assert_clean(timer_store, 1160 + 220)

@@ -275,6 +275,7 @@ class TimerEngine:
         self.replay_from = state.commitLogOffset if ours else 0
         if ours:
             yield from self._collect_replay(state.commitLogOffset)
+            yield from self._settle_unadoptable()
         self._replaying = bool(self._replay) or bool(self._leftovers)
         self._heap = sorted({s.timeSlot * self.precision for s in self.wheel.slots.values()
                              if s.timeSlot * self.precision >= self.read_ms and s.lastPos >= 0})
@@ -472,11 +473,12 @@ class TimerEngine:
         if self._replay:
             yield TimerNotice("replay", f"{sum(map(len, self._replay.values()))} timer output(s) after the published state "
                                         f"matched nothing this run put again; left as they are")
-        if self._leftovers:
-            yield TimerNotice("replay", f"{self._leftover_count} timer log unit(s) after the published end matched "
-                                        f"no queue entry; left as they are")
-        self._replay.clear()
+        rest = [u for units in self._leftovers.values() for u in units]
         self._leftovers.clear()
+        if rest:
+            yield from self._settle(rest, "matched no queue entry")
+            self._consume_own_entries()
+        self._replay.clear()
         self._replaying = False
 
     def _enqueue_all(self) -> Iterator[TimerEvent]:
@@ -555,6 +557,8 @@ class TimerEngine:
             yield TimerSkipped(entry.offsetPy, f"TIMER_OUT_MS is not a number: {props.get(PROPERTY_TIMER_OUT_MS)!r} "
                                                f"(the broker's enqueue stops at it for good)", qoff)
             return
+        if PROPERTY_TIMER_DEL_UNIQKEY in props and "RMQDELAY" in props:
+            return  # one of rmqdelay's markers: the units pointing at it were written with it
         write_ms = self._entry_write_ms(entry.offsetPy, props, out)
         if out < write_ms:
             if PROPERTY_TIMER_DEL_UNIQKEY in props:
@@ -632,6 +636,96 @@ class TimerEngine:
                            slot.magic if slot is not None else 0)
         if t >= self.read_ms:
             heapq.heappush(self._heap, t)
+
+    def _settle_unadoptable(self) -> Iterator[TimerEvent]:
+        """Units past the published end that no queue entry of this run can adopt are settled
+        before anything is read or appended (see ``_settle``); the rest wait for their entry."""
+        stay: dict[int, deque[TimerLogUnit]] = {}
+        lost: list[TimerLogUnit] = []
+        for key, units in self._leftovers.items():
+            for unit in units:
+                if self._unadoptable(unit):
+                    lost.append(unit)
+                else:
+                    stay.setdefault(key, deque()).append(unit)
+        self._leftovers = stay
+        yield from self._settle(lost, "point at no record still to enqueue")
+
+    def _unadoptable(self, unit: TimerLogUnit) -> bool:
+        """A unit the killed run appended whose record is not an rmq_sys_wheel_timer entry
+        still to enqueue: the record was lost (still in that run's buffer, or not yet on disk
+        at a power loss) and the offset is past the log's end or holds another writer's
+        record now; or the unit is one of rmqdelay's neutral units (its record a marker)."""
+        try:
+            msg = self._message(unit.offsetPy, unit.sizePy)
+        except StoreReadError:
+            raise
+        except StoreError:
+            return True
+        if "RMQDELAY" in msg.properties:
+            return True
+        return msg.topic != RMQ_SYS_WHEEL_TIMER_TOPIC or msg.queueId != 0 or msg.queueOffset < self.queue_offset
+
+    def _settle(self, units: list[TimerLogUnit], why: str) -> Iterator[TimerEvent]:
+        """Units past the published end that no queue entry adopts. Each becomes what
+        ``_neutralise`` makes of a unit read ahead: a delete unit pointing at a cancellation
+        due in its slot that names no message (put and made durable first), so a broker
+        reading it puts nothing; and it joins its slot: its prevPos is the unit of its slot
+        the killed run appended before it, so the slot's lastPos, firstPos and num are set
+        from the chain, as the broker counts them. Nothing is cut: later units may chain
+        through it, and the wheel the killed run wrote may point at it."""
+        if not units:
+            return
+        yield TimerNotice("recovery", f"{len(units)} timer log unit(s) after the published end {why}: made delete "
+                                      f"units (the broker puts nothing for them), kept in their slots")
+        if self.dry_run or self.writer is None:
+            return
+        units = sorted(units, key=lambda u: u.offset)
+        todo = [u for u in units if not self._is_marker_record(u, u.slotTimeMs)]
+        targets: dict[int, tuple[int, int, int]] = {}
+        for unit in todo:
+            t = unit.slotTimeMs
+            if t not in targets:
+                new = _marker_message(t, "unit-without-record", self.clock())
+                self._remember(new, self.writer.put(new))
+                result = self._last_put
+                targets[t] = (result.commitLogOffset, result.storeSize, java_string_hash(RMQ_SYS_WHEEL_TIMER_TOPIC))
+        if targets:
+            self.writer.sync_to_disk()  # the records the units will point at, durable first
+        for unit in todo:
+            self.log.set_target(unit.offset, *targets[unit.slotTimeMs])
+            self.log.set_magic(unit.offset, MAGIC_NEUTRAL)
+        times: list[int] = []
+        for unit in units:
+            t = unit.slotTimeMs
+            slot = self.wheel.get(t)
+            if slot is None or slot.lastPos < unit.offset:
+                self.wheel.put(t, slot.firstPos if slot is not None else -1, unit.offset,
+                               slot.num if slot is not None else 0, slot.magic if slot is not None else 0)
+            if t not in times:
+                times.append(t)
+        for t in times:
+            self._recount(t)
+            if t >= self.read_ms:
+                heapq.heappush(self._heap, t)
+
+    def _recount(self, t: int) -> None:
+        """A slot's firstPos and num from its chain (delete units -1), as far as it reads."""
+        slot = self.wheel.get(t)
+        pos, first, num, seen = slot.lastPos, slot.firstPos, 0, 0
+        while pos != -1 and seen < _CHAIN_LIMIT:
+            try:
+                unit = self.log.read(pos)
+            except StoreError:
+                break  # into files already deleted: the older units are not counted by anyone
+            num += -1 if unit.magic & TIMER_MAGIC_DELETE else 1
+            seen += 1
+            if unit.prevPos == -1:
+                first = unit.offset
+            if unit.prevPos >= pos:
+                break
+            pos = unit.prevPos
+        self.wheel.put(t, first, slot.lastPos, num, slot.magic)
 
     def _dequeue_slot(self, t: int) -> Iterator[TimerEvent]:
         units = self._chain(t)
