@@ -662,9 +662,17 @@ class TimerEngine:
             raise
         except StoreError:
             return True
-        if "RMQDELAY" in msg.properties:
+        props = msg.properties
+        if "RMQDELAY" in props:
             return True
-        return msg.topic != RMQ_SYS_WHEEL_TIMER_TOPIC or msg.queueId != 0 or msg.queueOffset < self.queue_offset
+        if msg.topic != RMQ_SYS_WHEEL_TIMER_TOPIC or msg.queueId != 0 or msg.queueOffset < self.queue_offset:
+            return True
+        # Another record of the same size where the lost one was: the unit says what it was for.
+        real_topic = props.get(PROPERTY_REAL_TOPIC)
+        out = java_parse_long(props.get(PROPERTY_TIMER_OUT_MS, ""))
+        return (unit.hashCodeOfRealTopic != (java_string_hash(real_topic) if real_topic is not None else 0)
+                or bool(unit.magic & TIMER_MAGIC_DELETE) != (PROPERTY_TIMER_DEL_UNIQKEY in props)
+                or (not unit.magic & TIMER_MAGIC_ROLL and unit.slotTimeMs != out))
 
     def _settle(self, units: list[TimerLogUnit], why: str) -> Iterator[TimerEvent]:
         """Units past the published end that no queue entry adopts. Each becomes what
