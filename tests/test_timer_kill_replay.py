@@ -200,3 +200,43 @@ def test_units_whose_records_were_lost_and_overwritten_by_another_writer(timer_s
     verify = cli("inspect", "timer", timer_store, "--verify")
     assert verify.code == 0, verify.out[-2000:] + verify.err
     assert_clean(timer_store, 1160 + 220)
+
+
+def test_a_record_of_the_same_size_where_a_lost_one_was_does_not_take_its_unit(timer_store):
+    """As above, but the other writer's records end exactly where a lost re-put began, and
+    the next one it parks there has that re-put's size: the unit the killed run appended for
+    the re-put (another topic, another slot) is not adopted for it. The new message gets its
+    own unit in its own slot; the old unit becomes a delete unit; verify is clean."""
+    park(timer_store, 20, BASE + 2 * DAY + 7_000, 1)
+    assert run(timer_store, BASE).code == 0
+    killed = run(timer_store, BASE + DAY + 2_000,
+                 faults=[{"op": "pwrite", "path": "/timerlog/", "nth": 8, "kill": True}])
+    assert killed.code == -signal.SIGKILL, killed.err
+    lose_unsynced_records(timer_store)
+    units, _ = units_past_the_published_end(timer_store)
+    target = units[0]
+    parked = 0
+
+    def put(w, size_or_pad: int, *, exact: bool = False):
+        nonlocal parked
+        deliver = BASE + DAY + 90_000 + 1_000 * parked
+        props = {"TIMER_DELIVER_MS": str(deliver), "UNIQ_KEY": f"0A0A0008{parked:024X}",
+                 "TIMER_OUT_MS": str(deliver - 1000), "REAL_TOPIC": "TimerTopic", "REAL_QID": "1"}
+        pad = size_or_pad - overhead if exact else size_or_pad
+        parked += 1
+        return w.put(NewMessage("rmq_sys_wheel_timer", 0, b"-" * pad, props, bornTimestamp=BASE + DAY))
+
+    with StoreWriter(timer_store) as w:
+        first_put = put(w, 3000)
+        overhead = first_put.storeSize - 3000  # every record here: the same properties' lengths
+        while w.end_offset + 8000 < target.offsetPy:
+            put(w, 3000)
+        put(w, target.offsetPy - w.end_offset, exact=True)
+        same = put(w, target.sizePy, exact=True)
+    assert (same.commitLogOffset, same.storeSize) == (target.offsetPy, target.sizePy)
+
+    again = run(timer_store, BASE + DAY + 2_000)
+    assert again.code == 0, again.err
+    verify = cli("inspect", "timer", timer_store, "--verify")
+    assert verify.code == 0, verify.out[-2000:] + verify.err
+    assert_clean(timer_store, 1160 + 20 + parked)
