@@ -240,3 +240,27 @@ def test_a_record_of_the_same_size_where_a_lost_one_was_does_not_take_its_unit(t
     verify = cli("inspect", "timer", timer_store, "--verify")
     assert verify.code == 0, verify.out[-2000:] + verify.err
     assert_clean(timer_store, 1160 + 20 + parked)
+
+
+@pytest.mark.parametrize("fault", [
+    {"op": "pwrite", "path": "/commitlog/", "contains": "unit-without-record", "kill": True},
+    {"op": "pwrite", "path": "/timerlog/", "nth": 3, "kill": True},
+], ids=["after-the-marker-record", "between-two-unit-rewrites"])
+def test_a_kill_while_the_units_without_records_are_settled(timer_store, fault):
+    """The rerun that settles units whose records were lost is itself killed: after it put
+    the marker record they will point at, or half way through rewriting them. The run
+    after it finishes the work (units already pointing at a marker are kept as they are)."""
+    park(timer_store, 20, BASE + 2 * DAY + 7_000, 1)
+    assert run(timer_store, BASE).code == 0
+    killed = run(timer_store, BASE + DAY + 2_000,
+                 faults=[{"op": "pwrite", "path": "/timerlog/", "nth": 8, "kill": True}])
+    assert killed.code == -signal.SIGKILL, killed.err
+    lose_unsynced_records(timer_store)
+    park(timer_store, 200, BASE + DAY + 60_000, 100, born=BASE + DAY, pad=4000)
+    settling = run(timer_store, BASE + DAY + 2_000, faults=[fault])
+    assert settling.code == -signal.SIGKILL, settling.err
+    again = run(timer_store, BASE + DAY + 2_000)
+    assert again.code == 0, again.err
+    verify = cli("inspect", "timer", timer_store, "--verify")
+    assert verify.code == 0, verify.out[-2000:] + verify.err
+    assert_clean(timer_store, 1160 + 220)
