@@ -639,7 +639,9 @@ class TimerEngine:
 
     def _settle_unadoptable(self) -> Iterator[TimerEvent]:
         """Units past the published end that no queue entry of this run can adopt are settled
-        before anything is read or appended (see ``_settle``); the rest wait for their entry."""
+        before anything is read or appended (see ``_settle``); the rest wait for their entry.
+        Called after ``_collect_replay``: the store's view of the commit log does not see the
+        marker records the writer puts from here on."""
         stay: dict[int, deque[TimerLogUnit]] = {}
         lost: list[TimerLogUnit] = []
         for key, units in self._leftovers.items():
