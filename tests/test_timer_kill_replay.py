@@ -264,3 +264,20 @@ def test_a_kill_while_the_units_without_records_are_settled(timer_store, fault):
     verify = cli("inspect", "timer", timer_store, "--verify")
     assert verify.code == 0, verify.out[-2000:] + verify.err
     assert_clean(timer_store, 1160 + 220)
+
+
+def test_a_read_clock_twelve_days_behind_reads_first_the_slots_an_enqueue_would_overwrite(timer_store):
+    """Runs stopped again and again before they publish (or a store left alone for 12 days)
+    leave the read clock far behind the clock new messages are enqueued at. A unit enqueued
+    a day ahead of that clock takes the wheel index of the slot 14 days before it: that slot,
+    still unread, must be read first, or its messages are never delivered."""
+    from rmqdelay.store import Store
+    from rmqdelay.timer.store import TimerStore
+
+    with Store(timer_store) as s, TimerStore(s) as ts:
+        t = min(int(r["timeSlot"]) * 1000 for r in ts.wheel.non_empty()
+                if int(r["timeSlot"]) * 1000 >= BASE and int(r["lastPos"]) >= 0 and int(r["num"]) > 0)
+    park(timer_store, 1, t + 14 * DAY + 500, 300, born=t + 13 * DAY)  # the same wheel index as t
+    first = run(timer_store, t + 13 * DAY)
+    assert first.code == 0, first.err
+    assert_clean(timer_store, 1160 + 1)

@@ -221,6 +221,7 @@ class TimerEngine:
         self._replay: dict[tuple, list[int]] = {}  # outputs past the published state: key -> offsets
         # units past the published timer log end, by the commit log offset they point at
         self._leftovers: dict[int, deque[TimerLogUnit]] = {}
+        self._adopted: set[int] = set()  # queue offsets whose leftover unit is in the wheel
         self._metric_steps = 0
         self._write_floor = 0
         self._dry_units: dict[int, TimerLogUnit] = {}
@@ -279,6 +280,7 @@ class TimerEngine:
         self._replaying = bool(self._replay) or bool(self._leftovers)
         self._heap = sorted({s.timeSlot * self.precision for s in self.wheel.slots.values()
                              if s.timeSlot * self.precision >= self.read_ms and s.lastPos >= 0})
+        self._adopt_leftovers()
         self._metrics = self.ts.metrics() or TimerMetrics()
         yield from self._horizon_notice()
 
@@ -449,7 +451,14 @@ class TimerEngine:
         TIMER_ENQUEUE_MS and TIMER_OUT_MS), as a broker that never stopped would: a rolled
         message and its rolled cancellation then meet again in one slot, and rolls repeat as
         on the broker, whatever the clock (``--now`` far ahead included) - and a rerun after a
-        kill makes the same decisions from the same records."""
+        kill makes the same decisions from the same records.
+
+        Read clock far behind. A unit enqueued at ``target`` goes up to a roll window ahead,
+        onto the wheel index of the slot 14 days before it (index = time mod the wheel's
+        span): an unread slot there would be overwritten and its messages never delivered.
+        The broker's read clock never lags that far; a store left for 12 days or more (or a
+        run stopped again and again before it published) does. The enqueue then waits until
+        that slot is read (see ``_enqueue``)."""
         before = self.delivered + self.rolled
         target = max(self._floor(self.clock()), self._write_floor)
         self.write_ms = target
@@ -481,13 +490,35 @@ class TimerEngine:
         self._replay.clear()
         self._replaying = False
 
+    def _adopt_leftovers(self) -> None:
+        """Units past the published end go into the wheel at once, each with the queue entry
+        whose record it points at (that entry's turn then adds nothing): the killed run had
+        them in its wheel before it read any later slot, and so must this run, whatever it
+        reads before it enqueues (see ``step``)."""
+        if not self._leftovers:
+            return
+        last = max(self._leftovers)  # entries are in commit log order: none after this can match
+        q = self.queue_offset
+        while self._leftovers and q < self.cq_end:
+            entry = self._entry(q)
+            if entry.offsetPy > last:
+                break
+            if self._leftover_for(entry) is not None:
+                units = self._leftovers[entry.offsetPy]
+                self._adopt(units.popleft())
+                if not units:
+                    del self._leftovers[entry.offsetPy]
+                self._adopted.add(q)
+            q += 1
+
     def _enqueue_all(self) -> Iterator[TimerEvent]:
         while self.queue_offset < self.cq_end:
             qoff = self.queue_offset
             entry = self._entry(qoff)
-            if self._replaying and self._wait_for_origin(entry):
+            if self._replaying and qoff not in self._adopted and self._wait_for_origin(entry):
                 break
-            yield from self._enqueue(qoff, entry)
+            if (yield from self._enqueue(qoff, entry)) is False:
+                break  # its slot's wheel index holds a slot not read yet: read first
             self.queue_offset = qoff + 1
 
     def _wait_for_origin(self, entry: _Entry) -> bool:
@@ -495,8 +526,6 @@ class TimerEngine:
         after it, in order) until its roll slot is read again, so that it is enqueued at the
         clock that run had."""
         if entry.offsetPy < self.replay_from or entry.offsetPy in self._reput_slots:
-            return False
-        if self._leftover_for(entry) is not None:
             return False
         if self.read_ms >= self._write_floor:
             return False
@@ -533,14 +562,19 @@ class TimerEngine:
             return max(min(self._floor(dequeued), self.write_ms), self.read_ms)
         return self.write_ms
 
+    def _unread_under(self, slot_ms: int) -> bool:
+        """The wheel index of ``slot_ms`` holds an earlier slot with units not read yet."""
+        held = self.wheel.slots.get(self.wheel.index(slot_ms))
+        if held is None or held.lastPos < 0:
+            return False
+        return self.read_ms <= held.timeSlot * self.precision < slot_ms
+
     def _enqueue(self, qoff: int, entry: _Entry) -> Iterator[TimerEvent]:
-        if self._leftover_for(entry) is not None:
-            # The unit the killed run appended for this entry (a resume marker's too: it
-            # was in that run's wheel, in a slot read already).
-            units = self._leftovers[entry.offsetPy]
-            self._adopt(units.popleft())
-            if not units:
-                del self._leftovers[entry.offsetPy]
+        """Enqueue one entry; False (nothing done) when it has to wait for a slot to be read."""
+        if qoff in self._adopted:
+            # Its unit, appended by the killed run, is in the wheel already (adopted in setup;
+            # a resume marker's too: in a slot read already).
+            self._adopted.discard(qoff)
             return
         try:
             msg = self._message(entry.offsetPy, entry.size)
@@ -579,6 +613,8 @@ class TimerEngine:
         is_delete = PROPERTY_TIMER_DEL_UNIQKEY in props
         if is_delete:
             magic |= TIMER_MAGIC_DELETE
+        if self._unread_under(slot_ms):
+            return False
         real_topic = props.get(PROPERTY_REAL_TOPIC)
         self._written_before_unit(entry.offsetPy)
         self._append_unit(magic, write_ms, slot_ms, entry.offsetPy, entry.size,
