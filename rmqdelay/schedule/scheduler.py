@@ -398,6 +398,9 @@ class Waker:
         os.close(self._w)
 
 
+WAKE_LEAD_MAX_S = 0.01  # the longest a run waits running for a delivery to come due
+
+
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -435,6 +438,9 @@ class Scheduler:
         self.skipped = 0
         self._stopping = False
         self._waker = Waker()
+        self._publish_s = 0.0  # how long the last publishes took (their fsyncs), decaying
+        self._wake_lead_s = 0.001  # how early to wake for a delivery (see _sleep_until_due)
+        self._overshoots: list[int] = []  # ns the recent early wake-ups came late
 
     def stop(self) -> None:
         """Ask the engine to stop after the unit in hand; safe from a signal handler."""
@@ -552,10 +558,20 @@ class Scheduler:
                 n = yield from self.timer.step()
                 dirty = dirty or n > 0
             writer.flush()
-            if dirty and (time.monotonic() - last_publish) * 1000 >= self.flush_interval_ms:
-                yield from self._publish(writer, publisher)
-                last_publish = time.monotonic()
-                dirty = False
+            deferred = False
+            since_ms = (time.monotonic() - last_publish) * 1000
+            if dirty and since_ms >= self.flush_interval_ms:
+                # The fsyncs of a publish take a while: not when a delivery comes due before
+                # they would be done (it would wait for them); right after that delivery
+                # (never more than one more interval late).
+                deferred = not (self._stopping or more_now or since_ms >= 2 * self.flush_interval_ms) \
+                    and self._due_within(2 * self._publish_s + 0.005)
+                if not deferred:
+                    started = time.monotonic()
+                    yield from self._publish(writer, publisher)
+                    last_publish = time.monotonic()
+                    self._publish_s = max(last_publish - started, 0.8 * self._publish_s)
+                    dirty = False
             if self._stopping:
                 break
             if more_now:
@@ -567,22 +583,59 @@ class Scheduler:
                 return "nothing more is due"
             if self.mode == "until-empty" and drained:
                 return "every level and the timer wheel are drained" if self.timer else "every level is drained"
-            dues = [s.nextDueTimestamp for s in self.states.values() if s.nextDueTimestamp is not None]
-            if self.timer is not None and self.timer.next_due() is not None:
-                dues.append(self.timer.next_due())
-            next_due = min(dues, default=None)
+            next_due = self._next_due()
             if self.fixed_clock and self.mode == "until-empty":
                 # A fixed clock never reaches the next deliver time.
                 return "nothing more is due at the fixed time"
             wait_s = None
             if next_due is not None and not self.fixed_clock:
                 wait_s = self._seconds_until(next_due)
-            if dirty:
+            if dirty and not deferred:
                 remaining = self.flush_interval_ms / 1000 - (time.monotonic() - last_publish)
                 wait_s = remaining if wait_s is None else min(wait_s, remaining)
             yield Sleeping(next_due)
-            self._waker.wait(None if wait_s is None else max(wait_s, 0.0))
+            if wait_s is not None and next_due is not None and self.clock is wall_clock_ms \
+                    and wait_s >= self._seconds_until(next_due):
+                self._sleep_until_due(next_due)
+            else:
+                self._waker.wait(None if wait_s is None else max(wait_s, 0.0))
         return "stopped by a signal"
+
+    def _sleep_until_due(self, due_ms: int) -> None:
+        """Sleep until a delivery is due, on the wall clock. A process woken from sleep on a
+        busy machine runs a few ms late, and so would the delivery: wake early by what the
+        recent wake-ups overshot, read what the next timer slot holds meanwhile, and wait
+        out the rest running (at most WAKE_LEAD_MAX_S)."""
+        due_ns = due_ms * 1_000_000
+        lead_ns = int(self._wake_lead_s * 1e9)
+        planned = due_ns - lead_ns
+        if self._waker.wait(max((planned - time.time_ns()) / 1e9, 0.0)):
+            return  # stopped
+        now = time.time_ns()
+        if now >= planned:
+            overshoots = self._overshoots
+            overshoots.append(now - planned)
+            if len(overshoots) > 32:
+                del overshoots[0]
+            recent = sorted(overshoots)
+            self._wake_lead_s = min(WAKE_LEAD_MAX_S, recent[int(0.9 * (len(recent) - 1))] / 1e9 + 0.0005)
+        if self.timer is not None and now < due_ns:
+            self.timer.warm()
+        while not self._stopping and time.time_ns() < due_ns:
+            pass
+
+    def _next_due(self) -> int | None:
+        dues = [s.nextDueTimestamp for s in self.states.values() if s.nextDueTimestamp is not None]
+        if self.timer is not None and self.timer.next_due() is not None:
+            dues.append(self.timer.next_due())
+        return min(dues, default=None)
+
+    def _due_within(self, seconds: float) -> bool:
+        """A delivery comes due within ``seconds`` (on a running clock)."""
+        if self.fixed_clock:
+            return False
+        due = self._next_due()
+        return due is not None and self._seconds_until(due) < seconds
 
     def _seconds_until(self, timestamp_ms: int) -> float:
         if self.clock is wall_clock_ms:

@@ -222,6 +222,7 @@ class TimerEngine:
         # units past the published timer log end, by the commit log offset they point at
         self._leftovers: dict[int, deque[TimerLogUnit]] = {}
         self._adopted: set[int] = set()  # queue offsets whose leftover unit is in the wheel
+        self._warm: dict[int, Message] = {}  # the next slot's messages, read before it is due
         self._metric_steps = 0
         self._write_floor = 0
         self._dry_units: dict[int, TimerLogUnit] = {}
@@ -403,7 +404,25 @@ class TimerEngine:
         mine = self._messages.get(offset_py)
         if mine is not None:
             return mine
+        warm = self._warm.pop(offset_py, None)
+        if warm is not None and warm.storeSize == size:
+            return warm
         return self.store.commitlog.read_message(offset_py, size)
+
+    def warm(self) -> None:
+        """Read the messages of the next slot before it is due (records never change once
+        written; the chain itself is read again when the slot is), as the broker's
+        TimerDequeueWarmService does: the slot's deliveries then only wait for the writer."""
+        t = self._next_slot()
+        self._warm = {}
+        if t is None or self.queue_offset < self.cq_end:
+            return
+        try:
+            for unit in self._chain(t):
+                if unit.offsetPy not in self._messages:
+                    self._warm[unit.offsetPy] = self.store.commitlog.read_message(unit.offsetPy, unit.sizePy)
+        except StoreError:
+            pass  # read (and reported) when the slot is due
 
     def _chain(self, time_ms: int) -> list[TimerLogUnit]:
         """The units of a slot, lastPos back to firstPos (TimerMessageStore.dequeue's walk)."""
