@@ -281,3 +281,18 @@ def test_a_read_clock_twelve_days_behind_reads_first_the_slots_an_enqueue_would_
     first = run(timer_store, t + 13 * DAY)
     assert first.code == 0, first.err
     assert_clean(timer_store, 1160 + 1)
+
+
+def test_a_message_parked_where_a_killed_runs_lost_re_put_was_is_delivered(timer_store):
+    """The rare loss of the kill test under load: a run reads only a roll slot, so its
+    re-puts are the first records it writes, and is killed right after the first re-put's
+    unit is appended. The next message parked lands at the commit log offset that re-put
+    had; the rerun must not take that unit for it (it was adopted with the re-put's slot
+    and size, read as no message and skipped: never delivered, and the run exited 1)."""
+    park(timer_store, 20, BASE + 2 * DAY + 7_000, 1)  # rolled: ROLL units a day ahead
+    assert run(timer_store, BASE).code == 0
+    assert run(timer_store, BASE + DAY - 1_000).code == 0  # everything before the roll slot
+    killed = run(timer_store, BASE + DAY + 2_000, faults=[{"op": "pwrite", "path": "/timerlog/", "kill": True}])
+    assert killed.code == -signal.SIGKILL, killed.err
+    park(timer_store, 5, BASE + DAY + 60_000, 100, born=BASE + DAY)
+    assert_clean(timer_store, 1160 + 25)
