@@ -296,3 +296,17 @@ def test_a_message_parked_where_a_killed_runs_lost_re_put_was_is_delivered(timer
     assert killed.code == -signal.SIGKILL, killed.err
     park(timer_store, 5, BASE + DAY + 60_000, 100, born=BASE + DAY)
     assert_clean(timer_store, 1160 + 25)
+
+
+def test_the_resume_marker_never_takes_the_wheel_index_of_a_slot_not_read(timer_store):
+    """A run with `--now` ahead of the wall clock holds units up to two weeks past the
+    wall clock; its checkpoint stays at the wall clock and a resume marker goes into the
+    slot just before it. That slot's wheel index is the one of the slot 14 days later: the
+    marker must not take it, or the messages there are never delivered."""
+    wall = int(time.time() * 1000) // 1000 * 1000
+    for i in range(-20, 40):  # around 14 days after the wall clock, whenever the run publishes
+        park(timer_store, 1, wall + 14 * DAY + 1000 * i + 500, 400 + i + 20, born=wall)
+    park(timer_store, 1, wall - 60_000, 500, born=wall)  # already due: the last entry takes no unit
+    first = run(timer_store, wall + 13 * DAY)
+    assert first.code == 0, first.err
+    assert_clean(timer_store, 1160 + 61)

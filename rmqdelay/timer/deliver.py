@@ -661,8 +661,17 @@ class TimerEngine:
     def _leftover_count(self) -> int:
         return sum(map(len, self._leftovers.values()))
 
+    def _pending_other(self, slot_ms: int) -> bool:
+        """The wheel index of ``slot_ms`` holds another time with units not read yet."""
+        held = self.wheel.slots.get(self.wheel.index(slot_ms))
+        return held is not None and held.lastPos >= 0 and held.timeSlot * self.precision != slot_ms \
+            and held.timeSlot * self.precision >= self.read_ms
+
     def _append_unit(self, magic: int, write_ms: int, slot_ms: int, offset_py: int, size_py: int,
-                     topic_hash: int) -> int:
+                     topic_hash: int, *, read_slot: bool = False) -> int:
+        """Append a unit and link it into its slot. ``read_slot``: a marker in a slot already
+        read; left out of the wheel when linking it would take the index from another time
+        not read yet (the slot 14 days later, enqueued by a run reading ahead)."""
         slot = self.wheel.get(slot_ms)
         prev = slot.lastPos if slot is not None else -1
         if self.dry_run:
@@ -670,6 +679,8 @@ class TimerEngine:
             self.log.end += UNIT_SIZE
         else:
             pos = self.log.append((prev, magic, write_ms, slot_ms - write_ms, offset_py, size_py, topic_hash))
+        if read_slot and self._pending_other(slot_ms):
+            return pos
         delta = -1 if magic & TIMER_MAGIC_DELETE else 1
         self.wheel.put(slot_ms, slot.firstPos if slot is not None and slot.firstPos != -1 else pos, pos,
                        (slot.num if slot is not None else 0) + delta, slot.magic if slot is not None else 0)
@@ -684,6 +695,8 @@ class TimerEngine:
         """A unit the killed run appended for this entry: into the wheel unless it is there."""
         t = unit.slotTimeMs
         slot = self.wheel.get(t)
+        if slot is None and t < self.read_ms and self._pending_other(t):
+            return  # a marker left out of the wheel (see _append_unit): never over a slot not read
         if slot is None or slot.lastPos < unit.offset:
             delta = -1 if unit.magic & TIMER_MAGIC_DELETE else 1
             self.wheel.put(t, slot.firstPos if slot is not None and slot.firstPos != -1 else unit.offset,
@@ -1024,7 +1037,7 @@ class TimerEngine:
         self._remember(new, result)
         self.writer.sync_to_disk()
         self._append_unit(MAGIC_NEUTRAL, slot_ms, slot_ms, result.commitLogOffset, result.storeSize,
-                          java_string_hash(RMQ_SYS_WHEEL_TIMER_TOPIC))
+                          java_string_hash(RMQ_SYS_WHEEL_TIMER_TOPIC), read_slot=True)
         self.queue_offset = result.queueOffset + 1
 
     def _last_unit(self) -> TimerLogUnit | None:
