@@ -101,6 +101,17 @@ def test_a_kill_after_the_slots_read_ahead_were_neutralised_but_before_the_wheel
     assert_clean(timer_store, 1160 + 30)
 
 
+def kill_rolling_run_and_lose_its_records(store: Path) -> None:
+    """Park messages that roll (ROLL units a day ahead), run to BASE, then kill the run that
+    re-puts them after its 8th timer log write, and lose what it had not fsynced."""
+    park(store, 20, BASE + 2 * DAY + 7_000, 1)
+    first = run(store, BASE)
+    assert first.code == 0, first.err
+    killed = run(store, BASE + DAY + 2_000, faults=[{"op": "pwrite", "path": "/timerlog/", "nth": 8, "kill": True}])
+    assert killed.code == -signal.SIGKILL, killed.err
+    lose_unsynced_records(store)
+
+
 def lose_unsynced_records(store: Path) -> None:
     """A power loss after the kill: the commit log records past the published timer state
     (and their queue units) never reached the disk - the writer had written them, not
@@ -176,13 +187,7 @@ def test_units_whose_records_were_lost_and_overwritten_by_another_writer(timer_s
     were. The rerun adopts none of those units (their records are gone): it turns them into
     delete units pointing at a marker due in their slot, keeps them in their slots' chains
     with the slots' ends and counts right, and puts every message once."""
-    park(timer_store, 20, BASE + 2 * DAY + 7_000, 1)  # rolled: ROLL units a day ahead
-    first = run(timer_store, BASE)
-    assert first.code == 0, first.err
-    killed = run(timer_store, BASE + DAY + 2_000,
-                 faults=[{"op": "pwrite", "path": "/timerlog/", "nth": 8, "kill": True}])
-    assert killed.code == -signal.SIGKILL, killed.err
-    lose_unsynced_records(timer_store)
+    kill_rolling_run_and_lose_its_records(timer_store)
     units, precision = units_past_the_published_end(timer_store)
     assert len(units) == 8
     if wheel_written:
@@ -207,12 +212,7 @@ def test_a_record_of_the_same_size_where_a_lost_one_was_does_not_take_its_unit(t
     the next one it parks there has that re-put's size: the unit the killed run appended for
     the re-put (another topic, another slot) is not adopted for it. The new message gets its
     own unit in its own slot; the old unit becomes a delete unit; verify is clean."""
-    park(timer_store, 20, BASE + 2 * DAY + 7_000, 1)
-    assert run(timer_store, BASE).code == 0
-    killed = run(timer_store, BASE + DAY + 2_000,
-                 faults=[{"op": "pwrite", "path": "/timerlog/", "nth": 8, "kill": True}])
-    assert killed.code == -signal.SIGKILL, killed.err
-    lose_unsynced_records(timer_store)
+    kill_rolling_run_and_lose_its_records(timer_store)
     units, _ = units_past_the_published_end(timer_store)
     target = units[0]
     parked = 0
@@ -250,12 +250,7 @@ def test_a_kill_while_the_units_without_records_are_settled(timer_store, fault):
     """The rerun that settles units whose records were lost is itself killed: after it put
     the marker record they will point at, or half way through rewriting them. The run
     after it finishes the work (units already pointing at a marker are kept as they are)."""
-    park(timer_store, 20, BASE + 2 * DAY + 7_000, 1)
-    assert run(timer_store, BASE).code == 0
-    killed = run(timer_store, BASE + DAY + 2_000,
-                 faults=[{"op": "pwrite", "path": "/timerlog/", "nth": 8, "kill": True}])
-    assert killed.code == -signal.SIGKILL, killed.err
-    lose_unsynced_records(timer_store)
+    kill_rolling_run_and_lose_its_records(timer_store)
     park(timer_store, 200, BASE + DAY + 60_000, 100, born=BASE + DAY, pad=4000)
     settling = run(timer_store, BASE + DAY + 2_000, faults=[fault])
     assert settling.code == -signal.SIGKILL, settling.err
