@@ -621,7 +621,9 @@ class Scheduler:
             self._wake_lead_s = min(WAKE_LEAD_MAX_S, recent[int(0.9 * (len(recent) - 1))] / 1e9 + 0.0005)
         if self.timer is not None and now < due_ns:
             self.timer.warm()
-        while not self._stopping and time.time_ns() < due_ns:
+        # Bounded on the monotonic clock too: a wall clock stepped back never makes it a spin.
+        limit = time.monotonic() + 2 * WAKE_LEAD_MAX_S
+        while not self._stopping and time.time_ns() < due_ns and time.monotonic() < limit:
             pass
 
     def _next_due(self) -> int | None:
