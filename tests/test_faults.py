@@ -91,13 +91,14 @@ def assert_verified(store: Path, *allowed: str) -> None:
     assert sorted(kinds) == sorted(allowed) and result.code == (1 if allowed else 0), result.out + result.err
 
 
-def assert_exactly_once(store: Path, *allowed: str) -> None:
+def assert_exactly_once(store: Path, *allowed: str) -> Result:
     """A rerun with the fault gone: exit 0, then every delay message delivered once."""
     again = run(store)
     assert again.code == 0, again.err
     check = check_store(store)
     problems = [p for p in check.problems if not any(a in p for a in allowed)]
     assert problems == [] and check.delivered == check.scheduled, problems[:5]
+    return again
 
 
 def copy_sample(tmp_path: Path, name: str = "delay-partial", where: Path | None = None) -> Path:
@@ -518,9 +519,11 @@ def test_a_bad_delay_property_is_refused_at_send_as_the_broker_refuses_it(tmp_pa
 def test_a_clean_run_after_a_kill_removes_the_abort_rmqdelay_left_but_not_the_brokers(tmp_path):
     store = copy_sample(tmp_path, "delay-fresh")
     kill_mid_delivery(store)
-    assert (store / "abort").read_bytes().startswith(b"rmqdelay ")
-    assert_exactly_once(store)
-    assert not (store / "abort").exists()
+    mark = (store / "abort").read_bytes()
+    assert mark.startswith(b"rmqdelay ")
+    again = assert_exactly_once(store)
+    assert not (store / "abort").exists(), (mark, (store / "abort").read_bytes(), again.err[-2000:],
+                                            (store.parent / "run.out").read_text()[-1000:])
     assert json.loads(cli("inspect", "store", store, "--json").out)["abortPresent"] is False
     (store / "abort").touch()  # what a broker that did not shut down cleanly leaves
     assert cli("send", store, "--topic", "TopicTest", "--body", "x").code == 0
