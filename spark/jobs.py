@@ -304,19 +304,8 @@ def _match(schedule: pa.Table, copies: pa.Table) -> pa.Table:
     at = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
     hit = valid[:n_schedule] & (keys[at] == wanted if len(keys) else False)
     actual = pa.array(np.where(hit, earliest[at] if len(keys) else 0, 0), mask=~hit, type=pa.int64())
-    intended = schedule.column("deliver_ms")
-    return pa.table({
-        "store": schedule.column("store"),
-        "level": schedule.column("level"),
-        "real_topic": schedule.column("real_topic"),
-        "uniq_key": schedule.column("uniq_key"),
-        "reconsume_times": schedule.column("reconsume_times"),
-        "schedule_offset": schedule.column("commitlog_offset"),
-        "intended_ms": intended,
-        "actual_ms": actual,
-        "deliveries": pa.array(np.where(hit, counts[at] if len(keys) else 0, 0).astype(np.int64)),
-        "lateness_ms": pc.subtract(actual, intended),
-    }, schema=embedded_lateness.MESSAGES_SCHEMA)
+    deliveries = pa.array(np.where(hit, counts[at] if len(keys) else 0, 0).astype(np.int64))
+    return embedded_lateness.messages_table(schedule, actual, deliveries)
 
 
 def _lateness_buckets(partitions: int) -> Callable[[pa.Table], np.ndarray]:

@@ -104,18 +104,23 @@ def match(schedule: pa.Table, copies: pa.Table) -> pa.Table:
     matched = schedule.join(delivered, _KEY, join_type="left outer")
     deliveries = pc.fill_null(matched.column("deliveries"), 0)
     # A null uniq_key never matches: the join leaves those rows without copies already.
-    actual = matched.column("actual_ms")
+    return messages_table(matched, matched.column("actual_ms"), pc.cast(deliveries, pa.int64()))
+
+
+def messages_table(schedule: pa.Table, actual, deliveries) -> pa.Table:
+    """The per-message table of schedule records (with ``level`` and ``deliver_ms``), the
+    store time of their first copy (``actual``, null for none) and how many copies there are."""
     return pa.table({
-        "store": matched.column("store"),
-        "level": matched.column("level"),
-        "real_topic": matched.column("real_topic"),
-        "uniq_key": matched.column("uniq_key"),
-        "reconsume_times": matched.column("reconsume_times"),
-        "schedule_offset": matched.column("commitlog_offset"),
-        "intended_ms": matched.column("deliver_ms"),
+        "store": schedule.column("store"),
+        "level": schedule.column("level"),
+        "real_topic": schedule.column("real_topic"),
+        "uniq_key": schedule.column("uniq_key"),
+        "reconsume_times": schedule.column("reconsume_times"),
+        "schedule_offset": schedule.column("commitlog_offset"),
+        "intended_ms": schedule.column("deliver_ms"),
         "actual_ms": actual,
-        "deliveries": pc.cast(deliveries, pa.int64()),
-        "lateness_ms": pc.subtract(actual, matched.column("deliver_ms")),
+        "deliveries": deliveries,
+        "lateness_ms": pc.subtract(actual, schedule.column("deliver_ms")),
     }, schema=MESSAGES_SCHEMA)
 
 
