@@ -21,7 +21,9 @@ where it would meet the real ones. SPEC is JSON, a list of rules:
   write of zeros still succeeds: overwriting bytes already written needs no new space.
 - kill: true: the nth call is made for real, then the process is stopped by SIGKILL (what
   it wrote stays in the page cache, as after a kill -9); for pwrite, write and fsync;
-- contains: only writes whose data holds this text count (a record with a given property).
+- contains: only writes whose data holds this text count (a record with a given property);
+  contains_hex: the same for bytes given in hex ("cbd43194": a BLANK record's magic code, the
+  write that ends a commit log file).
 
 Faults that need no wrapping are made for real by the tests: RLIMIT_FSIZE and
 RLIMIT_NOFILE in a child, a small tmpfs, FIFOs, directories where files belong.
@@ -50,6 +52,7 @@ class Rule:
     mode: str | None = None
     kill: bool = False
     contains: str | None = None
+    contains_hex: str | None = None
     seen: int = 0
 
     def matches(self, path: str) -> bool:
@@ -61,6 +64,8 @@ class Rule:
         if op != self.op or not self.matches(path):
             return False
         if self.contains is not None and (data is None or self.contains.encode() not in bytes(data)):
+            return False
+        if self.contains_hex is not None and (data is None or bytes.fromhex(self.contains_hex) not in bytes(data)):
             return False
         if self.mode is not None and mode != self.mode:
             return False

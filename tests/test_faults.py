@@ -28,6 +28,7 @@ from conftest import SAMPLES
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 from kill9_soak import check_store  # noqa: E402
+from rmqdelay.formats.commitlog import Blank  # noqa: E402
 
 from rmqdelay.schedule.offsets import read_scheduler_state  # noqa: E402
 from rmqdelay.store import Store  # noqa: E402
@@ -528,6 +529,49 @@ def test_a_clean_run_after_a_kill_removes_the_abort_rmqdelay_left_but_not_the_br
     (store / "abort").touch()  # what a broker that did not shut down cleanly leaves
     assert cli("send", store, "--topic", "TopicTest", "--body", "x").code == 0
     assert (store / "abort").exists() and (store / "abort").read_bytes() == b""
+
+
+BLANK_MAGIC_HEX = "cbd43194"  # the write that ends a commit log file holds a BLANK head
+
+
+def kill_after_a_file_is_ended(store: Path) -> tuple[bytes, Path]:
+    """A run SIGKILLed right after the write that ends the last commit log file with a BLANK
+    record (the next file not started yet): its abort mark and that file."""
+    faults = [{"op": "pwrite", "path": "/commitlog/", "contains_hex": BLANK_MAGIC_HEX, "kill": True}]
+    killed = run(store, "--batch-size", "8", faults=faults)
+    assert killed.code == -signal.SIGKILL, killed.err[-2000:]
+    last = sorted((store / "commitlog").iterdir())[-1]
+    with Store(store) as s:
+        assert s.end_offset() == int(last.name) + last.stat().st_size  # the log ends with that BLANK
+    return (store / "abort").read_bytes(), last
+
+
+def test_a_kill_right_after_a_commit_log_file_is_ended_leaves_an_abort_the_rerun_removes(tmp_path):
+    """The window of the rare failure above: a kill between the flush that ends a file with a
+    BLANK record and the next flush. Recovery takes the log to end at the end of that file;
+    the mark must say the writer got that far, or the rerun cannot prove the abort its own."""
+    store = copy_sample(tmp_path, "delay-fresh")
+    mark, _ = kill_after_a_file_is_ended(store)
+    assert mark.startswith(b"rmqdelay ")
+    assert_exactly_once(store)
+    assert not (store / "abort").exists(), mark
+
+
+@pytest.mark.parametrize("short_by", [0, 1, 8])
+def test_an_abort_marked_up_to_the_blank_head_only_is_taken_only_when_the_mark_covers_that_head(tmp_path, short_by):
+    """What a writer before the fix marked for that flush: its bytes, the BLANK's 8-byte head
+    last. Such a mark still proves the abort rmqdelay's own (the log ends at the end of the
+    file that BLANK closes); a mark short of the BLANK's head proves nothing and is kept."""
+    store = copy_sample(tmp_path, "delay-fresh")
+    _, last = kill_after_a_file_is_ended(store)
+    with Store(store) as s:
+        blank = [r for r in s.commitlog.records(int(last.name), include_blanks=True) if isinstance(r, Blank)][-1]
+    mark = b"rmqdelay %020d\n" % (blank.physicalOffset + 8 - short_by)
+    (store / "abort").write_bytes(mark)
+    assert_exactly_once(store)
+    assert (store / "abort").exists() == bool(short_by)
+    if short_by:
+        assert (store / "abort").read_bytes() == mark  # not ours to touch: as it was
 
 
 # -- row 11: delayOffset.json unreadable, malformed, a directory -----------------------------

@@ -37,6 +37,7 @@ from rmqdelay.formats.checkpoint import (
 )
 from rmqdelay.formats.commitlog import (
     BLANK,
+    Blank,
     Message,
     body_crc,
     encode_message,
@@ -464,7 +465,8 @@ class StoreWriter:
             cp = store.checkpoint()
             self._checkpoint = cp or Checkpoint(0, 0, 0)
             plan = plan_recovery(store)  # reads only; raises (a refusal) before any change
-            if not self._owns_abort and self._inherited_mark is not None and plan.end <= self._inherited_mark:
+            if not self._owns_abort and self._inherited_mark is not None \
+                    and _mark_reaches(store, self._inherited_mark, plan.end):
                 self._owns_abort = True  # left by an rmqdelay writer; finished below
             self._mark_abort(plan.end)
             self._queue_offsets = plan.queue_offsets  # moved on by the dispatch below
@@ -716,7 +718,9 @@ class StoreWriter:
     def _flush_records(self, journal: _Journal) -> None:
         data = b"".join(self._pending)
         start = self._pending_start
-        self._mark_abort(start + len(data))
+        # The log end once these are written: a BLANK closing a file is only its 8-byte head
+        # in ``data``, but the end is then the file's end (where recovery finds it).
+        self._mark_abort(self._end)
         view = memoryview(data)
         while view:
             file_start = start - start % self._commitlog_file_size
@@ -875,6 +879,25 @@ def _parse_abort_mark(content: bytes) -> int | None:
         return None
     text = content[len(ABORT_MARK):].strip()
     return int(text) if text.isdigit() else None
+
+
+def _mark_reaches(store: Store, mark: int, end: int) -> bool:
+    """An abort mark proves that no other writer came after the rmqdelay writer that left
+    it when the recovered log end ``end`` is at or before the end it marked. Or when the
+    mark ends the 8-byte head of a BLANK that closes the last file, at ``end``: an older
+    writer marked that flush's bytes only, while recovery takes the log to end at the end
+    of the file that BLANK closes (nothing was written after it, or that file would not be
+    the last)."""
+    if end <= mark:
+        return True
+    head = mark - END_FILE_MIN_BLANK_LENGTH
+    if head < 0:
+        return False
+    try:
+        record = store.commitlog.read_record(head)
+    except StoreError:
+        return False
+    return isinstance(record, Blank) and record.physicalOffset == head and head + record.totalSize == end
 
 
 def _java_length(text: str) -> int:
