@@ -1,7 +1,8 @@
 """SIGKILL `rmqdelay run` at random points while it drains a store, or make one of its
 system calls fail (a short write, ENOSPC, EIO creating a file or from fsync): afterwards
 every delay message is delivered exactly once, no record is torn, every consume queue unit
-is valid, and every faulted run said what failed in one line. The full count (>= 200 stops)
+is valid, every faulted run said what failed in one line, and the abort the stopped runs
+left is removed by the clean run that follows. The full count (>= 200 stops)
 is benchmarks/kill9_soak.py; CI runs fewer."""
 
 import random
@@ -28,6 +29,7 @@ def test_kill_9_at_random_points_delivers_every_message_exactly_once(tmp_path):
     assert check.problems == []
     assert check.delivered == check.scheduled == 2500 + soak.added
     assert len(list((path / "commitlog").iterdir())) > with_rollovers
+    assert not (path / "abort").exists()  # what the killed runs left, removed by the clean one
 
 
 def test_faults_and_kills_mixed_deliver_every_message_exactly_once(tmp_path):
@@ -40,3 +42,4 @@ def test_faults_and_kills_mixed_deliver_every_message_exactly_once(tmp_path):
     check = check_store(path)
     assert check.problems == [] and check.lost == check.duplicated == 0
     assert check.delivered == check.scheduled == 1500 + soak.added
+    assert not (path / "abort").exists()
