@@ -39,9 +39,6 @@ from rmqdelay.formats.commitlog import (
     BLANK,
     Blank,
     Message,
-    body_crc,
-    encode_message,
-    message_size,
 )
 from rmqdelay.formats.constants import (
     BORNHOST_V6_FLAG,
@@ -49,41 +46,21 @@ from rmqdelay.formats.constants import (
     CQ_STORE_UNIT_SIZE,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
-    NAME_VALUE_SEPARATOR,
     PROPERTY_CRC32,
-    PROPERTY_DELAY_TIME_LEVEL,
-    PROPERTY_KEYS,
-    PROPERTY_REAL_QUEUE_ID,
-    PROPERTY_REAL_TOPIC,
-    PROPERTY_SEPARATOR,
-    PROPERTY_TAGS,
-    RMQ_SYS_SCHEDULE_TOPIC,
-    STOREHOSTADDRESS_V6_FLAG,
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_NOT_TYPE,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
-from rmqdelay.formats.constants import (
-    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as PROPERTY_UNIQ,
-)
-from rmqdelay.formats.javahash import tags_code
-from rmqdelay.formats.javanum import java_parse_int
 from rmqdelay.formats.msgid import create_message_id
-from rmqdelay.formats.propcrc import reserved_properties, seal_record
 from rmqdelay.formats.properties import (
-    DECODED_MAP_CAPACITY_5X,
     delete_property,
-    format_properties,
-    java_order,
-    properties_to_string,
-    property_value,
 )
 from rmqdelay.schedule.levels import parse_delay_levels
 from rmqdelay.store import Store, fileio
 from rmqdelay.store.commitlog import END_FILE_MIN_BLANK_LENGTH
 from rmqdelay.store.directory import check_store_directory
+from rmqdelay.store.encode import OFFSETS as _OFFSETS
+from rmqdelay.store.encode import PutEncoder
 from rmqdelay.store.index import IndexSettings, index_dir
 from rmqdelay.store.indexer import MessageIndexer
 from rmqdelay.store.lock import BrokerLock
@@ -94,7 +71,7 @@ from rmqdelay.store.recovery import (
     apply_recovery,
     plan_recovery,
 )
-from rmqdelay.store.topics import long_retry_topic, validate_topic
+from rmqdelay.store.topics import validate_topic
 from rmqdelay.store.writeformat import WriteFormat, detect_write_format
 
 __all__ = ["DEFAULT_COMMITLOG_FILE_SIZE", "DEFAULT_CQ_FILE_SIZE", "NewMessage", "PutResult", "RecoveryReport",
@@ -462,6 +439,7 @@ class StoreWriter:
                         break
             if self.write_format is None:
                 self.write_format = detect_write_format(store, self._broker_config)
+            self._encoder = PutEncoder(self.write_format, self.delay_levels, lambda: self.clock())
             cp = store.checkpoint()
             self._checkpoint = cp or Checkpoint(0, 0, 0)
             plan = plan_recovery(store)  # reads only; raises (a refusal) before any change
@@ -519,18 +497,7 @@ class StoreWriter:
         return self._queue_offsets.get((topic, queue_id), 0)
 
     def _tags_code(self, topic: str, properties, store_ts: int) -> int:
-        """CommitLog.checkMessageAndReturnSize: the deliver time for SCHEDULE_TOPIC_XXXX."""
-        if topic == RMQ_SYS_SCHEDULE_TOPIC:
-            t = properties.get(PROPERTY_DELAY_TIME_LEVEL)
-            if t is not None:
-                level = java_parse_int(t)
-                if level is None:
-                    raise UsageError(f"a {RMQ_SYS_SCHEDULE_TOPIC} message whose DELAY {t!r} is not a number: "
-                                     f"the broker cannot dispatch it")
-                level = min(level, self.max_level)
-                if level > 0:
-                    return store_ts + self.delay_levels[level]
-        return tags_code(properties.get(PROPERTY_TAGS))
+        return self._encoder.tags_code(topic, properties, store_ts)
 
     def _check_usable(self) -> None:
         if not self._opened:
@@ -546,84 +513,28 @@ class StoreWriter:
     def put(self, new: NewMessage) -> PutResult:
         """CommitLog.putMessage: delay rewrite, queue offset, encode, append; unit queued."""
         self._check_usable()
-        topic, queue_id = new.topic, new.queueId
-        fmt = self.write_format
-        if topic not in self._valid_topics:
-            _check_topic(topic, fmt)
-            self._valid_topics.add(topic)
-        props = new.properties
-        props_raw = new.propertiesRaw
-        tran = _tran_type(new.sysFlag)
-        if tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
-            level = _delay_level(props.get(PROPERTY_DELAY_TIME_LEVEL))
-            if level > 0:
-                props = dict(props)
-                if level > self.max_level:
-                    props[PROPERTY_DELAY_TIME_LEVEL] = str(self.max_level)
-                    level = self.max_level
-                props[PROPERTY_REAL_TOPIC] = topic
-                props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
-                if fmt.is5x:
-                    # 5.x HookUtils.transformDelayLevelMessage: messageProperties2String of the
-                    # request's decoded map (128 buckets), a separator after every pair.
-                    props_raw = properties_to_string(java_order(props, DECODED_MAP_CAPACITY_5X))
-                else:
-                    props_raw = None
-                topic, queue_id = RMQ_SYS_SCHEDULE_TOPIC, level - 1
-        if props_raw is None:
-            props_raw = format_properties(java_order(props))
-        store_ts = new.storeTimestamp if new.storeTimestamp is not None else self.clock()
-        dispatch = tran not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
-        code = self._tags_code(topic, props if new.propertiesRaw is None else _props_of(props_raw), store_ts)
-        sys_flag = new.sysFlag
-        sys_flag = (sys_flag | BORNHOST_V6_FLAG) if len(new.bornHost[0]) == 16 else (sys_flag & ~BORNHOST_V6_FLAG)
-        sys_flag = (sys_flag | STOREHOSTADDRESS_V6_FLAG) if len(new.storeHost[0]) == 16 else (sys_flag & ~STOREHOSTADDRESS_V6_FLAG)
-        if fmt.propCrc:
-            # CommitLog.asyncPutMessage drops a __CRC32# the message carries; the encoder
-            # reserves a fresh one, sealed once the record is complete.
-            props_raw = reserved_properties(delete_property(props_raw, PROPERTY_CRC32))
-        topic_bytes = topic.encode("utf-8")
-        props_bytes = props_raw.encode("utf-8", "surrogateescape")
-        if len(props_bytes) > 32767:
-            raise UsageError(f"properties of {len(props_bytes)} bytes; a record holds at most 32767")
-        # CommitLog.asyncPutMessage: V2 (two-byte topic length) for a topic longer than
-        # Byte.MAX_VALUE Java characters.
-        magic = MESSAGE_MAGIC_CODE_V2 if fmt.autoMessageVersionOnTopicLen and _java_length(topic) > 127 \
-            else MESSAGE_MAGIC_CODE
-        size = message_size(sys_flag, len(new.body), len(topic_bytes), len(props_bytes), magic)
+        e = self._encoder.encode(new)
+        size = len(e.record)
         self._ensure_room(size)
-        key = (topic, queue_id)
-        queue_offset = self._queue_offsets.get(key, 0) if dispatch else 0
+        key = (e.topic, e.queue_id)
+        queue_offset = self._queue_offsets.get(key, 0) if e.dispatch else 0
         offset = self._end
-        msg = Message(size, magic, body_crc(new.body), queue_id, new.flag, queue_offset,
-                      offset, sys_flag, new.bornTimestamp, new.bornHost[0], new.bornHost[1], store_ts,
-                      new.storeHost[0], new.storeHost[1], new.reconsumeTimes,
-                      new.preparedTransactionOffset, new.body, topic, props_raw)
-        record = encode_message(msg)
-        if fmt.propCrc:
-            record = seal_record(record)
-            props_raw = record[size - len(props_bytes):].decode("utf-8", "surrogateescape")
+        record = e.place(queue_offset, offset)
         if not self._pending:
             self._pending_start = offset
         self._pending.append(record)
         self._end += size
         self._pending_bytes += size
         if self._indexer is not None:
-            if new.propertiesRaw is None and props_raw.count(PROPERTY_SEPARATOR) == len(props) - 1 \
-                    and props_raw.count(NAME_VALUE_SEPARATOR) == len(props):
-                # One pair per segment: the map reads back as it is (less empty values).
-                self._indexer.add(offset, store_ts, topic, props.get(PROPERTY_KEYS) or None,
-                                  props.get(PROPERTY_UNIQ) or None, sys_flag)
-            else:
-                self._indexer.add_stored(offset, store_ts, topic, props_raw, sys_flag)
-        if dispatch:
+            self._indexer.add(offset, e.store_ts, e.topic, e.keys, e.uniq, e.sys_flag)
+        if e.dispatch:
             self._queue_offsets[key] = queue_offset + 1
-            self._pending_units.append((topic, queue_id, queue_offset, _unit_bytes(offset, size, code)))
-        self._last_store_ts = max(self._last_store_ts, store_ts)
+            self._pending_units.append((e.topic, e.queue_id, queue_offset, _unit_bytes(offset, size, e.tags_code)))
+        self._last_store_ts = max(self._last_store_ts, e.store_ts)
         if self._pending_bytes >= FLUSH_BYTES:
             self.flush()
-        return PutResult(topic, queue_id, queue_offset, offset, size, store_ts, code,
-                         create_message_id(new.storeHost[0], new.storeHost[1], offset), props_raw)
+        return PutResult(e.topic, e.queue_id, queue_offset, offset, size, e.store_ts, e.tags_code,
+                         create_message_id(new.storeHost[0], new.storeHost[1], offset), e.properties_raw)
 
     def put_encoded(self, topic: str, queue_id: int, record: bytearray, tags_code_value: int,
                     keys: str | None, uniq_key: str | None) -> tuple[int, int]:
@@ -900,64 +811,16 @@ def _mark_reaches(store: Store, mark: int, end: int) -> bool:
     return isinstance(record, Blank) and record.physicalOffset == head and head + record.totalSize == end
 
 
-def _java_length(text: str) -> int:
-    """String.length(): UTF-16 code units."""
-    return len(text.encode("utf-16-le", "surrogatepass")) // 2
-
-
-def _check_topic(topic: str, fmt: WriteFormat) -> None:
-    """TopicValidator's rules; a 5.x broker also puts retry topics longer than 127 bytes (up to
-    HookUtils' 255), which it writes as V2 records."""
-    if fmt.is5x and long_retry_topic(topic):
-        return
-    validate_topic(topic)
-
-
 def without_crc(properties_raw: str) -> str:
     """A stored properties string without its __CRC32# entry (what differs between two
     copies of one message written with and without enabledAppendPropCRC)."""
     return delete_property(properties_raw, PROPERTY_CRC32)
 
 
-def _tran_type(sys_flag: int) -> int:
-    return sys_flag & TRANSACTION_TYPE_MASK
-
-
-def _delay_level(text: str | None) -> int:
-    """Message.getDelayTimeLevel: Integer.parseInt of DELAY, which throws for a non-number,
-    so the broker refuses the message."""
-    if text is None:
-        return 0
-    level = java_parse_int(text)
-    if level is None:
-        raise UsageError(f"property DELAY={text!r}: not a number; the broker (Message.getDelayTimeLevel) "
-                         f"refuses such a message")
-    return level
-
-
 _UNIT = struct.Struct(">qiq")
 _ENCODED_HEAD = struct.Struct(">ii28xi")  # totalSize, magicCode, sysFlag (at 36)
-_OFFSETS = struct.Struct(">qq")  # queueOffset, physicalOffset (at 20)
 _STORE_TS = struct.Struct(">q")
 
 
 def _unit_bytes(offset: int, size: int, tags_code_value: int) -> bytes:
     return _UNIT.pack(offset, size, tags_code_value)
-
-
-class _StoredProperties:
-    """The few properties put() reads (TAGS, DELAY) straight from a stored string, without
-    parsing all of it: same answers as parse_properties(raw).get(key)."""
-
-    __slots__ = ("raw",)
-
-    def __init__(self, raw: str) -> None:
-        self.raw = raw
-
-    def get(self, key: str, default: str | None = None) -> str | None:
-        value = property_value(self.raw, key)
-        return default if value is None else value
-
-
-def _props_of(raw: str) -> _StoredProperties:
-    return _StoredProperties(raw)
