@@ -1,3 +1,4 @@
 from rmqdelay.commands.main import main
 
-main()
+if __name__ == "__main__":
+    main()

@@ -24,6 +24,9 @@ class StoreError(RmqDelayError):
         self.offset = offset
         self.expected = expected
 
+    def __reduce__(self):  # an error crosses to another process whole (the writer process)
+        return type(self), (self.path, self.offset, self.expected)
+
 
 class StoreReadError(StoreError):
     """A store file that could not be read at all (the system said no: EACCES, EIO, EMFILE,
@@ -48,6 +51,9 @@ class StoreWriteError(RmqDelayError):
         self.offset = offset
         self.what = what
 
+    def __reduce__(self):
+        return type(self), (self.path, self.offset, self.what)
+
 
 class StoreLockedError(RmqDelayError):
     exit_code = EXIT_LOCKED
@@ -56,6 +62,11 @@ class StoreLockedError(RmqDelayError):
                  advice: str = "stop the broker before writing to this store") -> None:
         super().__init__(f"{path}: held by {holder}; {advice}")
         self.path = Path(path)
+        self.holder = holder
+        self.advice = advice
+
+    def __reduce__(self):
+        return type(self), (self.path, self.holder, self.advice)
 
 
 class UsageError(RmqDelayError):

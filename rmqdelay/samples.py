@@ -83,6 +83,7 @@ from rmqdelay.store.writer import (
     PutResult,
     StoreWriter,
 )
+from rmqdelay.store.writerprocess import WriterProcess
 from rmqdelay.uniqkey import UniqKeyFactory
 
 STORE_HOST = (bytes([10, 10, 0, 5]), 10911)
@@ -141,6 +142,9 @@ class GenerateOptions:
     commitlog_file_size: int = DEFAULT_COMMITLOG_FILE_SIZE
     cq_file_size: int = DEFAULT_CQ_FILE_SIZE
     index: IndexSettings = IndexSettings()  # maxHashSlotNum / maxIndexNum of the broker to open it
+    # The writer in a process of its own (the records are made on one core, written on the
+    # other); False: in this process. The store is the same bytes either way.
+    writer_process: bool = True
 
 
 class _Chain:
@@ -392,7 +396,8 @@ class SampleGenerator:
         opt = self.opt
         # About 1.6 records per producer message (deliveries, retries); spread N over `hours`.
         self.gap_rate = 1.0 / (opt.hours * 3_600_000 * 1.6 / opt.messages)  # producer messages per ms
-        with StoreWriter(self.dir, delay_levels=self.delays, commitlog_file_size=opt.commitlog_file_size,
+        writer_class = WriterProcess if opt.writer_process else StoreWriter
+        with writer_class(self.dir, delay_levels=self.delays, commitlog_file_size=opt.commitlog_file_size,
                          cq_file_size=opt.cq_file_size, sync=False, create=True, index=opt.index,
                          write_format=self.write_format) as writer:
             self.writer = writer

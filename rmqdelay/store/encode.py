@@ -50,6 +50,7 @@ from rmqdelay.formats.properties import (
 from rmqdelay.store.topics import long_retry_topic, validate_topic
 from rmqdelay.store.writeformat import WriteFormat
 
+ENCODED_HEAD = struct.Struct(">ii28xi")  # totalSize, magicCode, sysFlag (at 36)
 OFFSETS = struct.Struct(">qq")  # queueOffset, physicalOffset (at 20)
 
 

@@ -59,6 +59,7 @@ from rmqdelay.schedule.levels import parse_delay_levels
 from rmqdelay.store import Store, fileio
 from rmqdelay.store.commitlog import END_FILE_MIN_BLANK_LENGTH
 from rmqdelay.store.directory import check_store_directory
+from rmqdelay.store.encode import ENCODED_HEAD as _ENCODED_HEAD
 from rmqdelay.store.encode import OFFSETS as _OFFSETS
 from rmqdelay.store.encode import PutEncoder
 from rmqdelay.store.index import IndexSettings, index_dir
@@ -200,6 +201,7 @@ class _QueueFiles:
         self._has_files = bool(existing)
         self._files = files
         self._dirty = dirty
+        self._path, self._path_start = "", -1  # the last file written, by its first byte
 
     def _open(self, path: str, first_at: int, journal: _Journal | None) -> int:
         fileio.make_dirs(self.directory)
@@ -233,7 +235,9 @@ class _QueueFiles:
             file_start = pos - pos % size
             at = pos - file_start
             chunk = data[:file_start + size - pos]
-            path = f"{self._prefix}{file_start:020d}"
+            if file_start != self._path_start:
+                self._path, self._path_start = f"{self._prefix}{file_start:020d}", file_start
+            path = self._path
             fd = self._files.get(path)
             if fd is None:
                 fd = self._open(path, at, journal)
@@ -496,6 +500,15 @@ class StoreWriter:
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
         return self._queue_offsets.get((topic, queue_id), 0)
 
+    def next_queue_offsets(self) -> dict[tuple[str, int], int]:
+        """Every queue's next queue offset (a copy)."""
+        return dict(self._queue_offsets)
+
+    @property
+    def commitlog_file_size(self) -> int:
+        """Of this store's commit log files (read from the store on open)."""
+        return self._commitlog_file_size
+
     def _tags_code(self, topic: str, properties, store_ts: int) -> int:
         return self._encoder.tags_code(topic, properties, store_ts)
 
@@ -580,6 +593,63 @@ class StoreWriter:
             self.flush()
         return queue_offset, offset
 
+    def put_encoded_batch(self, records: bytes, entries: list[tuple]) -> None:
+        """put_encoded for records serialised back to back, each already placed by the caller
+        (the writer process's batches): ``entries`` holds, per record, (topic, queueId, size,
+        tagsCode, KEYS, UNIQ_KEY, queueOffset, physicalOffset), with the offsets written in
+        the record. A record the writer would place elsewhere is refused (UsageError) and
+        the writer stops; the records before it are pending as put_encoded leaves them."""
+        if not self._opened or self._failed is not None:
+            self._check_usable()
+        view = memoryview(records)
+        file_size = self._commitlog_file_size
+        queue_offsets = self._queue_offsets
+        units = self._pending_units
+        indexer = self._indexer
+        start = at = 0  # the records from ``start`` to ``at`` are counted, not yet pending
+        try:
+            for topic, queue_id, size, code, keys, uniq, queue_offset, offset in entries:
+                if self._end % file_size + size + END_FILE_MIN_BLANK_LENGTH > file_size:
+                    self._add_pending(view[start:at])
+                    start = at
+                    self._ensure_room(size)
+                if topic not in self._valid_topics:
+                    validate_topic(topic)
+                    self._valid_topics.add(topic)
+                head_size, magic, sys_flag = _ENCODED_HEAD.unpack_from(records, at)
+                dispatch = sys_flag & TRANSACTION_TYPE_MASK not in (TRANSACTION_PREPARED_TYPE,
+                                                                    TRANSACTION_ROLLBACK_TYPE)
+                key = (topic, queue_id)
+                expected = queue_offsets.get(key, 0) if dispatch else 0
+                if head_size != size or magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2) \
+                        or offset != self._end or queue_offset != expected \
+                        or _OFFSETS.unpack_from(records, at + 20) != (queue_offset, offset):
+                    raise UsageError(f"{topic}/{queue_id}: a record announced at queue offset {queue_offset}, "
+                                     f"physical offset {offset}, {size} bytes, where the writer is at "
+                                     f"{expected}, {self._end} (its head: {head_size} bytes, magic {magic:#x})")
+                store_ts = _STORE_TS.unpack_from(records, at + (68 if sys_flag & BORNHOST_V6_FLAG else 56))[0]
+                if indexer is not None:
+                    indexer.add(offset, store_ts, topic, keys, uniq, sys_flag)
+                if dispatch:
+                    queue_offsets[key] = queue_offset + 1
+                    units.append((topic, queue_id, queue_offset, _UNIT.pack(offset, size, code)))
+                if store_ts > self._last_store_ts:
+                    self._last_store_ts = store_ts
+                self._end += size
+                at += size
+        finally:
+            self._add_pending(view[start:at])
+        if self._pending_bytes >= FLUSH_BYTES:
+            self.flush()
+
+    def _add_pending(self, records) -> None:
+        """Records counted in ``_end`` (their units and index entries queued) join the pending."""
+        if records:
+            if not self._pending:
+                self._pending_start = self._end - len(records)
+            self._pending.append(records)
+            self._pending_bytes += len(records)
+
     def _ensure_room(self, size: int) -> None:
         """Roll over to a new file with a BLANK record when the message does not fit."""
         file_size = self._commitlog_file_size
@@ -652,17 +722,19 @@ class StoreWriter:
         # Units are written in commit log order (consecutive units of one queue in one
         # write), so a kill -9 part way leaves dispatched a prefix of the records, which
         # is what recovery's dispatch start (the highest unit's message end) assumes.
-        runs: list[tuple[tuple[str, int], int, list[bytes]]] = []
-        for topic, qid, qoff, unit in self._pending_units:
-            if runs and runs[-1][0] == (topic, qid):
-                runs[-1][2].append(unit)
-            else:
-                runs.append(((topic, qid), qoff, [unit]))
         self._wrote = True
         queues = self._queues
-        for key, first, units in runs:
-            q = queues.get(key) or self._queue(*key)
-            q.write(first, b"".join(units), journal=journal)
+        units = self._pending_units
+        n = len(units)
+        i = 0
+        while i < n:
+            topic, qid, first, unit = units[i]
+            j = i + 1
+            while j < n and units[j][1] == qid and units[j][0] == topic:
+                j += 1
+            q = queues.get((topic, qid)) or self._queue(topic, qid)
+            q.write(first, unit if j == i + 1 else b"".join([u[3] for u in units[i:j]]), journal=journal)
+            i = j
         if self.sync:
             self._sync_units()
 
@@ -818,7 +890,6 @@ def without_crc(properties_raw: str) -> str:
 
 
 _UNIT = struct.Struct(">qiq")
-_ENCODED_HEAD = struct.Struct(">ii28xi")  # totalSize, magicCode, sysFlag (at 36)
 _STORE_TS = struct.Struct(">q")
 
 
