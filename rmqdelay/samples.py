@@ -14,7 +14,10 @@ What happens in it (every time comes from the seed, none from the wall clock):
 - the run stops at the N-th record; whatever is due later stays pending. ``at_ms`` is the
   store time of that last record.
 
-Events wait in a heap ordered by (time, sequence). Memory holds what is in flight (delay
+Events happen in (time, sequence) order. Most of them come in streams whose times never go
+back (one level's deliveries, one group's first send-backs, one group's later ones): each
+stream is a FIFO and only its first event waits in the heap, which so stays a few dozen
+events long; other events wait in the heap itself. Memory holds what is in flight (delay
 messages not yet due, retries not yet sent back: about the message rate times the longest
 delay, 2 h) and a few minutes of each queue's times, never the records already written.
 
@@ -375,7 +378,10 @@ class SampleGenerator:
         self.group_dlq = [0] * len(GROUPS)
         self.group_pending = [0] * len(GROUPS)
         self.kinds = Counter()
-        self.heap: list = []
+        self.heap: list = []  # (time, seq, kind, arg, rec, chain, stream): each stream's first event, and others
+        self.level_streams = [deque() for _ in range(self.max_level + 1)]  # deliveries, by level
+        self.first_send_backs = [deque() for _ in GROUPS]  # of plain messages, by group
+        self.later_send_backs = [deque() for _ in GROUPS]  # of %RETRY% copies, by group
         self.seq = 0
         self.serial = 0
         self.body_crcs = [body_crc(body) for body in self.bodies]
@@ -413,7 +419,7 @@ class SampleGenerator:
                     gc.enable()
             writer.sync_to_disk()
             self._after_log()
-            for item in self.heap:
+            for item in self._pending_events():
                 chain = item[5]
                 if chain is not None:
                     self._fold(chain)
@@ -436,7 +442,7 @@ class SampleGenerator:
         first event in the heap. (An event that writes several records at once, a timer
         slot's deliveries, may take the count a little past ``n``.)"""
         heap = self.heap
-        heappop = heapq.heappop
+        heappop, heappush = heapq.heappop, heapq.heappush
         original = self._original
         handlers = self._handlers()
         last_t = next_original
@@ -445,7 +451,11 @@ class SampleGenerator:
             goal = start + min(PROGRESS_STEP, n - start)
             while self.written < goal:
                 if heap and heap[0][0] <= next_original:
-                    t, _seq, kind, arg, rec, chain = heappop(heap)
+                    t, _seq, kind, arg, rec, chain, stream = heappop(heap)
+                    if stream is not None:
+                        stream.popleft()
+                        if stream:
+                            heappush(heap, stream[0])
                     handlers[kind](t, arg, rec, chain)
                 else:
                     t = next_original
@@ -459,9 +469,24 @@ class SampleGenerator:
         if self.dir.exists() and (not self.dir.is_dir() or any(self.dir.iterdir())):
             raise StoreError(self.dir, None, "a new or empty directory for the sample store")
 
-    def _push(self, t: int, kind: int, arg: int, rec: _Rec, chain: _Chain | None) -> None:
+    def _push(self, t: int, kind: int, arg: int, rec: _Rec, chain: _Chain | None,
+              stream: deque | None = None) -> None:
+        """An event at ``t``; in ``stream`` when ``t`` is not before its last event's."""
         self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, kind, arg, rec, chain))
+        if stream is None or (stream and stream[-1][0] > t):
+            heapq.heappush(self.heap, (t, self.seq, kind, arg, rec, chain, None))
+            return
+        item = (t, self.seq, kind, arg, rec, chain, stream)
+        if not stream:
+            heapq.heappush(self.heap, item)
+        stream.append(item)
+
+    def _pending_events(self):
+        """Every event not handled yet (in no particular order)."""
+        yield from (item for item in self.heap if item[6] is None)
+        for streams in (self.level_streams, self.first_send_backs, self.later_send_backs):
+            for stream in streams:
+                yield from stream
 
     def _topic_part(self, topic: str) -> bytes:
         part = self.topic_parts.get(topic)
@@ -565,7 +590,7 @@ class SampleGenerator:
         actual = max(due + jitter, self.level_last_actual[level], t + 1)
         self.level_last_actual[level] = actual
         self.level_put[level] += 1
-        self._push(actual, _DELIVER, due, rec, chain)
+        self._push(actual, _DELIVER, due, rec, chain, self.level_streams[level])
 
     def _deliver(self, t: int, due: int, scheduled: _Rec, chain: _Chain | None) -> None:
         """messageTimeup: the copy keeps the schedule record's properties string (DELAY,
@@ -597,7 +622,7 @@ class SampleGenerator:
         self.retry_last_consume[gi] = consume
         self.retry_consumed[gi].add(consume, t)
         if chain.sendbacks < chain.target:
-            self._push(consume, _SEND_BACK, gi, rec, chain)
+            self._push(consume, _SEND_BACK, gi, rec, chain, self.later_send_backs[gi])
         else:
             self._fold(chain)  # consumed successfully at last
 
@@ -616,7 +641,7 @@ class SampleGenerator:
                     target = DEFAULT_MAX_RECONSUME_TIMES + 1
                 else:
                     target = min(1 + int(rng.expovariate(0.35)), DEFAULT_MAX_RECONSUME_TIMES)
-                self._push(t + group.lag_ms, _SEND_BACK, gi, rec, _Chain(gi, target))
+                self._push(t + group.lag_ms, _SEND_BACK, gi, rec, _Chain(gi, target), self.first_send_backs[gi])
 
     def _send_back(self, t: int, gi: int, consumed: _Rec, chain: _Chain) -> None:
         """The broker's send-back, through the writer's own putMessage (a few in a hundred
