@@ -78,6 +78,7 @@ from rmqdelay.schedule.offsets import write_delay_offsets
 from rmqdelay.schedule.redelivery import consumer_send_back
 from rmqdelay.store.brokerconfig import add_topics, write_consumer_offsets
 from rmqdelay.store.durable import atomic_write
+from rmqdelay.store.encode import PutEncoder
 from rmqdelay.store.index import IndexSettings
 from rmqdelay.store.writer import (
     DEFAULT_COMMITLOG_FILE_SIZE,
@@ -408,6 +409,7 @@ class SampleGenerator:
                          write_format=self.write_format) as writer:
             self.writer = writer
             self.put_encoded = writer.put_encoded
+            self.encoder = PutEncoder(writer.write_format, self.delays, _no_clock)
             # The heap holds hundreds of thousands of long-lived events and nothing in it forms
             # a reference cycle: the cyclic collector would only rescan them, again and again.
             collecting = gc.isenabled()
@@ -644,14 +646,29 @@ class SampleGenerator:
                 self._push(t + group.lag_ms, _SEND_BACK, gi, rec, _Chain(gi, target), self.first_send_backs[gi])
 
     def _send_back(self, t: int, gi: int, consumed: _Rec, chain: _Chain) -> None:
-        """The broker's send-back, through the writer's own putMessage (a few in a hundred
-        records): a retry goes to SCHEDULE_TOPIC_XXXX, the last one to the DLQ."""
+        """The broker's send-back (a few in a hundred records): a retry goes to
+        SCHEDULE_TOPIC_XXXX, the last one to the DLQ. Stored as the writer's putMessage stores
+        it (``PutEncoder.rewrite``), appended as the other records are; with ``on_put`` (tests)
+        through the writer's own put(), which writes the same bytes."""
         new = consumer_send_back(consumed.message(), GROUPS[gi].name)
         new.storeTimestamp = t
-        result = self.writer.put(new)
-        self.written += 1
-        if self.on_put is not None:
+        was = consumed.content
+        if self.on_put is None:
+            put = self.encoder.rewrite(new)
+            topic, queue_id, raw, code = put.topic, put.queue_id, put.properties_raw, put.tags_code
+        else:
+            result = self.writer.put(new)
+            self.written += 1
             self.on_put(new, result)
+            topic, queue_id, raw, code = result.topic, result.queueId, result.propertiesRaw, result.tagsCode
+        props = new.properties
+        c = _Content(raw, _props_part(raw), was.body, was.crc, was.head, was.born_ts, was.born_addr, was.born_port,
+                     was.sys_flag, new.reconsumeTimes, tags_code(props.get(PROPERTY_TAGS)),
+                     props.get(PROPERTY_KEYS) or None, props.get(PROPERTY_UNIQ) or None)
+        if self.on_put is None:
+            queue_offset, offset = self._append(c, topic, queue_id, t, code)[:2]
+        else:
+            queue_offset, offset = result.queueOffset, result.commitLogOffset
         if new.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
             self.kinds["dlq"] += 1
             self.dlq_records[gi] += 1
@@ -661,14 +678,8 @@ class SampleGenerator:
         self.kinds["send_back"] += 1
         self.sendback_records[gi] += 1
         chain.sendbacks = new.reconsumeTimes
-        props = new.properties
-        was = consumed.content
-        raw = result.propertiesRaw
-        c = _Content(raw, _props_part(raw), was.body, was.crc, was.head, was.born_ts, was.born_addr, was.born_port,
-                     was.sys_flag, new.reconsumeTimes, tags_code(props.get(PROPERTY_TAGS)),
-                     props.get(PROPERTY_KEYS) or None, props.get(PROPERTY_UNIQ) or None)
-        rec = _Rec(c, result.topic, result.queueId, result.queueOffset, result.commitLogOffset, new.topic, new.queueId)
-        self._scheduled(t, rec, result.tagsCode, chain)
+        rec = _Rec(c, topic, queue_id, queue_offset, offset, new.topic, new.queueId)
+        self._scheduled(t, rec, code, chain)
 
     def _fold(self, chain: _Chain) -> None:
         """Count a chain in its group's figures once, when nothing more will happen to it
@@ -775,6 +786,10 @@ class SampleGenerator:
             "levels": levels, "groups": groups, "retry_queues": retry_queues,
             "consumer_offsets": {key: {str(q): v for q, v in value.items()} for key, value in offsets.items()},
         }
+
+
+def _no_clock() -> int:
+    raise AssertionError("every record of a sample store carries its store time")
 
 
 def generate(directory: Path | str, options: GenerateOptions,

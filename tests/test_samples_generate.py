@@ -80,6 +80,19 @@ def test_every_record_decodes_back_to_what_the_generator_put(tmp_path, capsys):
     assert verify.code == 0, verify.out + verify.err
 
 
+def test_the_fast_paths_write_what_the_producer_and_the_writers_put_write(tmp_path):
+    """Producer messages come from templates and send-backs are appended without put();
+    watched through ``on_put`` every message goes through the producer code and the writer's
+    put() instead: the same store, byte for byte (DLQ send-backs and file ends included)."""
+    options = GenerateOptions(messages=12000, seed=3, commitlog_file_size=65536, cq_file_size=1280)
+    fast = generate(tmp_path / "fast", options)
+    seen = []
+    slow = generate(tmp_path / "slow", options, on_put=lambda new, result: seen.append(result.topic))
+    assert fast == slow and len(seen) == fast["messages"]
+    assert fast["records"]["send_back"] > 0 and fast["records"]["dlq"] > 0
+    assert tree_digest(tmp_path / "fast") == tree_digest(tmp_path / "slow")
+
+
 def test_the_same_seed_gives_the_same_bytes_and_the_committed_sample_is_current(tmp_path, capsys, local_time_zone):
     local_time_zone("UTC")  # the index file's name is a local time
     again = tmp_path / "again"

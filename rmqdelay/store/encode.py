@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from rmqdelay.errors import UsageError
 from rmqdelay.formats.commitlog import Message, body_crc, encode_message, message_size
@@ -81,6 +82,20 @@ class EncodedPut:
         return self.record
 
 
+class Rewritten(NamedTuple):
+    """A message as putMessage rewrites it, before it is encoded."""
+
+    topic: str
+    queue_id: int
+    properties: dict  # (or the few read from a stored string, for a message put with one)
+    properties_raw: str
+    store_ts: int
+    tags_code: int  # of its unit
+    keys: str | None  # KEYS and UNIQ_KEY as the index reads them from the stored properties
+    uniq: str | None
+    dispatch: bool  # gets a unit and a queue offset (not a prepared or rolled back transaction)
+
+
 class PutEncoder:
     """putMessage's rewrites and encoding for one store (its write format and delay levels)."""
 
@@ -114,10 +129,10 @@ class PutEncoder:
                     return store_ts + self.delay_levels[level]
         return tags_code(properties.get(PROPERTY_TAGS))
 
-    def encode(self, new) -> EncodedPut:
-        """CommitLog.putMessage up to the append: ``new`` is a NewMessage."""
+    def rewrite(self, new) -> Rewritten:
+        """CommitLog.putMessage's rewrites of ``new`` (a NewMessage): where it is stored, the
+        properties string it is stored with, its unit's tagsCode and the keys it is indexed by."""
         topic, queue_id = new.topic, new.queueId
-        fmt = self.write_format
         self.check_topic(topic)
         props = new.properties
         props_raw = new.propertiesRaw
@@ -131,7 +146,7 @@ class PutEncoder:
                     level = self.max_level
                 props[PROPERTY_REAL_TOPIC] = topic
                 props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
-                if fmt.is5x:
+                if self.write_format.is5x:
                     # 5.x HookUtils.transformDelayLevelMessage: messageProperties2String of the
                     # request's decoded map (128 buckets), a separator after every pair.
                     props_raw = properties_to_string(java_order(props, DECODED_MAP_CAPACITY_5X))
@@ -141,7 +156,6 @@ class PutEncoder:
         if props_raw is None:
             props_raw = format_properties(java_order(props))
         store_ts = new.storeTimestamp if new.storeTimestamp is not None else self.clock()
-        dispatch = tran not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
         simple = new.propertiesRaw is None
         code = self.tags_code(topic, props if simple else _StoredProperties(props_raw), store_ts)
         if simple and props_raw.count(PROPERTY_SEPARATOR) == len(props) - 1 \
@@ -150,6 +164,13 @@ class PutEncoder:
             keys, uniq = props.get(PROPERTY_KEYS) or None, props.get(PROPERTY_UNIQ) or None
         else:
             keys, uniq = property_value(props_raw, PROPERTY_KEYS), property_value(props_raw, PROPERTY_UNIQ)
+        return Rewritten(topic, queue_id, props, props_raw, store_ts, code, keys, uniq,
+                         tran not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE))
+
+    def encode(self, new) -> EncodedPut:
+        """CommitLog.putMessage up to the append: ``new`` is a NewMessage."""
+        topic, queue_id, _props, props_raw, store_ts, code, keys, uniq, dispatch = self.rewrite(new)
+        fmt = self.write_format
         sys_flag = new.sysFlag
         sys_flag = (sys_flag | BORNHOST_V6_FLAG) if len(new.bornHost[0]) == 16 else (sys_flag & ~BORNHOST_V6_FLAG)
         sys_flag = (sys_flag | STOREHOSTADDRESS_V6_FLAG) if len(new.storeHost[0]) == 16 \
