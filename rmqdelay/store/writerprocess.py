@@ -5,7 +5,8 @@ them (commit log, consume queues, index, checkpoint) on the other.
 ``WriterProcess`` answers ``put``/``put_encoded`` at once, as the writer would: the place of
 each record (queue offset, physical offset, a new commit log file where the writer starts
 one) is known from the sizes alone, so the caller goes on while the records travel in
-batches to the child, whose StoreWriter appends them (``put_encoded_batch``) after checking
+batches to the child (through two slots of shared memory, the pipe carrying only which slot
+is full and which is free again), whose StoreWriter appends them (``put_encoded_batch``) after checking
 that each goes where it was announced. Everything the writer promises holds in the
 child unchanged: the store's lock, write then publish, the first error stops it for good,
 and a kill of either process leaves what a crash of the writer leaves. The child's first
@@ -16,7 +17,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import traceback
+from multiprocessing.shared_memory import SharedMemory
 from pathlib import Path
 
 from rmqdelay.errors import RmqDelayError, StoreWriteError, UsageError
@@ -29,6 +32,9 @@ from rmqdelay.formats.msgid import create_message_id
 from rmqdelay.store.commitlog import END_FILE_MIN_BLANK_LENGTH
 from rmqdelay.store.encode import ENCODED_HEAD, OFFSETS, PutEncoder
 from rmqdelay.store.writer import FLUSH_BYTES, NewMessage, PutResult, StoreWriter
+
+SLOT_BYTES = 2 * FLUSH_BYTES + (1 << 20)  # a batch's records (FLUSH_BYTES and one more record) and its entries
+SLOTS = 2
 
 
 class _Abandon(Exception):
@@ -48,16 +54,28 @@ class WriterProcess:
         self._meta: list[tuple] = []
         self._bytes = 0
         self._error: BaseException | None = None
+        self._shm: SharedMemory | None = None
+        self._busy = [False] * SLOTS  # sent to the child, not copied out yet
+        self._next_slot = 0
 
     # -- open / close ----------------------------------------------------------------------
     def __enter__(self) -> "WriterProcess":
         context = multiprocessing.get_context("spawn")
+        self._shm = SharedMemory(create=True, size=SLOTS * SLOT_BYTES)
         self._conn, child = context.Pipe()
-        self._process = context.Process(target=_serve, args=(child, str(self.path), self._options),
+        self._process = context.Process(target=_serve, args=(child, str(self.path), self._options, self._shm.name),
                                         name="rmqdelay-writer", daemon=True)
-        self._process.start()
+        try:
+            self._process.start()
+        except BaseException:
+            self._release_memory()
+            raise
         child.close()
-        state = self._reply("opened")
+        try:
+            state = self._reply("opened")
+        except BaseException:
+            self._join()
+            raise
         self.write_format, delay_levels, self._file_size, self._end, queue_offsets = state
         self._queue_offsets = queue_offsets
         self._encoder = PutEncoder(self.write_format, delay_levels, _no_clock)
@@ -91,6 +109,13 @@ class WriterProcess:
             self._process.join()
         self._conn.close()
         self._process = None
+        self._release_memory()
+
+    def _release_memory(self) -> None:
+        if self._shm is not None:
+            self._shm.close()
+            self._shm.unlink()
+            self._shm = None
 
     # -- put -------------------------------------------------------------------------------
     @property
@@ -168,23 +193,39 @@ class WriterProcess:
         """Send what is queued to the child (after the child's error, if it had one)."""
         if self._error is not None:
             raise self._error
-        if self._conn.poll():
-            self._reply("nothing")  # only an error comes unasked
+        self._take_replies(block=False)
         if not self._meta:
             return
-        meta, blob = self._meta, b"".join(self._records)
+        entries = pickle.dumps(self._meta, pickle.HIGHEST_PROTOCOL)
+        records = b"".join(self._records)
         self._meta, self._records, self._bytes = [], [], 0
-        self._send(("batch", meta))
-        try:
-            self._conn.send_bytes(blob)
-        except OSError:
-            self._lost()
+        if len(records) + len(entries) > SLOT_BYTES:  # a record too big for a slot: through the pipe
+            self._send(("pipe", None))
+            self._send_bytes(records)
+            self._send_bytes(entries)
+            return
+        slot = self._next_slot
+        self._next_slot = (slot + 1) % SLOTS
+        while self._busy[slot]:
+            self._take_replies(block=True)
+        at = slot * SLOT_BYTES
+        buf = self._shm.buf
+        buf[at:at + len(records)] = records
+        buf[at + len(records):at + len(records) + len(entries)] = entries
+        self._busy[slot] = True
+        self._send(("slot", (slot, len(records), len(entries))))
 
     def sync_to_disk(self) -> None:
         """StoreWriter.sync_to_disk: everything put so far is durable when this returns."""
         self._ship()
         self._send(("sync",))
         self._reply("synced")
+
+    def _take_replies(self, block: bool) -> None:
+        """Note the slots the child has copied out (it says so unasked, as it says an error)."""
+        while block or self._conn.poll():
+            self._reply("free")
+            block = False
 
     # -- the pipe --------------------------------------------------------------------------
     def _send(self, message: tuple) -> None:
@@ -195,11 +236,24 @@ class WriterProcess:
         except OSError:
             self._lost()
 
-    def _reply(self, expected: str):
+    def _send_bytes(self, data: bytes) -> None:
         try:
-            kind, value = self._conn.recv()
-        except (EOFError, OSError):
+            self._conn.send_bytes(data)
+        except OSError:
             self._lost()
+
+    def _reply(self, expected: str):
+        """The child's next answer but the slots it freed meanwhile: ``expected``'s value."""
+        while True:
+            try:
+                kind, value = self._conn.recv()
+            except (EOFError, OSError):
+                self._lost()
+            if kind != "free":
+                break
+            self._busy[value] = False
+            if expected == "free":
+                return value
         if kind == "error":
             self._error = value
             raise value
@@ -234,9 +288,10 @@ def _no_clock() -> int:
     raise UsageError("a message put through the writer process needs its store time")
 
 
-def _serve(conn, path: str, options: dict) -> None:
-    """The child: one StoreWriter, fed from the pipe until told to close (or the pipe ends,
+def _serve(conn, path: str, options: dict, memory: str) -> None:
+    """The child: one StoreWriter, fed from the slots until told to close (or the pipe ends,
     which leaves the store as a crash would)."""
+    shm = SharedMemory(memory)  # made and removed by the caller (its resource tracker is this one's)
     try:
         with StoreWriter(path, **options) as writer:
             conn.send(("opened", (writer.write_format, writer.delay_levels, writer.commitlog_file_size,
@@ -247,8 +302,16 @@ def _serve(conn, path: str, options: dict) -> None:
                 except EOFError:
                     raise _Abandon() from None
                 kind = message[0]
-                if kind == "batch":
-                    writer.put_encoded_batch(conn.recv_bytes(), message[1])
+                if kind == "slot":
+                    slot, records_len, entries_len = message[1]
+                    at = slot * SLOT_BYTES
+                    records = bytes(shm.buf[at:at + records_len])
+                    entries = pickle.loads(shm.buf[at + records_len:at + records_len + entries_len])
+                    conn.send(("free", slot))
+                    writer.put_encoded_batch(records, entries)
+                elif kind == "pipe":
+                    records = conn.recv_bytes()
+                    writer.put_encoded_batch(records, pickle.loads(conn.recv_bytes()))
                 elif kind == "sync":
                     writer.sync_to_disk()
                     conn.send(("synced", None))
@@ -264,6 +327,7 @@ def _serve(conn, path: str, options: dict) -> None:
     except BaseException:
         _send_quietly(conn, ("crash", traceback.format_exc()))
     finally:
+        shm.close()
         conn.close()
 
 
