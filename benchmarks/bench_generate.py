@@ -1,7 +1,8 @@
 """Sample generator throughput against the writer it stands on and the disk under both.
 
 In one run, on the same machine and disk:
-1. `samples generate` of N records: records/s and MB/s of commit log written;
+1. `samples generate` of N records: records/s and MB/s of commit log written; as the command
+   runs it (the writer in a process of its own) and with the writer in the generator's process;
 2. StoreWriter.put of N plain prebuilt messages (same count, ~ the generator's mean size):
    records/s and MB/s;
 3. StoreWriter.put_encoded of the same messages serialised beforehand (the path the generator
@@ -44,9 +45,10 @@ def commitlog_bytes(store: Path) -> int:
         return writer.end_offset
 
 
-def bench_generator(directory: Path, messages: int, profile: bool) -> tuple[float, int]:
+def bench_generator(directory: Path, messages: int, profile: bool, writer_process: bool = True) -> tuple[float, int]:
+    """(--profile sees the generator's process only.)"""
     store = directory / "gen"
-    options = GenerateOptions(messages=messages, seed=7)
+    options = GenerateOptions(messages=messages, seed=7, writer_process=writer_process)
     start = time.perf_counter()
     if profile:
         prof = cProfile.Profile()
@@ -140,6 +142,7 @@ def main() -> None:
     try:
         n = args.messages
         gen_s, gen_bytes = bench_generator(directory, n, args.profile)
+        one_s, _ = bench_generator(directory, n, False, writer_process=False)
         put_s, put_bytes = bench_put(directory, n, gen_bytes // n)
         enc_s, enc_bytes = bench_put_encoded(directory, n, gen_bytes // n)
         raw_s = bench_raw(directory, gen_bytes)
@@ -151,6 +154,8 @@ def main() -> None:
     enc_mbs = enc_bytes / mb / enc_s
     print(f"records: {n:,}  commit log: {gen_bytes / mb:,.1f} MiB (mean {gen_bytes // n} B/record)")
     print(f"samples generate : {gen_s:8.2f} s  {gen_rate:10,.0f} records/s  {gen_mbs:7.1f} MiB/s")
+    print(f"  one process    : {one_s:8.2f} s  {n / one_s:10,.0f} records/s  "
+          f"(the writer in the generator's process: {one_s / gen_s:.2f}x the time)")
     print(f"StoreWriter.put  : {put_s:8.2f} s  {put_rate:10,.0f} records/s  {put_mbs:7.1f} MiB/s  (plain prebuilt)")
     print(f"put_encoded      : {enc_s:8.2f} s  {enc_rate:10,.0f} records/s  {enc_mbs:7.1f} MiB/s  "
           f"(the same, serialised beforehand: the writer's raw rate)")
