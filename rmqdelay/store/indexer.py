@@ -123,6 +123,7 @@ class _FileWriter:
         self.header = header
         self._slots = slots
         self._changed: list[np.ndarray] = []
+        self._changed_count = 0
         self.uncommitted = False  # entries or slots written that the header on disk does not count
         self.repaired = 0  # slots repaired when they were read
 
@@ -254,6 +255,10 @@ class _FileWriter:
             self.uncommitted = True
             pwrite_all(self.fd, entries, entry_position(self.hashSlotNum, first), self.path)
             self._changed.append(changed)
+            self._changed_count += len(changed)
+            if self._changed_count > 2 * self.hashSlotNum:  # a long run without a commit
+                self._changed = [self._changed_slots()]
+                self._changed_count = len(self._changed[0])
         return len(entries)
 
     def commit(self, sync: bool) -> None:
@@ -270,12 +275,22 @@ class _FileWriter:
         """The slots changed since the last commit, in runs of nearby slots."""
         if not self._changed:
             return
-        changed = np.unique(np.concatenate(self._changed))
+        changed = self._changed_slots()
         self._changed.clear()
+        self._changed_count = 0
         breaks = np.flatnonzero(np.diff(changed) > _SLOT_RUN_GAP) + 1
         for run in np.split(changed, breaks):
             lo, hi = int(run[0]), int(run[-1]) + 1
             pwrite_all(self.fd, self.slots[lo:hi], slots_position(lo), self.path)
+
+    def _changed_slots(self) -> np.ndarray:
+        """The slots changed since the last commit, sorted, each once."""
+        changed = np.concatenate(self._changed)
+        if len(changed) < self.hashSlotNum // 8:
+            return np.unique(changed)
+        seen = np.zeros(self.hashSlotNum, dtype=bool)  # many: a mask, not a sort
+        seen[changed] = True
+        return np.flatnonzero(seen)
 
     def close(self) -> None:
         os.close(self.fd)
