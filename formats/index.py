@@ -189,7 +189,7 @@ def key_hashes(keys: Sequence[str]) -> np.ndarray:
     row_lengths = lengths[rows]
     starts = np.zeros(len(rows), dtype=np.int64)
     np.cumsum(row_lengths[:-1], out=starts[1:])
-    for length in np.unique(row_lengths).tolist():
+    for length in np.flatnonzero(np.bincount(row_lengths)).tolist():  # the lengths there are, in order
         if length == 0:
             continue
         group = np.flatnonzero(row_lengths == length)
