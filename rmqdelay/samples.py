@@ -410,8 +410,8 @@ class SampleGenerator:
             self.writer = writer
             self.put_encoded = writer.put_encoded
             self.encoder = PutEncoder(writer.write_format, self.delays, _no_clock)
-            # The heap holds hundreds of thousands of long-lived events and nothing in it forms
-            # a reference cycle: the cyclic collector would only rescan them, again and again.
+            # Hundreds of thousands of long-lived events wait, and nothing among them forms a
+            # reference cycle: the cyclic collector would only rescan them, again and again.
             collecting = gc.isenabled()
             gc.disable()
             try:

@@ -61,6 +61,9 @@ def test_the_store_is_locked_while_the_child_writes_and_free_after(tmp_path):
             StoreWriter(tmp_path / "s").open()
     with StoreWriter(tmp_path / "s") as writer:
         assert writer.end_offset > 0
+        with pytest.raises(StoreLockedError):  # the child's refusal, as the caller's error
+            with WriterProcess(tmp_path / "s"):
+                pass
 
 
 def test_an_error_in_the_child_reaches_the_caller_as_the_same_error(tmp_path):
