@@ -91,6 +91,7 @@ from rmqdelay.store.writer import StoreWriter
 from .convert import NotDeliverable, is_timer_output, output_key, timer_output
 from .files import TimerLogFiles, WheelFile
 from .store import TimerStore, timer_paths
+from .stranded import scan_timer_log, stranded_error
 
 TIMER_STATE_FILE = "rmqdelay.timer.json"
 MAGIC_NEUTRAL = TIMER_MAGIC_DEFAULT | TIMER_MAGIC_DELETE  # a delete unit: the dequeue puts nothing for it
@@ -242,21 +243,31 @@ class TimerEngine:
         if ours and cp.as_json() == state.previousTimercheck:
             cp = _checkpoint_from_json(state.timercheck)  # renamed first: the newer of the two
         log_file_size = self.ts.log.file_size or self.ts.config.timerLogFileSize
+        self.wheel = WheelFile(paths["timerwheel"], self.precision, self.ts.wheel.non_empty())
+        self.ts.wheel.close()
+        if cp is None:
+            first = min((s.timeSlot * self.precision for s in self.wheel.slots.values() if s.lastPos >= 0),
+                        default=self._floor(self.clock()))
+            read_from = first
+        else:
+            read_from = cp.lastReadTimeMs
+            if ours and state.readTimeMs is not None and state.readTimeMs > read_from:
+                read_from = state.readTimeMs
+        # Before anything is read or written: every pending unit must be reachable from its slot.
+        scan = scan_timer_log(self.ts.log, self.wheel, read_from, state.timerLogEnd if ours else None)
+        if scan.stranded:
+            raise stranded_error(paths["timerwheel"], scan.stranded, self.path)
         if ours:
             log_end = self._scan_own_tail(paths["timerlog"], log_file_size, state.timerLogEnd)
         else:
-            log_end = self.ts.log.end_offset()
+            log_end = scan.end if scan.end is not None else self.ts.log.end_offset()
         self.log = TimerLogFiles(paths["timerlog"], log_file_size, log_end)
         if ours and self._torn is not None:
             yield TimerNotice("recovery", f"timer log: a torn unit at {self._torn} (past what was published) "
                                           f"zeroed")
             if not self.dry_run:
                 self.log.zero(*self._torn_range)
-        self.wheel = WheelFile(paths["timerwheel"], self.precision, self.ts.wheel.non_empty())
-        self.ts.wheel.close()
         if cp is None:
-            first = min((s.timeSlot * self.precision for s in self.wheel.slots.values() if s.lastPos >= 0),
-                        default=self._floor(self.clock()))
             cp = TimerCheckpoint(first, log_end, cq_min, cq_min, DataVersion(0, 0, 0))
             yield TimerNotice("timercheck", "no config/timercheck: reading from the first slot with units, "
                                             "enqueueing from the queue's first entry")

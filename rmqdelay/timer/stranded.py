@@ -1,0 +1,132 @@
+"""Pending timer log units the wheel does not reach: what `run` refuses to start with.
+
+The dequeue reads a slot through the wheel (TimerWheel.getSlot: a slot holding another
+time reads as empty) and walks its chain back from lastPos. A wheel slot that was wiped
+(its 32 bytes zeroed) or holds another time while the timer log still has units for that
+time not yet read strands those messages: neither the broker nor `run` ever delivers them,
+and neither says so. ``scan_timer_log`` finds them in the one pass `run` makes over the timer
+log anyway (to find where its units end), as columns: no Python loop per unit.
+
+Only non-delete units count (a delete unit puts nothing whether it is read or not; rmqdelay's
+own neutral and marker units are delete units), and only units below the published end (the
+units a killed run left past it are adopted into the wheel by the replay).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from rmqdelay.errors import StoreError
+from rmqdelay.formats.constants import TIMER_MAGIC_DELETE
+from rmqdelay.formats.errors import FormatError
+from rmqdelay.formats.timerlog import UNIT_SIZE, unit_columns
+from rmqdelay.formats.timerwheel import SLOT_SIZE
+
+from .files import WheelFile
+from .timerlog import TimerLog
+
+SHOWN_POSITIONS = 5
+
+
+@dataclass(slots=True, frozen=True)
+class StrandedSlot:
+    """A slot time with pending units whose wheel slot does not lead to them."""
+
+    timeMs: int
+    index: int  # the wheel slot's index (its byte offset is index * 32)
+    heldTimeMs: int  # the time the slot holds (0 when zeroed)
+    heldLastPos: int
+    positions: tuple[int, ...]  # the pending units' global offsets, in log order
+
+    @property
+    def byte(self) -> int:
+        return self.index * SLOT_SIZE
+
+
+@dataclass(slots=True)
+class TimerLogScan:
+    end: int | None  # where the units end (TimerLog.end_offset); None when the last file does not decode
+    stranded: list[StrandedSlot]
+
+
+def scan_timer_log(log: TimerLog, wheel: WheelFile, read_ms: int, until: int | None = None) -> TimerLogScan:
+    """One pass over the timer log: where its units end, and the pending units (slot time at or
+    after ``read_ms``, below ``until`` when given) that the wheel does not reach."""
+    times: list[np.ndarray] = []
+    offsets: list[np.ndarray] = []
+    end: int | None = None
+    last = len(log.files) - 1
+    for index, mf in enumerate(log.files):
+        if until is not None and mf.start >= until:
+            break
+        view = log.view(index)
+        try:
+            cols = unit_columns(view, mf.start)
+            if index == last:
+                end = mf.end if cols.blank is not None else cols.end
+        except FormatError as exc:
+            # Reported by whoever reads there (verify, the tail scan of a replay); the units
+            # before the bad one still count here.
+            usable = exc.offset - exc.offset % UNIT_SIZE
+            try:
+                cols = unit_columns(view[:usable], mf.start)
+            except FormatError:
+                continue
+        if not cols.count:
+            continue
+        magic = cols.column("magic")
+        slot = cols.column("currWriteTime") + cols.column("delayedTime").astype(np.int64)
+        keep = (slot >= read_ms) & ((magic & TIMER_MAGIC_DELETE) == 0)
+        if until is not None:
+            keep &= cols.column("offset") < until
+        if keep.any():
+            times.append(slot[keep])
+            offsets.append(cols.column("offset")[keep])
+    if not log.files:
+        end = 0
+    stranded: list[StrandedSlot] = []
+    if times:
+        slot_times = np.concatenate(times)
+        unit_offsets = np.concatenate(offsets)
+        unique, inverse = np.unique(slot_times, return_inverse=True)
+        for k, t in enumerate(unique.tolist()):
+            held = wheel.get(t)
+            if held is not None and held.lastPos >= 0:
+                continue
+            index = wheel.index(t)
+            raw = wheel.slots.get(index)
+            stranded.append(StrandedSlot(t, index, raw.timeSlot * wheel.precision_ms if raw is not None else 0,
+                                         raw.lastPos if raw is not None else 0,
+                                         tuple(np.sort(unit_offsets[inverse == k]).tolist())))
+    return TimerLogScan(end, stranded)
+
+
+def stranded_error(wheel_path, stranded: list[StrandedSlot], store_path) -> StoreError:
+    """One line: the first such slot (file, byte, what it holds and what the timer log holds),
+    how many more, and what to do."""
+    first = stranded[0]
+    shown = ", ".join(map(str, first.positions[:SHOWN_POSITIONS]))
+    if len(first.positions) > SHOWN_POSITIONS:
+        shown += f", ... ({len(first.positions) - SHOWN_POSITIONS} more)"
+    if first.heldTimeMs == first.timeMs:
+        held = f"holds timeMs {first.heldTimeMs} with lastPos {first.heldLastPos} (no chain)"
+    elif first.heldTimeMs == 0:
+        held = "holds timeMs 0 (wiped)"
+    else:
+        held = f"holds timeMs {first.heldTimeMs} ({_iso(first.heldTimeMs)}, another time)"
+    more = ""
+    if len(stranded) > 1:
+        more = f" (and {len(stranded) - 1} more slot(s) like it, {sum(len(s.positions) for s in stranded)} " \
+               f"unit(s) in all)"
+    return StoreError(wheel_path, first.byte,
+                      f"the slot for {_iso(first.timeMs)} (timeMs {first.timeMs}) {held}, while the timer log holds "
+                      f"{len(first.positions)} pending unit(s) for it at position(s) {shown}{more}: neither the "
+                      f"broker nor `run` would deliver them; nothing was delivered - run `rmqdelay timer repair "
+                      f"{store_path} --execute` first")
+
+
+def _iso(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"

@@ -1,0 +1,108 @@
+"""A wiped wheel slot (zeroed, or holding another time) while the timer log holds units for
+its time not yet delivered: neither the broker nor a plain dequeue ever reads them. `run` and
+`run --dry-run` refuse before anything is delivered, in one line naming timerwheel, the slot's
+byte and the units, and write no byte; `timer repair --execute` rebuilds the slot and the next
+run delivers those messages, each once."""
+
+from __future__ import annotations
+
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+from clirun import run_cli
+from conftest import load_expected
+from test_bad_input import snapshot
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+from timer_check import check_timer_store  # noqa: E402
+
+PARTIAL = load_expected("timer-partial")
+READ = PARTIAL["timercheck"][0]["raw"]["lastReadTimeMs"]
+FAR = "4102444800000"  # 2100-01-01: everything is due
+
+
+def pending_slot(units_at_least: int = 2) -> tuple[dict, list[int]]:
+    """A slot of timer-partial not read yet whose chain holds normal (non-delete) units, and
+    the offsets of those units."""
+    by_time: dict[int, list[int]] = {}
+    for u in PARTIAL["timerlog"]:
+        slot_ms = u["currWriteTime"] + u["delayedTime"]
+        if slot_ms >= READ and not u["magic"] & 4:
+            by_time.setdefault(slot_ms, []).append(u["offset"])
+    for slot in PARTIAL["timerwheel"]:
+        t = slot["storedTime"] * 1000
+        if t >= READ and len(by_time.get(t, [])) >= units_at_least:
+            return slot, sorted(by_time[t])
+    raise AssertionError("timer-partial has no pending slot with units")
+
+
+def wipe(store: Path, slot: dict, data: bytes = bytes(32)) -> None:
+    with open(store / "timerwheel", "r+b") as fh:
+        fh.seek(slot["index"] * 32)
+        fh.write(data)
+
+
+def run(capsys, store: Path, *extra: str):
+    return run_cli(capsys, "run", store, "--now", FAR, "--until-empty", *extra)
+
+
+def assert_refused(result, store: Path, slot: dict, units: list[int], held: str) -> None:
+    assert result.code == 2, (result.code, result.err[-2000:])
+    assert "Traceback" not in result.err + result.out
+    line = [x for x in result.err.splitlines() if x.startswith("rmqdelay: ")]
+    assert len(line) == 1, result.err
+    line = line[0]
+    assert f"{store / 'timerwheel'} at byte {slot['index'] * 32}:" in line
+    assert f"(timeMs {slot['storedTime'] * 1000})" in line and held in line
+    assert f"holds {len(units)} pending unit(s) for it at position(s) {units[0]}, " in line
+    assert f"rmqdelay timer repair {store} --execute" in line
+
+
+@pytest.mark.parametrize("how", ["zeroed", "another-time"])
+def test_run_refuses_a_wiped_slot_and_writes_nothing(capsys, store_copy, how):
+    store = store_copy("timer-partial")
+    slot, units = pending_slot()
+    if how == "zeroed":
+        wipe(store, slot)
+        held = "holds timeMs 0 (wiped)"
+    else:
+        # The same index 14 days earlier (the wheel's span): getSlot reads it as empty.
+        other = slot["storedTime"] - 2 * 7 * 86400
+        wipe(store, slot, struct.pack(">qqqii", other, slot["firstPos"], slot["lastPos"], slot["num"], 0))
+        held = f"holds timeMs {other * 1000} ("
+    files = snapshot(store)
+    assert_refused(run(capsys, store), store, slot, units, held)
+    assert snapshot(store) == files
+    assert_refused(run(capsys, store, "--dry-run"), store, slot, units, held)
+    assert snapshot(store) == files
+
+
+def test_after_repair_the_stranded_messages_are_delivered_once(capsys, store_copy):
+    store = store_copy("timer-partial")
+    slot, units = pending_slot()
+    wipe(store, slot)
+    assert run(capsys, store).code == 2
+    repaired = run_cli(capsys, "timer", "repair", store, "--execute", "--now", str(READ + 1000))
+    assert repaired.code == 0, repaired.err[-2000:]
+    done = run(capsys, store, "--json")
+    assert done.code == 0, done.err[-2000:]
+    stopped = [e for e in done.json_lines() if e["event"] == "stopped"][0]
+    assert stopped["timerDelivered"] == 795  # as from the store never wiped
+    check = check_timer_store(store)
+    assert check.lost == [] and check.duplicated == [] and check.problems == []
+    assert check.delivered + check.cancelled == check.parked
+
+
+def test_a_slot_read_already_is_not_a_refusal(capsys, store_copy):
+    """Slots before the checkpoint's read time are done: wiping one strands nothing."""
+    store = store_copy("timer-partial")
+    done = [s for s in PARTIAL["timerwheel"] if s["storedTime"] * 1000 < READ and s["num"] > 0]
+    assert done
+    wipe(store, done[0])
+    result = run(capsys, store, "--json")
+    assert result.code == 0, result.err[-2000:]
+    stopped = [e for e in result.json_lines() if e["event"] == "stopped"][0]
+    assert stopped["timerDelivered"] == 795
