@@ -305,3 +305,25 @@ def test_the_resume_marker_never_takes_the_wheel_index_of_a_slot_not_read(timer_
     first = run(timer_store, wall + 13 * DAY)
     assert first.code == 0, first.err
     assert_clean(timer_store, 1160 + 61)
+
+
+def timing_count(store: Path, topic: str) -> int:
+    doc = json.loads((store / "config" / "timermetrics").read_text())
+    return doc["timingCount"][topic]["count"]
+
+
+def test_units_a_killed_run_appended_are_counted_in_timermetrics_once(timer_store):
+    """The run is killed after appending 5 of the 20 units it enqueues (none published, nor
+    their counts); the rerun adopts those 5 and enqueues the other 15: timermetrics counts
+    all 20, as the broker's doEnqueue and an unkilled run do."""
+    first = run(timer_store, BASE + 1_000)  # what is due by then delivered: the rest is only enqueued
+    assert first.code == 0, first.err
+    before = timing_count(timer_store, "TimerTopic")
+    park(timer_store, 20, BASE + 3_600_000, 300)  # due in an hour: enqueued, not delivered
+    killed = run(timer_store, BASE + 1_000, faults=[{"op": "pwrite", "path": "/timerlog/", "nth": 5, "kill": True}])
+    assert killed.code == -signal.SIGKILL, killed.err
+    assert len(units_past_the_published_end(timer_store)[0]) == 5
+    rerun = run(timer_store, BASE + 1_000)
+    assert rerun.code == 0, rerun.err
+    assert timing_count(timer_store, "TimerTopic") == before + 20
+    assert_clean(timer_store, 1160 + 20)

@@ -605,6 +605,7 @@ class TimerEngine:
             # Its unit, appended by the killed run, is in the wheel already (adopted in setup;
             # a resume marker's too: in a slot read already).
             self._adopted.discard(qoff)
+            self._count_adopted(entry)
             return
         try:
             msg = self._message(entry.offsetPy, entry.size)
@@ -650,6 +651,20 @@ class TimerEngine:
         self._append_unit(magic, write_ms, slot_ms, entry.offsetPy, entry.size,
                           java_string_hash(real_topic) if real_topic is not None else 0)
         self._count(real_topic, -1 if is_delete else 1)
+
+    def _count_adopted(self, entry: _Entry) -> None:
+        """timermetrics for a unit the killed run appended and this run adopted: counted at
+        its entry's turn as doEnqueue counts it (the killed run's count was never published:
+        the metrics go out after the state that names the unit)."""
+        try:
+            props = self._message(entry.offsetPy, entry.size).properties
+        except StoreReadError:
+            raise
+        except StoreError:
+            return
+        if "RMQDELAY" in props:
+            return  # one of rmqdelay's markers: never counted
+        self._count(props.get(PROPERTY_REAL_TOPIC), -1 if PROPERTY_TIMER_DEL_UNIQKEY in props else 1)
 
     def _written_before_unit(self, offset_py: int) -> None:
         """A unit may only point at a record in the commit log file: the broker enqueues
