@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from clirun import run_cli
 from test_faults import FAR, cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -30,6 +31,7 @@ from rmqdelay.formats.timerwheel import (
 from timer_check import check_timer_store  # noqa: E402
 
 from rmqdelay.errors import StoreError
+from rmqdelay.schedule import scheduler
 from rmqdelay.store import Store
 from rmqdelay.store.writer import NewMessage, StoreWriter
 from rmqdelay.timer.files import TimerLogFiles
@@ -305,6 +307,26 @@ def test_the_resume_marker_never_takes_the_wheel_index_of_a_slot_not_read(timer_
     first = run(timer_store, wall + 13 * DAY)
     assert first.code == 0, first.err
     assert_clean(timer_store, 1160 + 61)
+
+
+def test_two_runs_publishing_in_one_wall_second_chain_their_resume_markers(timer_store, capsys, monkeypatch):
+    """As above, then the drain runs within the same wall-clock second: both runs put their
+    resume marker in the slot before that second. The first marker was left out of the wheel
+    (the index was the slot 14 days later's); the second, with that slot read, goes in, and
+    chains to the first: one chain per slot time, its count -2 - never a second chain head."""
+    wall = int(time.time() * 1000) // 1000 * 1000
+    monkeypatch.setattr(scheduler, "wall_clock_ms", lambda: wall + 300)
+    for i in range(-20, 40):
+        park(timer_store, 1, wall + 14 * DAY + 1000 * i + 500, 400 + i + 20, born=wall)
+    park(timer_store, 1, wall - 60_000, 500, born=wall)
+    for now in (wall + 13 * DAY, FAR):
+        result = run_cli(capsys, "run", timer_store, "--until-empty", "--now", now, "--json",
+                         "--flush-interval", "1000")
+        assert result.code == 0, result.err
+    check = check_timer_store(timer_store)
+    assert check.problems == [], check.problems[:5]
+    assert check.lost == [] and check.duplicated == [] and check.misrouted == []
+    assert check.parked == 1160 + 61 == check.delivered + check.cancelled
 
 
 def timing_count(store: Path, topic: str) -> int:

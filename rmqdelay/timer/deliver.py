@@ -1058,6 +1058,12 @@ class TimerEngine:
         if last is not None and last.offsetPy == last_entry.offsetPy:
             return
         slot_ms = read_pub - self.precision
+        if last is not None and last.slotTimeMs == slot_ms and last.magic == MAGIC_NEUTRAL \
+                and last.prevPos == -1 and self.wheel.get(slot_ms) is None:
+            # The last unit is an earlier run's marker in this very slot (a run published in
+            # the same wall second), left out of the wheel while its index held a later slot
+            # not read: it goes in first (when it may now), so the new marker chains to it.
+            self._adopt(last)
         new = _marker_message(slot_ms, "resume-point", self.clock())
         result = self.writer.put(new)
         self._remember(new, result)
