@@ -597,8 +597,9 @@ class StoreWriter:
         """put_encoded for records serialised back to back, each already placed by the caller
         (the writer process's batches): ``entries`` holds, per record, (topic, queueId, size,
         tagsCode, KEYS, UNIQ_KEY, queueOffset, physicalOffset), with the offsets written in
-        the record. A record the writer would place elsewhere is refused (UsageError) and
-        the writer stops; the records before it are pending as put_encoded leaves them."""
+        the record. A record the writer would place elsewhere is refused (UsageError) before
+        anything of it is counted; the records before it are pending as put_encoded leaves
+        them (the writer process then abandons the writer, as a crash would)."""
         if not self._opened or self._failed is not None:
             self._check_usable()
         view = memoryview(records)
