@@ -87,7 +87,7 @@ class Rewritten(NamedTuple):
 
     topic: str
     queue_id: int
-    properties: dict  # (or the few read from a stored string, for a message put with one)
+    properties: dict  # the message's, with REAL_TOPIC and REAL_QID after a delay rewrite
     properties_raw: str
     store_ts: int
     tags_code: int  # of its unit
