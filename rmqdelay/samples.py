@@ -78,7 +78,6 @@ from rmqdelay.schedule.offsets import write_delay_offsets
 from rmqdelay.schedule.redelivery import consumer_send_back
 from rmqdelay.store.brokerconfig import add_topics, write_consumer_offsets
 from rmqdelay.store.durable import atomic_write
-from rmqdelay.store.encode import PutEncoder
 from rmqdelay.store.index import IndexSettings
 from rmqdelay.store.writer import (
     DEFAULT_COMMITLOG_FILE_SIZE,
@@ -409,7 +408,6 @@ class SampleGenerator:
                          write_format=self.write_format) as writer:
             self.writer = writer
             self.put_encoded = writer.put_encoded
-            self.encoder = PutEncoder(writer.write_format, self.delays, _no_clock)
             # Hundreds of thousands of long-lived events wait, and nothing among them forms a
             # reference cycle: the cyclic collector would only rescan them, again and again.
             collecting = gc.isenabled()
@@ -654,7 +652,7 @@ class SampleGenerator:
         new.storeTimestamp = t
         was = consumed.content
         if self.on_put is None:
-            put = self.encoder.rewrite(new)
+            put = self.writer.encoder.rewrite(new)
             topic, queue_id, raw, code = put.topic, put.queue_id, put.properties_raw, put.tags_code
         else:
             result = self.writer.put(new)
@@ -786,10 +784,6 @@ class SampleGenerator:
             "levels": levels, "groups": groups, "retry_queues": retry_queues,
             "consumer_offsets": {key: {str(q): v for q, v in value.items()} for key, value in offsets.items()},
         }
-
-
-def _no_clock() -> int:
-    raise AssertionError("every record of a sample store carries its store time")
 
 
 def generate(directory: Path | str, options: GenerateOptions,

@@ -443,7 +443,9 @@ class StoreWriter:
                         break
             if self.write_format is None:
                 self.write_format = detect_write_format(store, self._broker_config)
-            self._encoder = PutEncoder(self.write_format, self.delay_levels, lambda: self.clock())
+            # putMessage's rewrites and encoding for this store (put() and callers that append
+            # records they built themselves, as samples generate does)
+            self.encoder = PutEncoder(self.write_format, self.delay_levels, lambda: self.clock())
             cp = store.checkpoint()
             self._checkpoint = cp or Checkpoint(0, 0, 0)
             plan = plan_recovery(store)  # reads only; raises (a refusal) before any change
@@ -510,7 +512,7 @@ class StoreWriter:
         return self._commitlog_file_size
 
     def _tags_code(self, topic: str, properties, store_ts: int) -> int:
-        return self._encoder.tags_code(topic, properties, store_ts)
+        return self.encoder.tags_code(topic, properties, store_ts)
 
     def _check_usable(self) -> None:
         if not self._opened:
@@ -526,7 +528,7 @@ class StoreWriter:
     def put(self, new: NewMessage) -> PutResult:
         """CommitLog.putMessage: delay rewrite, queue offset, encode, append; unit queued."""
         self._check_usable()
-        e = self._encoder.encode(new)
+        e = self.encoder.encode(new)
         size = len(e.record)
         self._ensure_room(size)
         key = (e.topic, e.queue_id)

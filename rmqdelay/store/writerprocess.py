@@ -78,7 +78,7 @@ class WriterProcess:
             raise
         self.write_format, delay_levels, self._file_size, self._end, queue_offsets = state
         self._queue_offsets = queue_offsets
-        self._encoder = PutEncoder(self.write_format, delay_levels, _no_clock)
+        self.encoder = PutEncoder(self.write_format, delay_levels, _no_clock)  # put()'s, as the writer's
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -124,7 +124,7 @@ class WriterProcess:
 
     def put(self, new: NewMessage) -> PutResult:
         """StoreWriter.put, answered here."""
-        e = self._encoder.encode(new)
+        e = self.encoder.encode(new)
         size = len(e.record)
         queue_offset, offset = self._place(e.topic, e.queue_id, size, e.dispatch)
         record = e.place(queue_offset, offset)
@@ -137,9 +137,8 @@ class WriterProcess:
         """StoreWriter.put_encoded, answered here (the record's offsets are filled in here).
         (``_place`` and ``_queue`` written out: this is the generator's hot path.)"""
         size, _magic, sys_flag = ENCODED_HEAD.unpack_from(record)
-        file_size = self._file_size
-        if self._end % file_size + size + END_FILE_MIN_BLANK_LENGTH > file_size:
-            return self._put_encoded_slowly(topic, queue_id, record, tags_code_value, keys, uniq_key)
+        if self._end % self._file_size + size + END_FILE_MIN_BLANK_LENGTH > self._file_size:
+            self._next_file(size)
         queue_offset = 0
         if sys_flag & TRANSACTION_TYPE_MASK not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
             key = (topic, queue_id)
@@ -155,24 +154,18 @@ class WriterProcess:
             self._ship()
         return queue_offset, offset
 
-    def _put_encoded_slowly(self, topic: str, queue_id: int, record: bytearray, tags_code_value: int,
-                            keys: str | None, uniq_key: str | None) -> tuple[int, int]:
-        size, _magic, sys_flag = ENCODED_HEAD.unpack_from(record)
-        dispatch = sys_flag & TRANSACTION_TYPE_MASK not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
-        queue_offset, offset = self._place(topic, queue_id, size, dispatch)
-        OFFSETS.pack_into(record, 20, queue_offset, offset)
-        self._queue(record, (topic, queue_id, size, tags_code_value, keys, uniq_key, queue_offset, offset))
-        return queue_offset, offset
+    def _next_file(self, size: int) -> None:
+        """As StoreWriter._ensure_room: a record that does not fit the rest of its file (with
+        the end-of-file BLANK) starts the next file."""
+        file_size = self._file_size
+        if size + END_FILE_MIN_BLANK_LENGTH > file_size:
+            raise UsageError(f"a message of {size} bytes does not fit a commit log file of {file_size} bytes")
+        self._end += file_size - self._end % file_size
 
     def _place(self, topic: str, queue_id: int, size: int, dispatch: bool) -> tuple[int, int]:
-        """Where the writer will put a record of ``size`` bytes: as StoreWriter._ensure_room,
-        a record that does not fit the rest of its file (with the end-of-file BLANK) starts
-        the next file."""
-        file_size = self._file_size
-        if self._end % file_size + size + END_FILE_MIN_BLANK_LENGTH > file_size:
-            if size + END_FILE_MIN_BLANK_LENGTH > file_size:
-                raise UsageError(f"a message of {size} bytes does not fit a commit log file of {file_size} bytes")
-            self._end += file_size - self._end % file_size
+        """Where the writer will put a record of ``size`` bytes."""
+        if self._end % self._file_size + size + END_FILE_MIN_BLANK_LENGTH > self._file_size:
+            self._next_file(size)
         queue_offset = 0
         if dispatch:
             key = (topic, queue_id)
