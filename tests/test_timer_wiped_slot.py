@@ -1,5 +1,5 @@
-"""A wiped wheel slot (zeroed, or holding another time) while the timer log holds units for
-its time not yet delivered: neither the broker nor a plain dequeue ever reads them. `run` and
+"""A wiped wheel slot (zeroed, holding another time, or an older copy whose lastPos is before
+some of its units) while the timer log holds units for its time not yet delivered: neither the broker nor a plain dequeue ever reads them. `run` and
 `run --dry-run` refuse before anything is delivered, in one line naming timerwheel, the slot's
 byte and the units, and write no byte; `timer repair --execute` rebuilds the slot and the next
 run delivers those messages, each once."""
@@ -61,18 +61,28 @@ def assert_refused(result, store: Path, slot: dict, units: list[int], held: str)
     assert f"rmqdelay timer repair {store} --execute" in line
 
 
-@pytest.mark.parametrize("how", ["zeroed", "another-time"])
+def older_chain(store: Path, slot: dict, units: list[int]) -> list[int]:
+    """The slot as an older wheel file had it: lastPos at the first of its units, so the chain
+    walked back from there never reaches the later ones. Returns those later units."""
+    wipe(store, slot, struct.pack(">qqqii", slot["storedTime"], slot["firstPos"], units[0], 1, 0))
+    return units[1:]
+
+
+@pytest.mark.parametrize("how", ["zeroed", "another-time", "older-chain"])
 def test_run_refuses_a_wiped_slot_and_writes_nothing(capsys, store_copy, how):
     store = store_copy("timer-partial")
-    slot, units = pending_slot()
+    slot, units = pending_slot(3)
     if how == "zeroed":
         wipe(store, slot)
         held = "holds timeMs 0 (wiped)"
-    else:
+    elif how == "another-time":
         # The same index 14 days earlier (the wheel's span): getSlot reads it as empty.
         other = slot["storedTime"] - 2 * 7 * 86400
         wipe(store, slot, struct.pack(">qqqii", other, slot["firstPos"], slot["lastPos"], slot["num"], 0))
         held = f"holds timeMs {other * 1000} ("
+    else:
+        held = f"with lastPos {units[0]} (its chain starts before them)"
+        units = older_chain(store, slot, units)
     files = snapshot(store)
     assert_refused(run(capsys, store), store, slot, units, held)
     assert snapshot(store) == files
@@ -80,10 +90,14 @@ def test_run_refuses_a_wiped_slot_and_writes_nothing(capsys, store_copy, how):
     assert snapshot(store) == files
 
 
-def test_after_repair_the_stranded_messages_are_delivered_once(capsys, store_copy):
+@pytest.mark.parametrize("how", ["zeroed", "older-chain"])
+def test_after_repair_the_stranded_messages_are_delivered_once(capsys, store_copy, how):
     store = store_copy("timer-partial")
-    slot, units = pending_slot()
-    wipe(store, slot)
+    slot, units = pending_slot(3)
+    if how == "zeroed":
+        wipe(store, slot)
+    else:
+        older_chain(store, slot, units)
     assert run(capsys, store).code == 2
     repaired = run_cli(capsys, "timer", "repair", store, "--execute", "--now", str(READ + 1000))
     assert repaired.code == 0, repaired.err[-2000:]

@@ -3,7 +3,8 @@
 The dequeue reads a slot through the wheel (TimerWheel.getSlot: a slot holding another
 time reads as empty) and walks its chain back from lastPos. A wheel slot that was wiped
 (its 32 bytes zeroed) or holds another time while the timer log still has units for that
-time not yet read strands those messages: neither the broker nor `run` ever delivers them,
+time not yet read, or one whose lastPos is older than some of its time's units (an older
+wheel file restored over a newer log), strands those messages: neither the broker nor `run` ever delivers them,
 and neither says so. ``scan_timer_log`` finds them in the one pass `run` makes over the timer
 log anyway (to find where its units end), as columns: no Python loop per unit.
 
@@ -92,15 +93,20 @@ def scan_timer_log(log: TimerLog, wheel: WheelFile, read_ms: int, until: int | N
         slot_times = np.concatenate(times)
         unit_offsets = np.concatenate(offsets)
         unique, inverse = np.unique(slot_times, return_inverse=True)
+        newest = np.full(len(unique), -1, dtype=np.int64)
+        np.maximum.at(newest, inverse, unit_offsets)
         for k, t in enumerate(unique.tolist()):
             held = wheel.get(t)
+            mine = unit_offsets[inverse == k]
             if held is not None and held.lastPos >= 0:
-                continue
+                if int(newest[k]) <= held.lastPos:
+                    continue
+                # The chain is walked back from lastPos: units written after it are never read.
+                mine = mine[mine > held.lastPos]
             index = wheel.index(t)
             raw = wheel.slots.get(index)
             stranded.append(StrandedSlot(t, index, raw.timeSlot * wheel.precision_ms if raw is not None else 0,
-                                         raw.lastPos if raw is not None else 0,
-                                         tuple(np.sort(unit_offsets[inverse == k]).tolist())))
+                                         raw.lastPos if raw is not None else 0, tuple(np.sort(mine).tolist())))
     return TimerLogScan(end, stranded)
 
 
@@ -111,7 +117,9 @@ def stranded_error(wheel_path, stranded: list[StrandedSlot], store_path) -> Stor
     shown = ", ".join(map(str, first.positions[:SHOWN_POSITIONS]))
     if len(first.positions) > SHOWN_POSITIONS:
         shown += f", ... ({len(first.positions) - SHOWN_POSITIONS} more)"
-    if first.heldTimeMs == first.timeMs:
+    if first.heldTimeMs == first.timeMs and first.heldLastPos >= 0:
+        held = f"holds timeMs {first.heldTimeMs} with lastPos {first.heldLastPos} (its chain starts before them)"
+    elif first.heldTimeMs == first.timeMs:
         held = f"holds timeMs {first.heldTimeMs} with lastPos {first.heldLastPos} (no chain)"
     elif first.heldTimeMs == 0:
         held = "holds timeMs 0 (wiped)"
