@@ -531,6 +531,31 @@ def test_a_clean_run_after_a_kill_removes_the_abort_rmqdelay_left_but_not_the_br
     assert (store / "abort").exists() and (store / "abort").read_bytes() == b""
 
 
+@pytest.mark.parametrize("where", ["first-fsync-of-the-store-directory", "abort-written-not-linked"])
+def test_a_kill_while_the_abort_is_made_never_leaves_an_abort_without_a_mark(tmp_path, where):
+    """An empty abort is what a broker that crashed leaves, and it is never taken as
+    rmqdelay's. The abort is made with its mark in it (written under another name, then
+    linked), so a kill at any point leaves either no abort or one whose mark the rerun
+    proves its own; the rerun delivers everything once and leaves no abort behind."""
+    store = copy_sample(tmp_path, "delay-fresh")
+    path = f"{store.name}$" if where.startswith("first") else "abort.rmqdelay-new"
+    killed = run(store, faults=[{"op": "fsync", "path": path, "kill": True}])
+    assert killed.code == -signal.SIGKILL, killed.err[-2000:]
+    if (store / "abort").exists():
+        assert (store / "abort").read_bytes().startswith(b"rmqdelay "), (store / "abort").read_bytes()
+    assert_exactly_once(store)
+    assert not (store / "abort").exists()
+    assert not (store / "abort.rmqdelay-new").exists()
+
+
+def test_a_full_disk_while_the_abort_is_made_is_one_line_and_changes_nothing(tmp_path):
+    store = copy_sample(tmp_path, "delay-fresh")
+    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    result = run(store, faults=[{"op": "pwrite", "path": "abort.rmqdelay-new", "errno": "ENOSPC"}])
+    assert_one_line(result, "abort.rmqdelay-new", "No space left on device")
+    assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
+
+
 BLANK_MAGIC_HEX = "cbd43194"  # the write that ends a commit log file holds a BLANK head
 
 

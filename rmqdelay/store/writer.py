@@ -84,6 +84,7 @@ FLUSH_BYTES = 4 * 1024 * 1024
 OPEN_QUEUE_FILES = 64
 LOCALHOST = (bytes([127, 0, 0, 1]), 10911)
 ABORT_MARK = b"rmqdelay "  # + the log end this writer has written up to, in the abort file
+ABORT_TEMP = "abort.rmqdelay-new"  # the abort file being made, before it is linked as abort
 
 
 @dataclass(slots=True)
@@ -395,16 +396,15 @@ class StoreWriter:
         it makes it, or when it was left by an rmqdelay writer that stopped before its
         clean close and nothing was appended after that writer (checked after recovery:
         the marker holds the log end that writer had reached). A marker left by a broker is
-        never touched: the broker's abnormal recovery does more than rmqdelay's."""
+        never touched: the broker's abnormal recovery does more than rmqdelay's. A missing
+        marker is made by the first ``_mark_abort``, with its mark already in it."""
         path = self.path / "abort"
-        fd, created = fileio.open_for_write(path)
-        self._abort_fd = fd
-        if created:
-            # Marked once the log's end is known (_load), before recovery writes anything.
-            self._created_abort = True
+        _unlink_quietly(self.path / ABORT_TEMP)  # a writer killed while making its abort left it
+        if not path.exists():
             self._owns_abort = True
-            fileio.fsync_dir(self.path)
             return
+        fd, created = fileio.open_for_write(path, create=False)
+        self._abort_fd = fd
         try:
             content = os.pread(fd, 64, 0)
         except OSError as exc:
@@ -413,9 +413,32 @@ class StoreWriter:
 
     def _mark_abort(self, end: int) -> None:
         """Record in ``abort`` the log end this writer is about to write up to (before the
-        records: a marker at or past the log's end means no other writer came after)."""
-        if self._owns_abort:
-            fileio.write_all(self._abort_fd, ABORT_MARK + b"%020d\n" % end, 0, self.path / "abort")
+        records: a marker at or past the log's end means no other writer came after). Made
+        here when missing: written and fsynced under a temporary name, then linked as
+        ``abort``, so that an ``abort`` without a mark is never this writer's (a kill
+        between the two leaves only the temporary file, removed by the next open)."""
+        if not self._owns_abort:
+            return
+        mark = ABORT_MARK + b"%020d\n" % end
+        path = self.path / "abort"
+        if self._abort_fd is not None:
+            fileio.write_all(self._abort_fd, mark, 0, path)
+            return
+        temp = self.path / ABORT_TEMP
+        fd, _ = fileio.open_for_write(temp)
+        try:
+            fileio.ftruncate(fd, 0, temp)
+            fileio.write_all(fd, mark, 0, temp)
+            fileio.fsync(fd, temp)
+            fileio.link(temp, path)
+        except BaseException:
+            os.close(fd)
+            _unlink_quietly(temp)
+            raise
+        self._abort_fd = fd
+        self._created_abort = True
+        fileio.unlink(temp)
+        fileio.fsync_dir(self.path)
 
     # -- state ---------------------------------------------------------------------------
     def _load(self) -> None:
