@@ -200,3 +200,28 @@ def test_kill_9_on_a_timer_store_delivers_every_timer_message_exactly_once(store
     assert check.parked == 1160 + stats["parked"]
     assert check.delivered + check.cancelled == check.parked
     assert check.delay_delivered == check.delay_parked == 305
+
+
+def test_a_message_due_before_the_read_clock_of_a_run_ahead_is_delivered_by_the_next_run(store_copy, capsys):
+    """A run with ``--now`` five days ahead reads the wheel up to then; a timer message sent
+    afterwards for an hour from now is due before that read clock. The next run (an earlier
+    clock) delivers it at once, as the broker delivers a message already due on enqueue,
+    instead of parking it in a slot its read clock has passed (where no run reads it again)."""
+    from clirun import run_cli as cli
+
+    store = store_copy("timer-partial")
+    now = wall_clock_ms()
+    assert cli(capsys, "run", store, "--once", "--now", str(now + 5 * 86_400_000)).code == 0
+    sent = cli(capsys, "send", store, "--topic", "TimerTopic", "--body", "late", "--deliver-at", str(now + 3_600_000))
+    assert sent.code == 0, sent.err
+    delivered = 0
+    for mode, clock in (("--once", now + 60_000), ("--until-empty", now + 7_200_000)):
+        again = cli(capsys, "run", store, mode, "--now", str(clock), "--json")
+        assert again.code == 0, again.err[-2000:]
+        delivered += [e for e in again.json_lines() if e["event"] == "stopped"][0]["timerDelivered"]
+    assert delivered == 1
+    with Store(store) as s:
+        bodies = [r.body for r in s.commitlog.records() if r.topic == "TimerTopic" and r.body == b"late"]
+    assert bodies == [b"late"]
+    check = check_timer_store(store)
+    assert check.lost == [] and check.duplicated == [] and check.problems == []

@@ -491,7 +491,12 @@ class TimerEngine:
         that slot is read (see ``_enqueue``)."""
         before = self.delivered + self.rolled
         target = max(self._floor(self.clock()), self._write_floor)
-        self.write_ms = target
+        # The broker's write clock is never behind its read clock (its dequeue stops there).
+        # Here it can be: an earlier run read ahead (``--now`` in the future) and this one runs
+        # on an earlier clock. A message due before the read clock is then past due - put at
+        # once, as doEnqueue's expired path - never parked in a slot no read reaches again (or
+        # over the wheel index of a later slot not read yet).
+        self.write_ms = max(target, self.read_ms)
         while True:
             yield from self._enqueue_all()  # re-puts are enqueued at once, as the broker's threads do
             t = self._next_slot()
