@@ -295,6 +295,10 @@ class TimerEngine:
         self._adopt_leftovers()
         self._metrics = self.ts.metrics() or TimerMetrics()
         yield from self._horizon_notice()
+        if self.read_ms > self._floor(self.clock()):
+            yield TimerNotice("read-ahead", f"the wheel was read up to {_iso(self.read_ms)} by an earlier run, ahead of "
+                                            f"this run's clock {_iso(self._floor(self.clock()))}: timer messages due "
+                                            f"before then are put at once")
 
     def _scan_own_tail(self, directory: Path, file_size: int, start: int) -> int:
         """Units past the published end (written by a run that was killed): kept in order for
