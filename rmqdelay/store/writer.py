@@ -403,7 +403,7 @@ class StoreWriter:
         if not path.exists():
             self._owns_abort = True
             return
-        fd, created = fileio.open_for_write(path, create=False)
+        fd, _ = fileio.open_for_write(path, create=False)
         self._abort_fd = fd
         try:
             content = os.pread(fd, 64, 0)

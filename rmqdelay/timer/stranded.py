@@ -4,8 +4,8 @@ The dequeue reads a slot through the wheel (TimerWheel.getSlot: a slot holding a
 time reads as empty) and walks its chain back from lastPos. A wheel slot that was wiped
 (its 32 bytes zeroed) or holds another time while the timer log still has units for that
 time not yet read, or one whose lastPos is older than some of its time's units (an older
-wheel file restored over a newer log), strands those messages: neither the broker nor `run` ever delivers them,
-and neither says so. ``scan_timer_log`` finds them in the one pass `run` makes over the timer
+wheel file restored over a newer log), strands those messages: neither the broker nor `run`
+ever delivers them, and neither says so. ``scan_timer_log`` finds them in the one pass `run` makes over the timer
 log anyway (to find where its units end), as columns: no Python loop per unit.
 
 Only non-delete units count (a delete unit puts nothing whether it is read or not; rmqdelay's
@@ -97,10 +97,10 @@ def scan_timer_log(log: TimerLog, wheel: WheelFile, read_ms: int, until: int | N
         np.maximum.at(newest, inverse, unit_offsets)
         for k, t in enumerate(unique.tolist()):
             held = wheel.get(t)
+            if held is not None and held.lastPos >= 0 and int(newest[k]) <= held.lastPos:
+                continue
             mine = unit_offsets[inverse == k]
             if held is not None and held.lastPos >= 0:
-                if int(newest[k]) <= held.lastPos:
-                    continue
                 # The chain is walked back from lastPos: units written after it are never read.
                 mine = mine[mine > held.lastPos]
             index = wheel.index(t)
