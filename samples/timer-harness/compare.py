@@ -1,0 +1,107 @@
+"""Compare the deliveries in harness reports with a reference run.
+
+    python compare.py REPORT.json [REPORT2.json ...] --reference samples/timer-partial/deliver-all.json.gz
+    python compare.py REPORT.json --rmqdelay-store STORE_BEFORE STORE_AFTER   (what `rmqdelay run` put in between)
+
+Several reports (or a `rmqdelay run` and then a harness report) are taken together, in order: a
+store handed from one run to the next must deliver each message once over all of them. A delivery
+is keyed by (topic, UNIQ_KEY, reconsumeTimes); prints counts per kind, deliveries missing from or
+extra to the reference, duplicates, and timer deliveries whose TIMER_OUT_MS or queue differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import subprocess
+import sys
+from collections import Counter
+
+DELIVERED = {"timer-delivered", "timer-delivered-never-enqueued", "delay-delivered"}
+
+
+def report_deliveries(path):
+    with open(path, encoding="utf-8") as fh:
+        rep = json.load(fh)
+    out = []
+    for r in rep["put"]:
+        if r.get("kind") in DELIVERED:
+            p = r.get("properties") or {}
+            out.append({"kind": r["kind"], "topic": r["topic"], "queueId": r["queueId"], "uniqKey": r["uniqKey"],
+                        "reconsumeTimes": r.get("reconsumeTimes", 0), "timerOutMs": p.get("TIMER_OUT_MS"),
+                        "rollTimes": p.get("TIMER_ROLL_TIMES"), "source": path})
+    return out, rep
+
+
+def rmqdelay_deliveries(before_end, store):
+    """Records rmqdelay wrote past the commit log end `before_end`, read with rmqdelay's own decoder."""
+    proc = subprocess.run([sys.executable, "-m", "rmqdelay", "inspect", "commitlog", store, "--json"],
+                          capture_output=True, text=True, check=True)
+    out = []
+    for line in proc.stdout.splitlines():
+        o = json.loads(line)
+        if o.get("commitLogOffset", -1) < before_end:
+            continue
+        p = o.get("properties") or {}
+        topic = o["topic"]
+        if topic in ("rmq_sys_wheel_timer", "SCHEDULE_TOPIC_XXXX"):
+            continue
+        kind = ("timer-delivered-never-enqueued" if p.get("TIMER_ENQUEUE_MS") == str(2**63 - 1) else "timer-delivered") \
+            if "TIMER_DEQUEUE_MS" in p else "delay-delivered" if "DELAY" in p and "REAL_TOPIC" in p else "other"
+        if kind in DELIVERED:
+            out.append({"kind": kind, "topic": topic, "queueId": o["queueId"], "uniqKey": p.get("UNIQ_KEY"),
+                        "reconsumeTimes": o.get("reconsumeTimes", 0), "timerOutMs": p.get("TIMER_OUT_MS"),
+                        "rollTimes": p.get("TIMER_ROLL_TIMES"), "source": "rmqdelay"})
+    return out
+
+
+def key(d):
+    return (d["topic"], d["uniqKey"], d.get("reconsumeTimes") or 0)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("reports", nargs="+")
+    ap.add_argument("--reference")
+    ap.add_argument("--rmqdelay-store", nargs=2, metavar=("COMMITLOG_END_BEFORE", "STORE"),
+                    help="also count what rmqdelay wrote into STORE past this commit log offset (first)")
+    a = ap.parse_args()
+    got = []
+    if a.rmqdelay_store:
+        got += rmqdelay_deliveries(int(a.rmqdelay_store[0]), a.rmqdelay_store[1])
+    for r in a.reports:
+        got += report_deliveries(r)[0]
+    print("delivered:", dict(Counter((d["source"].rsplit("/", 1)[-1], d["kind"]) for d in got)))
+    c = Counter(key(d) for d in got)
+    dups = [k for k, n in c.items() if n > 1]
+    print("delivered more than once:", len(dups), dups[:10])
+    if a.reference:
+        with gzip.open(a.reference, "rt", encoding="utf-8") as fh:
+            ref = json.load(fh)
+        refd = {}
+        for d in ref["deliveries"]:
+            if d["origin"].startswith(("timer-delivered", "delay-delivered")):
+                refd[(d["topic"], d["uniqKey"], d.get("reconsumeTimes") or 0)] = d
+        # reference deliveries carry no reconsumeTimes: match on (topic, uniqKey)
+        ref2 = {(k[0], k[1]): v for k, v in refd.items()}
+        got2 = {}
+        for d in got:
+            got2.setdefault((d["topic"], d["uniqKey"]), d)
+        missing = sorted(set(ref2) - set(got2))
+        extra = sorted(set(got2) - set(ref2))
+        print("reference deliveries:", len(ref2), "matched:", len(set(ref2) & set(got2)))
+        print("missing (reference delivered, not here):", len(missing), missing[:10])
+        print("extra (here, not in reference):", len(extra), extra[:10])
+        diff = []
+        for k in set(ref2) & set(got2):
+            r, g = ref2[k], got2[k]
+            if r["queueId"] != g["queueId"] or (r.get("timerOutMs") is not None
+                                                and str(r["timerOutMs"]) != str(g["timerOutMs"])):
+                diff.append((k, r["queueId"], g["queueId"], r.get("timerOutMs"), g["timerOutMs"]))
+        print("queue or TIMER_OUT_MS differ:", len(diff), diff[:5])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
