@@ -183,6 +183,7 @@ public class Harness {
         boolean timedOut = false;
         if (loaded) {
             // ---- start as BrokerController.start: store, timer, then changeScheduleServiceStatus(true)
+            report.put("startWallMs", System.currentTimeMillis()); // the (possibly faked) clock at start
             store.start();
             if (timer != null) {
                 timer.start();

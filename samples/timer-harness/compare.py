@@ -1,7 +1,8 @@
 """Compare the deliveries in harness reports with a reference run.
 
     python compare.py REPORT.json [REPORT2.json ...] --reference samples/timer-partial/deliver-all.json.gz
-    python compare.py REPORT.json --rmqdelay-store STORE_BEFORE STORE_AFTER   (what `rmqdelay run` put in between)
+    python compare.py REPORT.json --rmqdelay-store END STORE   (first what `rmqdelay run` wrote into STORE past END)
+    python compare.py REPORT.json --properties-vs END STORE    (the same deliveries' properties: real vs rmqdelay)
 
 Several reports (or a `rmqdelay run` and then a harness report) are taken together, in order: a
 store handed from one run to the next must deliver each message once over all of them. A delivery
@@ -52,8 +53,38 @@ def rmqdelay_deliveries(before_end, store):
         if kind in DELIVERED:
             out.append({"kind": kind, "topic": topic, "queueId": o["queueId"], "uniqKey": p.get("UNIQ_KEY"),
                         "reconsumeTimes": o.get("reconsumeTimes", 0), "timerOutMs": p.get("TIMER_OUT_MS"),
-                        "rollTimes": p.get("TIMER_ROLL_TIMES"), "source": "rmqdelay"})
+                        "rollTimes": p.get("TIMER_ROLL_TIMES"), "source": "rmqdelay", "properties": p,
+                        "record": o})
     return out
+
+
+def properties_vs(report, end, store):
+    """Per property name, how many deliveries the real code and rmqdelay both made differ in it
+    (TIMER_DEQUEUE_MS, the dequeuing wall clock, left out), and in the record fields."""
+    with open(report, encoding="utf-8") as fh:
+        real = {(r["topic"], r["uniqKey"], r["reconsumeTimes"]): r for r in json.load(fh)["put"]
+                if r.get("kind") in DELIVERED}
+    diff, fields, n, examples = Counter(), Counter(), 0, []
+    for d in rmqdelay_deliveries(end, store):
+        r = real.get(key(d))
+        if r is None:
+            continue
+        n += 1
+        rp, mp = r["properties"], d["properties"]
+        for name in sorted(set(rp) | set(mp)):
+            if name != "TIMER_DEQUEUE_MS" and rp.get(name) != mp.get(name):
+                diff[name] += 1
+                if len(examples) < 5:
+                    examples.append((key(d), name, rp.get(name), mp.get(name)))
+        for f in ("queueId", "flag", "sysFlag", "bornTimestamp", "bornHost", "storeHost", "reconsumeTimes", "bodyCRC"):
+            a, b = r[f], d["record"][f]
+            if f in ("bornHost", "storeHost"):
+                a = a.lstrip("/")
+            if str(a) != str(b):
+                fields[f] += 1
+    print("deliveries made by both:", n, "property differences:", dict(diff), "field differences:", dict(fields))
+    for e in examples:
+        print("  ", e)
 
 
 def key(d):
@@ -66,7 +97,12 @@ def main() -> int:
     ap.add_argument("--reference")
     ap.add_argument("--rmqdelay-store", nargs=2, metavar=("COMMITLOG_END_BEFORE", "STORE"),
                     help="also count what rmqdelay wrote into STORE past this commit log offset (first)")
+    ap.add_argument("--properties-vs", nargs=2, metavar=("COMMITLOG_END_BEFORE", "STORE"),
+                    help="compare the properties of deliveries in REPORT with those rmqdelay wrote into STORE")
     a = ap.parse_args()
+    if a.properties_vs:
+        properties_vs(a.reports[0], int(a.properties_vs[0]), a.properties_vs[1])
+        return 0
     got = []
     if a.rmqdelay_store:
         got += rmqdelay_deliveries(int(a.rmqdelay_store[0]), a.rmqdelay_store[1])
