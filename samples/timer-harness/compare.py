@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -35,14 +36,15 @@ def report_deliveries(path):
     return out, rep
 
 
-def rmqdelay_deliveries(before_end, store):
-    """Records rmqdelay wrote past the commit log end `before_end`, read with rmqdelay's own decoder."""
+def rmqdelay_deliveries(before_end, store, upto=None):
+    """Records rmqdelay wrote past the commit log end `before_end` (and before `upto`: where the
+    harness started, when it ran on this same store), read with rmqdelay's own decoder."""
     proc = subprocess.run([sys.executable, "-m", "rmqdelay", "inspect", "commitlog", store, "--json"],
                           capture_output=True, text=True, check=True)
     out = []
     for line in proc.stdout.splitlines():
         o = json.loads(line)
-        if o.get("commitLogOffset", -1) < before_end:
+        if o.get("commitLogOffset", -1) < before_end or (upto is not None and o["commitLogOffset"] >= upto):
             continue
         p = o.get("properties") or {}
         topic = o["topic"]
@@ -105,7 +107,11 @@ def main() -> int:
         return 0
     got = []
     if a.rmqdelay_store:
-        got += rmqdelay_deliveries(int(a.rmqdelay_store[0]), a.rmqdelay_store[1])
+        with open(a.reports[0], encoding="utf-8") as fh:
+            first = json.load(fh)
+        same = "store" in first and os.path.exists(first["store"]) and os.path.samefile(first["store"], a.rmqdelay_store[1])
+        got += rmqdelay_deliveries(int(a.rmqdelay_store[0]), a.rmqdelay_store[1],
+                                   first.get("commitLogEndBeforeByScan") if same else None)
     for r in a.reports:
         got += report_deliveries(r)[0]
     print("delivered:", dict(Counter((d["source"].rsplit("/", 1)[-1], d["kind"]) for d in got)))
