@@ -115,6 +115,10 @@ def _print(plan: RepairPlan, executed: bool) -> None:
     for s in plan.stray[:_MAX_ROWS]:
         line(f"not a unit: {s.file} at byte {s.offset}, {s.length} bytes ({s.head}...): cut")
     _more(plan.stray)
+    for r in plan.remade[:_MAX_ROWS]:
+        line(f"unit made: rmq_sys_wheel_timer queue offset {r.queueOffset} (commit log {r.offsetPy}, UNIQ_KEY "
+             f"{r.uniqKey}, due {r.timerOutMs}) was enqueued and has no unit left: without one it is never delivered")
+    _more(plan.remade)
     if plan.metricsDriftOnly:
         line("config/timermetrics drifts from the true counts (5.3.3's own counts do): left as it is; "
              "--metrics rewrites it", "yellow")

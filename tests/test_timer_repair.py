@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import json
 import struct
+import sys
 from pathlib import Path
 
 import pytest
 from clirun import run_cli
 from conftest import load_expected
 from test_bad_input import snapshot
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+from timer_check import check_timer_store  # noqa: E402
 
 PARTIAL = load_expected("timer-partial")
 READ = PARTIAL["timercheck"][0]["raw"]["lastReadTimeMs"]
@@ -266,6 +271,27 @@ def test_garbage_in_the_middle_goes_and_the_units_after_it_move_up(capsys, store
     assert [s["offset"] for s in done["stray"]] == [unit["filePos"]] and done["dropped"] == []
     assert done["kept"] == len(UNITS) - 1 and done["moved"] == len(UNITS) - 401
     assert (store / "timerlog.bak" / unit["file"]).read_bytes()[unit["filePos"]:unit["filePos"] + 2] == b"\xde\xad"
+
+
+def test_the_message_of_a_destroyed_unit_gets_a_unit_again_and_is_delivered_once(capsys, store_copy):
+    """The unit cut as garbage was the only way to the message it pointed at: its record is
+    still in the commit log and the timer queue, enqueued. The repair makes the unit doEnqueue
+    writes for it, and `run` then delivers every pending message, that one included, once."""
+    store = store_copy("timer-partial")
+    unit = UNITS[400]
+    assert unit["currWriteTime"] + unit["delayedTime"] >= READ  # pending
+    patch(unit_file(store, unit), unit["filePos"], b"\xde\xad" * 26)
+    _, dry, done = repaired(capsys, store, "timerlog-framing")
+    assert [r["offsetPy"] for r in done["remade"]] == [unit["offsetPy"]]
+    # Its own slot: under the roll window (the default 2 days: the store files do not say 60 slots)
+    assert done["remade"][0]["slotTimeMs"] == done["remade"][0]["timerOutMs"] >= READ
+    shown = run_cli(capsys, "timer", "repair", store, "--now", str(NOW))  # nothing left to do
+    assert shown.code == 0 and "unit made" not in shown.out
+    result = run_cli(capsys, "run", store, "--until-empty", "--now", "4102444800000", "--json")
+    assert result.code == 0, result.err[-2000:]
+    assert [e for e in result.json_lines() if e["event"] == "stopped"][0]["timerDelivered"] == 795
+    check = check_timer_store(store)
+    assert check.lost == [] and check.duplicated == [] and check.problems == []
 
 
 def test_a_full_file_without_its_blank_gets_it_back(capsys, store_copy):

@@ -42,6 +42,8 @@ import numpy as np
 from rmqdelay.errors import StoreError, StoreReadError, StoreWriteError
 from rmqdelay.formats.constants import (
     BLANK_MAGIC_CODE,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    TIMER_MAGIC_DEFAULT,
     TIMER_MAGIC_DELETE,
     TIMER_MAGIC_ROLL,
 )
@@ -101,6 +103,7 @@ NO_MESSAGE = "unit-no-message"
 NOT_TIMER = "unit-not-timer"
 
 _INT_MIN, _INT_MAX = -2**31, 2**31 - 1
+_NEW_UNIT = -2**62  # offsets of units made by the repair, until laid out
 
 
 @dataclass(slots=True, frozen=True)
@@ -147,6 +150,22 @@ class StrayBytes:
 
 
 @dataclass(slots=True, frozen=True)
+class RemadeUnit:
+    """A unit made for an enqueued timer message that has none (its unit was destroyed)."""
+
+    queueOffset: int  # its rmq_sys_wheel_timer queue offset
+    offsetPy: int
+    uniqKey: str | None
+    timerOutMs: int
+    slotTimeMs: int
+    magic: int
+
+    def as_json(self) -> dict:
+        return {"queueOffset": self.queueOffset, "offsetPy": self.offsetPy, "uniqKey": self.uniqKey,
+                "timerOutMs": self.timerOutMs, "slotTimeMs": self.slotTimeMs, "magic": self.magic}
+
+
+@dataclass(slots=True, frozen=True)
 class Change:
     """One row of the before/after table."""
 
@@ -177,6 +196,7 @@ class RepairPlan:
     dropped: list[DroppedUnit] = field(default_factory=list)
     fixed: list[FixedField] = field(default_factory=list)
     stray: list[StrayBytes] = field(default_factory=list)
+    remade: list[RemadeUnit] = field(default_factory=list)
     relinked: int = 0  # units whose prevPos changed other than by moving
     moved: int = 0  # units at a new offset
     slotsChanged: int = 0
@@ -204,7 +224,8 @@ class RepairPlan:
             "slotsChanged": self.slotsChanged, "metricsDriftOnly": self.metricsDriftOnly,
             "changes": [c.as_json() for c in self.changes],
             "dropped": [d.as_json() for d in self.dropped], "fixed": [f.as_json() for f in self.fixed],
-            "stray": [s.as_json() for s in self.stray], "leftAlone": [a.as_json() for a in self.leftAlone],
+            "stray": [s.as_json() for s in self.stray], "remade": [r.as_json() for r in self.remade],
+            "leftAlone": [a.as_json() for a in self.leftAlone],
             "filesWritten": sorted(self._targets()), "filesRemoved": [f"timerlog/{n}" for n in self.log_removed],
         }
 
@@ -233,6 +254,7 @@ def plan_repair(ts: TimerStore, now_ms: int, wall_ms: int, *, fix_metrics: bool 
     plan.kept = len(kept)
     cp = ts.checkpoint()
     read_ms = _read_time(ts, cp, kept, now_ms, plan)
+    kept = _remake_lost(ts, cp, kept, records, read_ms, plan)
     new_units, log_end = _relayout(ts, kept, plan)
     groups = _groups(new_units)
     _wheel(ts, groups, read_ms, log_end, plan)
@@ -435,6 +457,69 @@ def _read_time(ts: TimerStore, cp: TimerCheckpoint | None, kept: np.ndarray, now
     return new
 
 
+def _remake_lost(ts: TimerStore, cp: TimerCheckpoint | None, kept: np.ndarray, records: TimerRecords,
+                 read_ms: int, plan: RepairPlan) -> np.ndarray:
+    """``kept`` with a unit for every enqueued timer message that lost its own (a unit
+    destroyed, cut as bytes that are not a unit): an rmq_sys_wheel_timer entry below
+    masterTimerQueueOffset, due at or after the read time, with no unit in the log and no
+    later record of its UNIQ_KEY (no delivered copy, no re-put of a roll). Nothing would ever
+    deliver it: it gets the unit doEnqueue writes at the read time, appended after the others.
+    A cancellation marker in that state gets none: one the broker dropped on enqueue (due
+    already) leaves no trace either, and a unit made for it could cancel its target."""
+    cq = ts.timer_queue()
+    if cq is None or cp is None or not len(records.offsets) or not ts.log.files:
+        return kept
+    high = min(cp.masterTimerQueueOffset, cq.max_offset)
+    if high <= cq.min_offset:
+        return kept
+    entries = cq.units(cq.min_offset, high)
+    py = entries["commitLogOffset"].astype(np.int64)
+    idx = np.minimum(np.searchsorted(records.offsets, py), len(records.offsets) - 1)
+    found = records.offsets[idx] == py
+    found &= records.is_timer[idx] & (records.sizes[idx] == entries["size"].astype(np.int64))
+    found &= (records.out_ms[idx] != NO_TIME) & (records.out_ms[idx] >= read_ms) & ~records.is_delete[idx]
+    found &= ~np.isin(py, kept["offsetPy"].astype(np.int64))
+    rows = np.flatnonzero(found)
+    if not len(rows):
+        return kept
+    candidates: dict[str, int] = {}  # UNIQ_KEY -> row of its entry
+    for row in rows.tolist():
+        try:
+            msg = ts.store.commitlog.read_message(int(py[row]), int(records.sizes[idx[row]]))
+        except StoreError:
+            continue
+        key = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        if key is not None:  # without one, no way to tell it was not delivered: left as it is
+            candidates[key] = row
+    if candidates:  # a later record of the same key: delivered, re-put or rolled - not lost
+        first = min(int(py[row]) for row in candidates.values())
+        for record in ts.store.commitlog.records(first):
+            key = getattr(record, "properties", {}).get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            if key in candidates and record.commitLogOffset > int(py[candidates[key]]):
+                del candidates[key]
+    config = ts.config
+    p = config.precisionMs
+    made = []
+    for key, row in sorted(candidates.items(), key=lambda kv: kv[1]):
+        out = int(records.out_ms[idx[row]])
+        queue_offset = cq.min_offset + row
+        write = read_ms
+        slot, magic = out, TIMER_MAGIC_DEFAULT
+        if out - write >= config.rollWindowMs:
+            magic |= TIMER_MAGIC_ROLL
+            third = config.rollWindowSlots // 3 * p
+            slot = write + (config.rollWindowSlots // 2 * p if out - write - config.rollWindowMs < third
+                            else config.rollWindowMs)
+        # (offset: a placeholder no unit or prevPos holds; _relayout gives it its place)
+        made.append((_NEW_UNIT - len(made), -1, magic, write, slot - write, int(py[row]),
+                     int(records.sizes[idx[row]]), int(records.real_hash[idx[row]]), 0))
+        plan.remade.append(RemadeUnit(queue_offset, int(py[row]), key, out, slot, magic))
+    if not made:
+        return kept
+    plan.changes.append(Change("timerlog/", "units made for enqueued messages without one", "-", str(len(made))))
+    return np.concatenate([kept, np.array(made, dtype=kept.dtype)])
+
+
 def _relayout(ts: TimerStore, kept: np.ndarray, plan: RepairPlan) -> tuple[np.ndarray, int]:
     """The kept units laid out as TimerLog.append writes them, from the first file's offset:
     back to back, a BLANK closing each full file. prevPos relinked per slot time. Fills
@@ -452,7 +537,8 @@ def _relayout(ts: TimerStore, kept: np.ndarray, plan: RepairPlan) -> tuple[np.nd
     k = np.arange(len(kept), dtype=np.int64)
     new = kept.copy()
     new["offset"] = base + (k // per) * file_size + (k % per) * UNIT_SIZE if per else base
-    plan.moved = int((new["offset"] != kept["offset"]).sum())
+    made = kept["offset"] <= _NEW_UNIT  # units made by the repair (_remake_lost): neither moved nor relinked
+    plan.moved = int(((new["offset"] != kept["offset"]) & ~made).sum())
     # prevPos: the previous unit of the same slot time, in log order.
     slot = unit_slot_times(new)
     order = np.lexsort((k, slot))
@@ -465,7 +551,7 @@ def _relayout(ts: TimerStore, kept: np.ndarray, plan: RepairPlan) -> tuple[np.nd
     into_deleted = first & (old_prev >= 0) & (old_prev < base)
     prev[into_deleted] = old_prev[into_deleted]
     old_prev_moved = _map_offsets(old_prev, kept["offset"], new["offset"])
-    plan.relinked = int((prev != old_prev_moved).sum())
+    plan.relinked = int(((prev != old_prev_moved) & ~made[order]).sum())
     new["prevPos"][order] = prev
     count = -(-len(new) // per) if per and len(new) else 1
     log_end = base if not len(new) else int(new["offset"][-1]) + UNIT_SIZE
