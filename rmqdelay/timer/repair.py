@@ -463,11 +463,12 @@ def _remake_lost(ts: TimerStore, cp: TimerCheckpoint | None, kept: np.ndarray, r
     destroyed, cut as bytes that are not a unit): an rmq_sys_wheel_timer entry below
     masterTimerQueueOffset, due at or after the read time, with no unit in the log and no
     later record of its UNIQ_KEY (no delivered copy, no re-put of a roll). Nothing would ever
-    deliver it: it gets the unit doEnqueue writes at the read time, appended after the others.
+    deliver it: it gets the unit doEnqueue writes at the read time, put before the log's last
+    unit (which stays last).
     A cancellation marker in that state gets none: one the broker dropped on enqueue (due
     already) leaves no trace either, and a unit made for it could cancel its target."""
     cq = ts.timer_queue()
-    if cq is None or cp is None or not len(records.offsets) or not ts.log.files:
+    if cq is None or cp is None or not len(records.offsets) or not len(kept):
         return kept
     high = min(cp.masterTimerQueueOffset, cq.max_offset)
     if high <= cq.min_offset:
@@ -517,7 +518,10 @@ def _remake_lost(ts: TimerStore, cp: TimerCheckpoint | None, kept: np.ndarray, r
     if not made:
         return kept
     plan.changes.append(Change("timerlog/", "units made for enqueued messages without one", "-", str(len(made))))
-    return np.concatenate([kept, np.array(made, dtype=kept.dtype)])
+    # Before the last unit, never after it: the broker's recovery resumes the enqueue after the
+    # queue offset of the message the log's last unit points at (reviseQueueOffset); a made
+    # unit there would enqueue every later entry a second time.
+    return np.concatenate([kept[:-1], np.array(made, dtype=kept.dtype), kept[-1:]])
 
 
 def _relayout(ts: TimerStore, kept: np.ndarray, plan: RepairPlan) -> tuple[np.ndarray, int]:
