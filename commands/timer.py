@@ -17,7 +17,9 @@ from rmqdelay.store import Store
 from rmqdelay.store.lock import BrokerLock
 from rmqdelay.timer import TimerStore, timer_files_present
 from rmqdelay.timer.repair import (
+    BELOW_LOG,
     LOG_BACKUP_DIR,
+    PAST_LOG,
     WHEEL_BACKUP,
     RepairPlan,
     execute_repair,
@@ -99,7 +101,8 @@ def _print(plan: RepairPlan, executed: bool) -> None:
                           d.kind, Text(d.pointedAt))
         console.print(table)
         _more(plan.dropped)
-        lost = sum(1 for d in plan.dropped if d.pending and not d.magic & TIMER_MAGIC_DELETE)
+        lost = sum(1 for d in plan.dropped if d.pending and not d.magic & TIMER_MAGIC_DELETE
+                   and d.kind in (BELOW_LOG, PAST_LOG))
         if lost:
             line(f"{lost} of them were pending messages whose slot was not read yet: their records are not in "
                  "the commit log, so no broker can deliver them", "yellow")

@@ -373,3 +373,23 @@ def test_units_pointing_at_a_damaged_commit_log_are_left_alone_not_dropped(capsy
     assert f"timer log offset {unit['offset']}" in plan["leftAlone"][0]["what"]
     assert "mend the commit log first" in plan["leftAlone"][0]["why"]
     assert snapshot(store) == files
+
+
+@pytest.mark.parametrize("fault", ["retention", "another-topic"])
+def test_a_dropped_unit_is_called_lost_only_when_its_record_is_gone(capsys, store_copy, fault):
+    """Retention took the records of pending units: no broker can deliver them, and the dry run
+    says so. A unit pointed at another topic's record is dropped, but its own message is still
+    there and gets a unit again: not lost, and not called lost."""
+    store = store_copy("timer-partial")
+    if fault == "retention":
+        (store / "commitlog" / "00000000000000000000").unlink()
+    else:
+        unit = next(u for u in UNITS if u["delayedTimeMs"] >= READ and not u["magicRoll"] and not u["magicDelete"])
+        plain = next(m for m in PARTIAL["msg"] if m["origin"] == "plain")
+        patch(unit_file(store, unit), unit["filePos"] + 28,
+              struct.pack(">qi", plain["commitLogOffset"], plain["storeSize"]))
+    result = run_cli(capsys, "timer", "repair", store, "--now", str(NOW))
+    assert result.code == 1, result.err
+    said_lost = "so no broker can deliver them" in result.out
+    assert said_lost == (fault == "retention"), result.out[-3000:]
+    assert ("unit made: rmq_sys_wheel_timer queue offset" in result.out) == (fault == "another-topic")
