@@ -82,7 +82,7 @@ class TimerStoreBuilder:
         slot = out_ms
         if out_ms - write_ms >= self._window_ms:
             magic |= TIMER_MAGIC_ROLL
-            # "give enough time to next roll"
+            # TimerConfig.roll_slot, with its figures kept (the generator's hot path)
             slot = write_ms + (self._half_ms if out_ms - write_ms - self._window_ms < self._third_ms
                                else self._window_ms)
         if delete:

@@ -110,3 +110,18 @@ def test_a_built_timer_store_verifies_and_counts_what_the_timeline_left(tmp_path
     assert got["cancellations"]["honoured"] == done["cancelled"]
     waiting = sum(len(v) for v in builder._due.values())
     assert got["pending"]["units"] + got["pending"]["cancelMarkers"] == waiting
+
+
+def test_the_builders_roll_placement_is_the_configs():
+    """The generator keeps doEnqueue's roll placement written out (its hot path); it places
+    every unit where TimerConfig.roll_slot (what run and timer repair use) says."""
+    rng = random.Random(5)
+    for window in (60, 600, 172800):
+        config = replace(timer_config(), rollWindowSlotConfigured=window)
+        builder = TimerStoreBuilder(config)
+        for _ in range(2000):
+            write = rng.randrange(10**6) * 1000
+            out = write + rng.randrange(0, 3 * window * 1000)
+            slot, magic = builder.enqueue(write, out, 0, 100, "T", False)
+            want = config.roll_slot(out, write)
+            assert (slot, bool(magic & 2)) == ((out, False) if want is None else (want, True))

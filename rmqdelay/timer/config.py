@@ -88,6 +88,18 @@ class TimerConfig:
     def rollWindowMs(self) -> int:
         return self.rollWindowSlots * self.precisionMs
 
+    def roll_slot(self, out_ms: int, write_ms: int) -> int | None:
+        """doEnqueue's slot for a message due at ``out_ms`` enqueued at write clock
+        ``write_ms``: None when it goes to its own slot (within the roll window), else the
+        roll slot ("give enough time to next roll": half a window when the rest is short)."""
+        window = self.rollWindowMs
+        if out_ms - write_ms < window:
+            return None
+        slots = self.rollWindowSlots
+        if out_ms - write_ms - window < slots // 3 * self.precisionMs:
+            return write_ms + slots // 2 * self.precisionMs
+        return write_ms + window
+
     @property
     def wheelSpanMs(self) -> int:
         """How far back recovery reaches: slotsTotal slots (7 days at 1 s)."""

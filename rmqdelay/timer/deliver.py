@@ -207,7 +207,6 @@ class TimerEngine:
         self.ts = TimerStore(store, broker_config)
         cfg = self.ts.config
         self.precision = cfg.precisionMs
-        self.window_slots = cfg.rollWindowSlots
         self.slots_total = cfg.slotsTotal
         self.delivered = 0
         self.rolled = 0
@@ -574,16 +573,6 @@ class TimerEngine:
             return False
         return PROPERTY_TIMER_ROLL_TIMES in msg.properties and is_timer_output(msg)
 
-    def _roll_slot(self, out: int, write_ms: int) -> int | None:
-        """doEnqueue's slot for a message due at ``out`` enqueued at ``write_ms``: None when
-        it goes to its own slot, else the roll slot."""
-        window = self.window_slots * self.precision
-        if out - write_ms < window:
-            return None
-        if out - write_ms - window < self.window_slots // 3 * self.precision:
-            return write_ms + self.window_slots // 2 * self.precision
-        return write_ms + window
-
     def _entry_write_ms(self, offset_py: int, props: dict[str, str], out: int) -> int:
         """The write clock an entry is enqueued at (see ``step``)."""
         if PROPERTY_TIMER_ROLL_TIMES not in props:
@@ -592,7 +581,7 @@ class TimerEngine:
         if slot is None:
             enqueued = java_parse_long(props.get(PROPERTY_TIMER_ENQUEUE_MS, ""))
             if enqueued is not None and enqueued != TIMER_NEVER_ENQUEUED:
-                slot = self._roll_slot(out, enqueued)  # rolled with this run's window
+                slot = self.ts.config.roll_slot(out, enqueued)  # rolled with this run's window
         if slot is not None:
             return max(slot + self.precision, self.read_ms)
         # Rolled with another window (another broker.conf): the re-put's own dequeue clock.
@@ -646,7 +635,7 @@ class TimerEngine:
             return
         magic = TIMER_MAGIC_DEFAULT
         slot_ms = out
-        roll_slot = self._roll_slot(out, write_ms)
+        roll_slot = self.ts.config.roll_slot(out, write_ms)
         if roll_slot is not None:
             magic |= TIMER_MAGIC_ROLL
             slot_ms = roll_slot

@@ -498,19 +498,13 @@ def _remake_lost(ts: TimerStore, cp: TimerCheckpoint | None, kept: np.ndarray, r
             key = getattr(record, "properties", {}).get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
             if key in candidates and record.commitLogOffset > int(py[candidates[key]]):
                 del candidates[key]
-    config = ts.config
-    p = config.precisionMs
     made = []
     for key, row in sorted(candidates.items(), key=lambda kv: kv[1]):
         out = int(records.out_ms[idx[row]])
         queue_offset = cq.min_offset + row
         write = read_ms
-        slot, magic = out, TIMER_MAGIC_DEFAULT
-        if out - write >= config.rollWindowMs:
-            magic |= TIMER_MAGIC_ROLL
-            third = config.rollWindowSlots // 3 * p
-            slot = write + (config.rollWindowSlots // 2 * p if out - write - config.rollWindowMs < third
-                            else config.rollWindowMs)
+        roll = ts.config.roll_slot(out, write)
+        slot, magic = (out, TIMER_MAGIC_DEFAULT) if roll is None else (roll, TIMER_MAGIC_DEFAULT | TIMER_MAGIC_ROLL)
         # (offset: a placeholder no unit or prevPos holds; _relayout gives it its place)
         made.append((_NEW_UNIT - len(made), -1, magic, write, slot - write, int(py[row]),
                      int(records.sizes[idx[row]]), int(records.real_hash[idx[row]]), 0))
