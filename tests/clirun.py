@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rmqdelay.commands import main as cli_main
+from wallclock import with_child_hooks
 
 # The console script installed with the interpreter running the tests, never one found on PATH.
 CONSOLE_SCRIPT = str(Path(sys.executable).parent / "rmqdelay")
-# A sitecustomize that makes chosen directories unreadable even to root (see its docstring).
-_OSERRORS = str(Path(__file__).resolve().parent / "oserrors")
 
 
 def console(*args, env: dict[str, str] | None = None, unreadable: list[Path] = (),
@@ -24,7 +23,7 @@ def console(*args, env: dict[str, str] | None = None, unreadable: list[Path] = (
     """Run the console script as a user would; ``unreadable``: directories it may not list."""
     full_env = dict(os.environ, **(env or {}))
     if unreadable:
-        full_env["PYTHONPATH"] = _OSERRORS
+        full_env = with_child_hooks(full_env)
         full_env["RMQDELAY_TEST_UNREADABLE"] = os.pathsep.join(os.path.abspath(p) for p in unreadable)
     return subprocess.run([CONSOLE_SCRIPT, *map(str, args)], capture_output=True, text=True,
                           env=full_env, timeout=timeout, errors="surrogateescape")

@@ -5,6 +5,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from wallclock import PINNED_MS, pin_wall_clock
 
 from rmqdelay.samplepack import ARCHIVE_NAME, unpack
 
@@ -27,6 +28,16 @@ def load_expected(name: str) -> dict[str, list[dict]]:
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
+
+
+@pytest.fixture(autouse=True)
+def _wall_clock(request, monkeypatch):
+    """A test marked ``clock`` runs on the pinned wall clock (wallclock.py), one marked
+    ``clock(real=True)`` on the real one."""
+    marker = request.node.get_closest_marker("clock")
+    if marker is not None and not marker.kwargs.get("real", False):
+        pin_wall_clock(monkeypatch, marker.kwargs.get("at_ms", PINNED_MS))
+    yield
 
 
 @pytest.fixture(scope="session")

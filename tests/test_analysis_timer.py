@@ -13,6 +13,8 @@ from conftest import SAMPLES, TIMER_SAMPLES, load_expected
 
 from rmqdelay.analysis import StoreRef, analyze
 
+pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
+
 WHEEL_TOPIC = "rmq_sys_wheel_timer"
 PARTIAL_END = 1795450329969  # schedule.json stoppedAtMs: the partial run's last moment
 

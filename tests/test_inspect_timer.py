@@ -10,6 +10,8 @@ import pytest
 from clirun import run_cli
 from conftest import SAMPLES
 
+pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
+
 DAY = 86_400_000
 
 

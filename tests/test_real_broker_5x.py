@@ -50,6 +50,8 @@ from test_real_broker_samples import MESSAGE_FIELDS, as_expected, assert_queues_
 from rmqdelay.store import Store
 from rmqdelay.store.commitlog import Blank
 
+pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
+
 PRECISION = 1000
 
 # expected.jsonl's "origin" of a record -> the stage timer_info gives it (None: not a timer message).

@@ -8,12 +8,16 @@ import json
 import random
 from dataclasses import replace
 
+import pytest
+
 from clirun import run_cli
 from rmqdelay.formats.timerlog import UNIT_SIZE
 
 from rmqdelay.samples_timer import TimerStoreBuilder
 from rmqdelay.store.writer import NewMessage, StoreWriter
 from rmqdelay.timer.config import timer_config
+
+pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
 
 WHEEL = "rmq_sys_wheel_timer"
 T0 = 1_767_225_600_000

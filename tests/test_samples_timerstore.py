@@ -26,6 +26,8 @@ from rmqdelay.samples import GenerateOptions
 from rmqdelay.samples_timerstore import DELAY_KINDS, generate_timer
 from rmqdelay.store import Store
 
+pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
+
 FAR = 4_102_444_800_000  # 2100-01-01: everything is due
 MESSAGES, SEED, HOURS = 6000, 7, 72  # three days: rolls come back to be re-put
 CL_SIZE = 1024 * 1024

@@ -24,6 +24,8 @@ from rmqdelay.store.writer import NewMessage, StoreWriter
 from rmqdelay.timer.config import timer_config
 from rmqdelay.timer.transform import PutRefused, recall_message, transform_timer_message
 
+pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
+
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 CONFIG = timer_config(None)
 MAX_DELAY_TEXT = ("timer message illegal, the delay time should not be bigger than the max delay 259200000ms; "

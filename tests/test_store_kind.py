@@ -10,6 +10,8 @@ import pytest
 from clirun import run_cli
 from conftest import REAL_BROKER_SAMPLES, load_expected
 
+pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
+
 
 @pytest.mark.parametrize("name", REAL_BROKER_SAMPLES)
 def test_4x_stores_say_4x_and_keep_their_screen(capsys, sample_store, name):

@@ -20,6 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 from timer_check import check_timer_store  # noqa: E402
 
+pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
+
 PARTIAL = load_expected("timer-partial")
 READ = PARTIAL["timercheck"][0]["raw"]["lastReadTimeMs"]
 NOW = READ + 1000

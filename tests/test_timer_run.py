@@ -29,6 +29,8 @@ from rmqdelay.timer.deliver import (
     read_timer_state,
 )
 
+pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
+
 FAR = 4_102_444_800_000  # 2100-01-01: everything is due
 COMPARED = ["topic", "queueId", "flag", "sysFlag", "bornTimestamp", "bornHost", "storeHost", "reconsumeTimes",
             "bodyCRC", "magic"]

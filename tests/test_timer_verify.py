@@ -18,6 +18,8 @@ from rmqdelay.formats.consumequeue import CqUnit, build_unit
 from rmqdelay.formats.properties import parse_properties
 from test_bad_input import snapshot
 
+pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
+
 PARTIAL = load_expected("timer-partial")
 READ = PARTIAL["timercheck"][0]["raw"]["lastReadTimeMs"]
 NOW = READ + 1000

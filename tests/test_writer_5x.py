@@ -9,6 +9,8 @@ import base64
 import gzip
 import json
 
+import pytest
+
 from conftest import SAMPLES
 from rmqdelay.formats.constants import (
     MESSAGE_MAGIC_CODE,
@@ -24,6 +26,8 @@ from rmqdelay.schedule.scheduler import Notice, Scheduler
 from rmqdelay.store import Store
 from rmqdelay.store.verify import verify_store
 from rmqdelay.store.writer import NewMessage, StoreWriter
+
+pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
 
 FAR_AHEAD = 4_102_444_800_000  # 2100-01-01
 COMPARED = ["topic", "queueId", "flag", "sysFlag", "bornTimestamp", "bornHost", "storeHost", "reconsumeTimes",
