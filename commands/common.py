@@ -14,11 +14,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rmqdelay.formats.constants import MAX_DELIVER_MS
 from rmqdelay.formats.javanum import java_parse_int, java_parse_long
 
 from rmqdelay.errors import UsageError
-from rmqdelay.store.consumequeue import MAX_DELIVER_MS
 
 console = Console()
 if not console.is_terminal:
@@ -185,6 +184,8 @@ def progress(description: str, total: int | None) -> Iterator:
     if not err_console.is_terminal:
         yield lambda n=1: None
         return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                   TimeRemainingColumn(), console=err_console, transient=True) as bar:
         task = bar.add_task(description, total=total)
