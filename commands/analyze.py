@@ -1,4 +1,7 @@
-"""`rmqdelay analyze KIND STORE...`: backlog, lateness and the retry path, embedded or on Spark."""
+"""`rmqdelay analyze KIND STORE...`: backlog, lateness and the retry path, embedded or on Spark.
+
+The analysis engine (pyarrow, numba) and Spark are imported inside the command: `--help`
+must not load them (tests/test_startup.py)."""
 
 from __future__ import annotations
 
@@ -7,25 +10,12 @@ import shutil
 import time
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import typer
 from rich.table import Table
 
-from rmqdelay.analysis import (
-    KINDS,
-    AnalysisResult,
-    Skipped,
-    StoreRef,
-    check_stores,
-    checked_request,
-    store_ref,
-)
-from rmqdelay.analysis import analyze as embedded_analyze
-from rmqdelay.analysis.report import TIME_COLUMNS, render_report
 from rmqdelay.errors import EXIT_PROBLEMS, RmqDelayError, UsageError
-from rmqdelay.store.scan import commitlog_files
 
 from .common import (
     console,
@@ -37,6 +27,11 @@ from .common import (
     writable_directory,
 )
 from .run import resolve_delay_levels
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from rmqdelay.analysis import AnalysisResult, Skipped, StoreRef
 
 
 class Kind(str, Enum):
@@ -63,6 +58,12 @@ def analyze(
 ) -> None:
     """Backlog (what waits, when it falls due), lateness (delivered vs due) and retries (the
     16-retry path into the DLQ) over one store or many."""
+    import pyarrow.parquet as pq
+
+    from rmqdelay.analysis import KINDS, check_stores, checked_request, store_ref
+    from rmqdelay.analysis import analyze as embedded_analyze
+    from rmqdelay.analysis.report import render_report
+
     refs = [store_ref(s) for s in stores]
     at_ms = parse_time_ms(at, "--at") if at else time.time_ns() // 1_000_000
     levels = resolve_delay_levels(delay_levels, broker_config)
@@ -140,6 +141,8 @@ def analyze(
 
 
 def _commitlog_bytes(ref: StoreRef) -> int:
+    from rmqdelay.store.scan import commitlog_files
+
     try:
         return sum(path.stat().st_size for path in commitlog_files(ref.path))
     except (OSError, RmqDelayError):
@@ -166,20 +169,24 @@ def _status(text: str):
 
 
 def _rich_table(title: str, table: pa.Table) -> Table:
+    import pyarrow as pa
+
+    from rmqdelay.analysis.report import TIME_COLUMNS
+
     view = Table(title=title, title_justify="left")
     for name in table.column_names:
         view.add_column(name, justify="left" if pa.types.is_string(table.schema.field(name).type) else "right")
     for row in table.to_pylist():
-        view.add_row(*(_cell(name, row[name]) for name in table.column_names))
+        view.add_row(*(_cell(row[name], name in TIME_COLUMNS) for name in table.column_names))
     if table.num_rows == 0:
         view.caption = "no rows"
     return view
 
 
-def _cell(name: str, value) -> str:
+def _cell(value, is_time: bool) -> str:
     if value is None:
         return "-"
-    if name in TIME_COLUMNS:
+    if is_time:
         return format_time_ms(value)
     if isinstance(value, float):
         return f"{value:.4f}"

@@ -1,8 +1,8 @@
-"""What every command shares: consoles, JSON lines, progress, time arguments."""
+"""What every command shares: consoles, JSON lines, progress, time arguments. (How the
+process's streams write what they cannot encode: streams.py.)"""
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import json
 import math
@@ -14,11 +14,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rmqdelay.formats.constants import MAX_DELIVER_MS
 from rmqdelay.formats.javanum import java_parse_int, java_parse_long
 
 from rmqdelay.errors import UsageError
-from rmqdelay.store.consumequeue import MAX_DELIVER_MS
 
 console = Console()
 if not console.is_terminal:
@@ -30,36 +29,6 @@ err_console = Console(stderr=True)
 # Store text that is not UTF-8 (a topic, a property, a directory name) reaches Python as
 # surrogate escapes (U+DC80..U+DCFF, one per byte).
 _SURROGATES = range(0xD800, 0xE000)
-
-
-def _escape_unencodable(exc: UnicodeEncodeError) -> tuple[str, int]:
-    """An output error handler: a byte that was not UTF-8 in the store shows as \\xNN,
-    any other character the output encoding lacks as \\uNNNN -- never an exception."""
-    out = []
-    for ch in exc.object[exc.start:exc.end]:
-        code = ord(ch)
-        if 0xDC80 <= code <= 0xDCFF:
-            out.append(f"\\x{code - 0xDC00:02x}")
-        elif code <= 0xFFFF:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    return "".join(out), exc.end
-
-
-codecs.register_error("rmqdelay.escape", _escape_unencodable)
-
-
-def configure_streams() -> None:
-    """Writing text the terminal's (or PYTHONIOENCODING's) encoding cannot hold escapes it
-    instead of failing: on stdout and stderr alike."""
-    for stream in (sys.stdout, sys.stderr):
-        reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None:
-            try:
-                reconfigure(errors="rmqdelay.escape")
-            except (ValueError, OSError):
-                pass  # a closed or special stream: leave it as it is
 
 
 def json_text(text: str) -> str:
@@ -185,6 +154,8 @@ def progress(description: str, total: int | None) -> Iterator:
     if not err_console.is_terminal:
         yield lambda n=1: None
         return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                   TimeRemainingColumn(), console=err_console, transient=True) as bar:
         task = bar.add_task(description, total=total)

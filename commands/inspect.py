@@ -1,4 +1,7 @@
-"""`rmqdelay inspect ...`: read-only views of a broker store. Nothing here writes a byte."""
+"""`rmqdelay inspect ...`: read-only views of a broker store. Nothing here writes a byte.
+
+The store is imported inside each command, not here: `--help` must not load it, and each
+command loads only what it reads (tests/test_startup.py)."""
 
 from __future__ import annotations
 
@@ -15,15 +18,7 @@ from rich.text import Text
 from rmqdelay.formats.constants import KEY_SEPARATOR, RMQ_SYS_SCHEDULE_TOPIC
 from rmqdelay.formats.javanum import java_parse_long
 
-from rmqdelay.analysis import store_ref
 from rmqdelay.errors import EXIT_PROBLEMS, StoreError, UsageError
-from rmqdelay.schedule.levels import delay_levels_from_broker_config, parse_delay_levels
-from rmqdelay.schedule.status import level_statuses
-from rmqdelay.store import Store
-from rmqdelay.store.kind import store_features
-from rmqdelay.store.lock import describe_holder
-from rmqdelay.store.topics import validate_topic
-from rmqdelay.store.verify import VerifyCounts, iter_problems, verify_total
 
 from .common import (
     console,
@@ -79,6 +74,10 @@ def inspect_store(store_dir: Path = StoreArg, json_out: bool = JsonOpt,
     """One screen: what kind of store (4.x or 5.x features), commit log files, offsets, queues,
     lock and abort state, checkpoint, delay offsets. What cannot be read is listed under
     problems (exit 1); the rest is still shown."""
+    from rmqdelay.store import Store
+    from rmqdelay.store.kind import store_features
+    from rmqdelay.store.lock import describe_holder
+
     with Store(store_dir, lenient=True) as store:
         problems = store.problems
 
@@ -206,6 +205,9 @@ def inspect_cq(
     json_out: bool = JsonOpt,
 ) -> None:
     """The units of one consume queue, decoded. For SCHEDULE_TOPIC_XXXX the tagsCode is the deliver time."""
+    from rmqdelay.store import Store
+    from rmqdelay.store.topics import validate_topic
+
     validate_topic(topic)
     if queue < 0:
         raise UsageError(f"--queue: a queue id >= 0, found {queue}")
@@ -266,6 +268,9 @@ def inspect_commitlog(
     json_out: bool = JsonOpt,
 ) -> None:
     """Messages as the broker stored them, in commit log order."""
+    from rmqdelay.store import Store
+    from rmqdelay.store.topics import validate_topic
+
     if verify:
         if start is not None or limit is not None or topic is not None:
             raise UsageError("--verify checks the whole store; it takes no --from, --limit or --topic")
@@ -302,6 +307,10 @@ def inspect_commitlog(
 
 
 def _verify(store_dir: Path, json_out: bool) -> None:
+    from rmqdelay.store import Store
+    from rmqdelay.store.lock import describe_holder
+    from rmqdelay.store.verify import VerifyCounts, iter_problems, verify_total
+
     with Store(store_dir, lenient=True) as store:
         holder = store.lock_holder()
         if holder:
@@ -341,6 +350,9 @@ def inspect_message(
     json_out: bool = JsonOpt,
 ) -> None:
     """One message, every field: by physical offset, by msgId, or by key."""
+    from rmqdelay.store import Store
+    from rmqdelay.store.topics import validate_topic
+
     if (target is None) == (key is None):
         raise UsageError("give either OFFSET | MSGID or --key K")
     if key is not None and (not key or KEY_SEPARATOR in key):
@@ -416,6 +428,11 @@ def inspect_delay(
                                                   "directory's name, or its parent's for .../store)."),
 ) -> None:
     """Per delay level: delay, offset, max offset, pending, due now, oldest due time."""
+    from rmqdelay.schedule.levels import delay_levels_from_broker_config, parse_delay_levels
+    from rmqdelay.schedule.status import level_statuses
+    from rmqdelay.store import Store
+    from rmqdelay.store.ref import store_ref
+
     if json_out and output_format not in (DelayFormat.table, DelayFormat.json):
         raise UsageError("--json and --format: give one of them")
     if json_out:

@@ -1,29 +1,21 @@
 """`rmqdelay inspect index STORE`: the index files, look-ups by key and unique key as the
 broker's queryMessage answers them (mqadmin queryMsgByKey / queryMsgByUniqueKey), and
---verify. Nothing here writes a byte."""
+--verify. Nothing here writes a byte.
+
+The store modules are imported inside the functions that use them: `--help` must not load
+them (tests/test_startup.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.table import Table
 from rich.text import Text
 from rmqdelay.formats.constants import KEY_SEPARATOR
-from rmqdelay.formats.index import LONG_MAX
 
 from rmqdelay.errors import EXIT_PROBLEMS, UsageError
-from rmqdelay.store import Store
-from rmqdelay.store.index import IndexSettings, StoreIndex
-from rmqdelay.store.index_verify import IndexVerifyCounts, iter_index_problems
-from rmqdelay.store.keylookup import (
-    KeyLookup,
-    find_by_key,
-    query_messages,
-    query_topics,
-)
-from rmqdelay.store.topics import validate_topic
 
 from .common import (
     console,
@@ -34,6 +26,11 @@ from .common import (
     progress,
 )
 from .render import message_json, messages_table, print_problems
+
+if TYPE_CHECKING:
+    from rmqdelay.store import Store
+    from rmqdelay.store.index import IndexSettings
+    from rmqdelay.store.keylookup import KeyLookup
 
 DEFAULT_QUERY_MAX_NUM = 32  # MessageStoreConfig.defaultQueryMaxNum: what a unique-key query gets
 
@@ -62,6 +59,11 @@ def inspect_index(
     json_out: bool = typer.Option(False, "--json", help="One JSON object per line, for scripts."),
 ) -> None:
     """The index (index/): its files, or the messages a key finds through it, or --verify."""
+    from rmqdelay.formats.index import LONG_MAX
+    from rmqdelay.store import Store
+    from rmqdelay.store.index import IndexSettings
+    from rmqdelay.store.topics import validate_topic
+
     if (key is not None) + (uniq_key is not None) + verify > 1:
         raise UsageError("give one of --key, --uniq-key and --verify")
     if key is None and uniq_key is None and (begin or end or max_num is not None or topic is not None):
@@ -93,6 +95,8 @@ def _exit_problems() -> None:
 # -- the files ---------------------------------------------------------------------------------
 
 def _summary(store: Store, settings: IndexSettings, json_out: bool) -> None:
+    from rmqdelay.store.index import StoreIndex
+
     log_end = store.end_offset()
     with StoreIndex(store.path, settings) as index:
         files = [{"file": f.name, "hashSlotNum": f.hashSlotNum, "indexNum": f.indexNum, "entries": f.entry_count,
@@ -134,6 +138,9 @@ def _summary(store: Store, settings: IndexSettings, json_out: bool) -> None:
 
 def _query(store: Store, settings: IndexSettings, key: str, unique: bool, topic: str | None, begin: int,
            end: int, max_num: int, body: bool, json_out: bool) -> None:
+    from rmqdelay.store.index import StoreIndex
+    from rmqdelay.store.keylookup import query_messages, query_topics
+
     what = f"UNIQ_KEY {key!r}" if unique else f"key {key!r}"
     with StoreIndex(store.path, settings) as index:
         if not index.files:
@@ -180,6 +187,8 @@ def _note_tail(store: Store, index_end: int) -> None:
 def find_messages_by_key(store: Store, key: str, topic: str | None) -> KeyLookup:
     """`inspect message --key`: through the index where it covers the log; says on stderr
     what was scanned instead."""
+    from rmqdelay.store.keylookup import find_by_key
+
     log = store.commitlog
     total = (log.files[-1].end - log.min_offset) if log.files else 0
     with progress(f"looking for key {key}", total) as advance:
@@ -196,6 +205,8 @@ def find_messages_by_key(store: Store, key: str, topic: str | None) -> KeyLookup
 # -- verify ------------------------------------------------------------------------------------
 
 def _verify(store: Store, settings: IndexSettings, json_out: bool) -> None:
+    from rmqdelay.store.index_verify import IndexVerifyCounts, iter_index_problems
+
     counts = IndexVerifyCounts()
     problems = []
     total = sum(mf.size for mf in store.commitlog.files)

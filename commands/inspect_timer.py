@@ -1,32 +1,22 @@
 """`rmqdelay inspect timer`: the 5.x timer wheel of a store, one screen an operator can act
 on; its slots and units (`--slots`, `--units`); and what is wrong with it (`--verify`).
-Nothing here writes a byte."""
+Nothing here writes a byte.
+
+The store and timer modules are imported inside the functions that use them: `--help` must
+not load them (tests/test_startup.py)."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.table import Table
 from rich.text import Text
 from rmqdelay.formats.javahash import java_string_hash
-from rmqdelay.formats.timerprops import TimerInfo, timer_info
 
 from rmqdelay.errors import EXIT_PROBLEMS, StoreError, UsageError
-from rmqdelay.store import Store
-from rmqdelay.store.kind import StoreFeatures
-from rmqdelay.store.topics import validate_topic
-from rmqdelay.timer import TimerStore, timer_files_present
-from rmqdelay.timer.listing import slot_rows, unit_rows, units_of_message
-from rmqdelay.timer.status import (
-    BUCKETS,
-    CANCEL_STATES,
-    LATER,
-    TimerStatus,
-    timer_status,
-)
 
 from .common import (
     console,
@@ -37,8 +27,15 @@ from .common import (
     progress,
 )
 
+if TYPE_CHECKING:
+    from rmqdelay.formats.timerprops import TimerInfo
+    from rmqdelay.store import Store
+    from rmqdelay.timer import TimerStore
+    from rmqdelay.timer.status import TimerStatus
+
+# By the bucket names of rmqdelay.timer.status (BUCKETS, then LATER).
 _BUCKET_WORDS = {"dueNow": "due now (overdue included)", "nextMinute": "in the next minute",
-                 "nextHour": "in the next hour", "nextDay": "in the next day", LATER: "later"}
+                 "nextHour": "in the next hour", "nextDay": "in the next day", "later": "later"}
 _CANCEL_WORDS = {
     "honoured": "honoured (its slot was read with the target in it)",
     "will-be-honoured": "will be honoured (target in the same pending slot)",
@@ -74,6 +71,11 @@ def inspect_timer(
     """The timer wheel of a 5.x store: checkpoint and how far dequeue and enqueue are behind,
     pending messages by due time, hot slots, rolls, cancellations, what a late restart would
     skip, and the metrics against the true counts."""
+    from rmqdelay.store import Store
+    from rmqdelay.store.topics import validate_topic
+    from rmqdelay.timer import TimerStore, timer_files_present
+    from rmqdelay.timer.status import timer_status
+
     if slots and units:
         raise UsageError("give --slots or --units, not both")
     if verify and (slots or units):
@@ -122,6 +124,8 @@ def _when(ms: int | None, now_ms: int) -> str:
 
 
 def _print_status(s: TimerStatus) -> None:
+    from rmqdelay.timer.status import BUCKETS, CANCEL_STATES, LATER
+
     cfg = s.config
     line = lambda text, style=None: console.print(Text(text, style=style), soft_wrap=True)  # noqa: E731
     line(f"timer store of {s.store} at {format_time_ms(s.nowMs)}", "bold")
@@ -205,6 +209,8 @@ def _print_status(s: TimerStatus) -> None:
 
 # -- listings -----------------------------------------------------------------------------------
 def _list_slots(ts: TimerStore, now_ms: int, from_ms, to_ms, limit, json_out: bool) -> None:
+    from rmqdelay.timer.listing import slot_rows
+
     rows = slot_rows(ts, from_ms, to_ms, limit)
     if json_out:
         for row in rows:
@@ -221,6 +227,8 @@ def _list_slots(ts: TimerStore, now_ms: int, from_ms, to_ms, limit, json_out: bo
 
 
 def _list_units(ts: TimerStore, from_ms, to_ms, topic, key, limit, json_out: bool) -> None:
+    from rmqdelay.timer.listing import unit_rows
+
     topic_hash = java_string_hash(topic) if topic is not None else None
     shown = []
     count = 0
@@ -288,6 +296,8 @@ def _verify(ts: TimerStore, now_ms: int, json_out: bool) -> None:
 # -- used by inspect store and inspect message ----------------------------------------------------
 def print_features(features: dict) -> None:
     """The store-kind lines of `inspect store`."""
+    from rmqdelay.store.kind import StoreFeatures
+
     f = StoreFeatures(**features)
     console.print(Text(f"kind: {f.version} store" + (": " + "; ".join(f.signs) if f.signs else
                                                      " (no 5.x feature found)")), soft_wrap=True)
@@ -328,11 +338,16 @@ def timer_rows(info: TimerInfo) -> list[tuple[str, str]]:
 
 
 def message_timer_info(msg) -> TimerInfo | None:
+    from rmqdelay.formats.timerprops import timer_info
+
     return timer_info(msg.topic, msg.properties)
 
 
 def message_units(store: Store, msg) -> list[dict] | None:
     """The timer log units of a parked record (None: not parked, or no timer store)."""
+    from rmqdelay.timer import TimerStore, timer_files_present
+    from rmqdelay.timer.listing import units_of_message
+
     info = message_timer_info(msg)
     if info is None or info.stage not in ("parked", "rolled", "cancel") or not timer_files_present(store.path):
         return None

@@ -1,19 +1,17 @@
-"""`rmqdelay offsets show|reset STORE`: read and move the delay offsets, safely."""
+"""`rmqdelay offsets show|reset STORE`: read and move the delay offsets, safely.
+
+The store and the scheduler are imported inside the commands: `--help` must not load them
+(tests/test_startup.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
 
 from rmqdelay.errors import UsageError
-from rmqdelay.schedule.offsets import OffsetPublisher, delay_offset_path
-from rmqdelay.schedule.reset import ResetTarget, parse_iso_duration_ms, plan_reset
-from rmqdelay.schedule.scheduler import exact_offsets, wall_clock_ms
-from rmqdelay.schedule.status import level_statuses
-from rmqdelay.store import Store
-from rmqdelay.store.lock import BrokerLock
 
 from .common import (
     console,
@@ -26,10 +24,15 @@ from .common import (
 from .render import offset_cell, offset_notes
 from .run import parse_levels, resolve_delay_levels
 
+if TYPE_CHECKING:
+    from rmqdelay.schedule.reset import ResetTarget
+
 app = typer.Typer(help="Read and move the delay offsets (config/delayOffset.json).", no_args_is_help=True)
 
 
 def _last_persisted_ms(store: Path) -> int | None:
+    from rmqdelay.schedule.offsets import delay_offset_path
+
     try:
         return delay_offset_path(store).stat().st_mtime_ns // 1_000_000
     except OSError:  # absent, or no file to stat (a symlink loop): the broker reads the .bak then
@@ -46,6 +49,10 @@ def show(
     json_out: bool = typer.Option(False, "--json", help="One JSON object per level."),
 ) -> None:
     """Per level: delay, offset, min, max, pending, due now, next due time, last persisted time."""
+    from rmqdelay.schedule.scheduler import wall_clock_ms
+    from rmqdelay.schedule.status import level_statuses
+    from rmqdelay.store import Store
+
     table_levels = resolve_delay_levels(delay_levels, broker_config)
     chosen = _check_levels(parse_levels(levels), table_levels)
     now_ms = parse_time_ms(now) if now else wall_clock_ms()
@@ -78,6 +85,8 @@ def _check_levels(chosen: list[int] | None, table: dict[int, int]) -> list[int] 
 
 def _target(to_earliest: bool, to_latest: bool, to_offset: int | None, to_datetime: str | None,
             by_duration: str | None, shift_by: int | None) -> ResetTarget:
+    from rmqdelay.schedule.reset import ResetTarget, parse_iso_duration_ms
+
     given = [(name, value) for name, value in (
         ("to-earliest", to_earliest or None), ("to-latest", to_latest or None), ("to-offset", to_offset),
         ("to-datetime", to_datetime), ("by-duration", by_duration), ("shift-by", shift_by)) if value is not None]
@@ -119,6 +128,12 @@ def reset(
     many messages would be delivered again or skipped; --execute writes delayOffset.json
     (temp file, fsync, rename, .bak) under the store lock. Targets outside a queue are
     clamped with a warning, as the broker's correctDelayOffset would."""
+    from rmqdelay.schedule.offsets import OffsetPublisher
+    from rmqdelay.schedule.reset import plan_reset
+    from rmqdelay.schedule.scheduler import exact_offsets, wall_clock_ms
+    from rmqdelay.store import Store
+    from rmqdelay.store.lock import BrokerLock
+
     table_levels = resolve_delay_levels(delay_levels, broker_config)
     if bool(level) == all_levels:
         raise UsageError("give --level L (one or more) or --all-levels")

@@ -1,12 +1,16 @@
-"""How records look to a user: JSON objects (spec/json-output.md) and rich tables."""
+"""How records look to a user: JSON objects (spec/json-output.md) and rich tables.
+
+Imported by commands before their arguments are parsed, so it imports no decoder (construct,
+numpy) at the top: the records it renders were decoded by then.
+"""
 
 from __future__ import annotations
 
 import base64
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 from rich.text import Text
-from rmqdelay.formats.commitlog import Message, body_crc
 from rmqdelay.formats.constants import (
     COMPRESSED_FLAG,
     COMPRESSION_TYPE_MASK,
@@ -17,9 +21,11 @@ from rmqdelay.formats.constants import (
     PROPERTY_TAGS,
     TRANSACTION_TYPE_MASK,
 )
-from rmqdelay.formats.consumequeue import is_ext_address
 
 from .common import format_duration_ms, format_time_ms
+
+if TYPE_CHECKING:
+    from rmqdelay.formats.commitlog import Message
 
 _TRANSACTION = {0x0: "", 0x4: "prepared", 0x8: "commit", 0xC: "rollback"}
 _COMPRESSION = {0x000: "zlib", 0x100: "lz4", 0x200: "zstd", 0x300: "zlib"}
@@ -54,6 +60,8 @@ def unit_json(topic: str, queue_id: int, cq_offset: int, commit_log_offset: int,
 
 
 def _not_a_time(size: int, tags_code: int) -> bool:
+    from rmqdelay.formats.consumequeue import is_ext_address
+
     return size == CQ_PRE_BLANK_SIZE or is_ext_address(tags_code)
 
 
@@ -91,6 +99,8 @@ def body_preview(msg: Message, limit: int = 200) -> str:
 
 def unit_note(size: int, tags_code: int, schedule: bool, now_ms: int) -> tuple[str, str]:
     """What a consume queue unit's tagsCode means: (deliver time or note, when it is due)."""
+    from rmqdelay.formats.consumequeue import is_ext_address
+
     if size == CQ_PRE_BLANK_SIZE:
         return "pre-blank (fillPreBlank: no message was ever here)", ""
     if is_ext_address(tags_code):
@@ -158,6 +168,8 @@ def print_problems(problems: list, checked: str, console, limit: int = 200) -> N
 
 def message_tables(msg: Message) -> tuple[Table, Table]:
     """Every field of one message, then its properties."""
+    from rmqdelay.formats.commitlog import body_crc
+
     fields = Table(show_header=False, show_edge=False, box=None)
     fields.add_column(style="bold")
     fields.add_column()

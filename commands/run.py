@@ -1,37 +1,21 @@
-"""`rmqdelay run STORE`: the scheduler, delivering due delay messages to their real topics."""
+"""`rmqdelay run STORE`: the scheduler, delivering due delay messages to their real topics.
+
+The scheduler is imported inside the functions that use it: `--help` must not load it
+(tests/test_startup.py)."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.live import Live
 from rich.table import Table
 from rmqdelay.formats.javanum import java_parse_int
 
 from rmqdelay.errors import EXIT_PROBLEMS, UsageError
-from rmqdelay.schedule.levels import delay_levels_from_broker_config, parse_delay_levels
-from rmqdelay.schedule.scheduler import (
-    Delivered,
-    Notice,
-    Persisted,
-    QueueCreated,
-    Replayed,
-    Scheduler,
-    Skipped,
-    Sleeping,
-    Stopped,
-)
-from rmqdelay.store.index import IndexSettings
-from rmqdelay.timer.deliver import (
-    TimerCancelled,
-    TimerDelivered,
-    TimerNotice,
-    TimerPersisted,
-    TimerSkipped,
-)
 
 from .common import (
     console,
@@ -43,8 +27,13 @@ from .common import (
     parse_time_ms,
 )
 
+if TYPE_CHECKING:
+    from rmqdelay.schedule.scheduler import Scheduler, Stopped
+
 
 def resolve_delay_levels(delay_levels: str | None, broker_config: Path | None) -> dict[int, int]:
+    from rmqdelay.schedule.levels import delay_levels_from_broker_config, parse_delay_levels
+
     if delay_levels and broker_config:
         raise UsageError("--delay-levels and --broker-config: give one of them")
     if broker_config:
@@ -61,11 +50,28 @@ def parse_levels(text: str | None) -> list[int] | None:
     return levels
 
 
-def event_json(event) -> dict:
-    name = {Delivered: "delivered", Skipped: "skipped", QueueCreated: "queueCreated", Notice: "notice",
+@functools.cache
+def _event_names() -> dict[type, str]:
+    from rmqdelay.schedule.scheduler import (
+        Delivered,
+        Notice,
+        Persisted,
+        QueueCreated,
+        Replayed,
+        Skipped,
+        Sleeping,
+        Stopped,
+    )
+    from rmqdelay.timer.deliver import TimerCancelled, TimerDelivered, TimerNotice, TimerPersisted, TimerSkipped
+
+    return {Delivered: "delivered", Skipped: "skipped", QueueCreated: "queueCreated", Notice: "notice",
             Replayed: "replayed", Persisted: "persisted", Sleeping: "sleeping", Stopped: "stopped",
             TimerDelivered: "timerDelivered", TimerCancelled: "timerCancelled", TimerSkipped: "timerSkipped",
-            TimerNotice: "timerNotice", TimerPersisted: "timerPersisted"}[type(event)]
+            TimerNotice: "timerNotice", TimerPersisted: "timerPersisted"}
+
+
+def event_json(event) -> dict:
+    name = _event_names()[type(event)]
     body = dataclasses.asdict(event)
     for key in ("offsetTable", "perLevel"):
         if key in body:
@@ -136,6 +142,11 @@ def run(
     """Deliver due delay messages of SCHEDULE_TOPIC_XXXX to their real topics, as the broker's
     ScheduleMessageService does, and on a 5.x store the timer wheel as its TimerMessageStore
     does (cancellations honoured, rolls re-put) - exactly once, even after kill -9."""
+    from rich.live import Live
+
+    from rmqdelay.schedule.scheduler import Scheduler
+    from rmqdelay.store.index import IndexSettings
+
     if once and until_empty:
         raise UsageError("--once and --until-empty: give one of them")
     finite_seconds(flush_interval, "--flush-interval")
@@ -167,6 +178,9 @@ def run(
 
 
 def _consume(scheduler: Scheduler, json_out: bool, dry_run: bool) -> Stopped | None:
+    from rmqdelay.schedule.scheduler import Delivered, Notice, QueueCreated, Replayed, Skipped, Sleeping, Stopped
+    from rmqdelay.timer.deliver import TimerDelivered, TimerNotice, TimerSkipped
+
     stopped = None
     if dry_run and not json_out:
         rows = Table("level", "offset", "deliver time", "topic", "queue", "UNIQ_KEY", title="due now (dry run)",

@@ -1,4 +1,7 @@
-"""`rmqdelay samples generate DIR`: a deterministic, realistic store to try every command on."""
+"""`rmqdelay samples generate DIR`: a deterministic, realistic store to try every command on.
+
+The generator is imported inside the commands: `--help` must not load it
+(tests/test_startup.py)."""
 
 from __future__ import annotations
 
@@ -6,11 +9,9 @@ import math
 from pathlib import Path
 
 import typer
+from rmqdelay.formats.constants import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CQ_FILE_SIZE
 
 from rmqdelay.errors import UsageError
-from rmqdelay.samples import GenerateOptions, generate
-from rmqdelay.store.index import IndexSettings
-from rmqdelay.store.writer import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CQ_FILE_SIZE
 
 from .common import console, emit_json, format_time_ms, int_option, progress
 
@@ -46,6 +47,9 @@ def generate_command(
     """Write a deterministic, realistic store: several topics, all 18 delay levels (some
     delivered, some pending), consumer retry chains through %RETRY% to the DLQ, consumer
     offsets; and DIR/plan.json, the figures it holds by construction."""
+    from rmqdelay.samples import GenerateOptions, generate
+    from rmqdelay.store.index import IndexSettings
+
     if messages is None:
         raise UsageError("--messages: required")
     count = int_option("--messages", messages)

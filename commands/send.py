@@ -1,24 +1,24 @@
-"""`rmqdelay send STORE --topic T ...`: put messages as a producer would, through the one writer."""
+"""`rmqdelay send STORE --topic T ...`: put messages as a producer would, through the one writer.
+
+The writer is imported inside the command: `--help` must not load it (tests/test_startup.py)."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rmqdelay.formats.constants import RMQ_SYS_SCHEDULE_TOPIC
+from rmqdelay.formats.constants import (
+    DEFAULT_COMMITLOG_FILE_SIZE,
+    DEFAULT_CQ_FILE_SIZE,
+    DEFAULT_PRODUCER_GROUP,
+    RMQ_SYS_SCHEDULE_TOPIC,
+)
 from rmqdelay.formats.javanum import java_parse_long
 from rmqdelay.formats.msgid import parse_host
 
 from rmqdelay.errors import UsageError
-from rmqdelay.send import (
-    DEFAULT_PRODUCER_GROUP,
-    TIMER_OPTIONS,
-    SendRequest,
-    Sent,
-    send_messages,
-)
-from rmqdelay.store.writer import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CQ_FILE_SIZE
 
 from .common import (
     emit_json,
@@ -28,6 +28,9 @@ from .common import (
     parse_time_ms,
     progress,
 )
+
+if TYPE_CHECKING:
+    from rmqdelay.send import Sent
 
 
 def _int(name: str, text: str | None) -> int | None:
@@ -60,6 +63,8 @@ def _body(body: str | None, body_file: Path | None) -> bytes:
 def _timer(deliver_at: str | None, delay_sec: str | None, delay_ms: str | None) -> tuple[str, str, str] | None:
     """(option, property, value) of the one timer option given: what the client's
     setDeliverTimeMs / setDelayTimeSec / setDelayTimeMs put (String.valueOf of a long)."""
+    from rmqdelay.send import TIMER_OPTIONS
+
     given = [(name, text) for name, text in (("--deliver-at", deliver_at), ("--delay-sec", delay_sec),
                                              ("--delay-ms", delay_ms)) if text is not None]
     if len(given) > 1:
@@ -146,6 +151,8 @@ def send(
     rewrite into SCHEDULE_TOPIC_XXXX, on a 5.x store the timer rewrite into rmq_sys_wheel_timer);
     creates the store if missing; adds the topic to config/topics.json. Refused while a broker
     holds STORE/lock."""
+    from rmqdelay.send import SendRequest, send_messages
+
     timer = _timer(deliver_at, delay_sec, delay_ms)
     if cancel is not None:
         given = [name for name, value in (("--body", body), ("--body-file", body_file), ("--tags", tags),

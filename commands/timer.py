@@ -1,11 +1,13 @@
 """`rmqdelay timer repair`: mend a 5.x timer store offline (rmqdelay/timer/repair.py does
-the work; this prints the plan and, with --execute, applies it under the store's lock)."""
+the work; this prints the plan and, with --execute, applies it under the store's lock).
+
+The repair is imported inside the command: `--help` must not load it (tests/test_startup.py)."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.table import Table
@@ -13,21 +15,11 @@ from rich.text import Text
 from rmqdelay.formats.constants import TIMER_MAGIC_DELETE
 
 from rmqdelay.errors import EXIT_PROBLEMS, StoreError
-from rmqdelay.store import Store
-from rmqdelay.store.lock import BrokerLock
-from rmqdelay.timer import TimerStore, timer_files_present
-from rmqdelay.timer.repair import (
-    BELOW_LOG,
-    LOG_BACKUP_DIR,
-    PAST_LOG,
-    WHEEL_BACKUP,
-    RepairPlan,
-    execute_repair,
-    finish_interrupted,
-    plan_repair,
-)
 
 from .common import console, emit_json, format_time_ms, parse_time_ms
+
+if TYPE_CHECKING:
+    from rmqdelay.timer.repair import RepairPlan
 
 app = typer.Typer(help="The 5.x timer store: repair it offline.", no_args_is_help=True)
 
@@ -51,6 +43,11 @@ def repair(
     tail, drop units that point outside the commit log, set config/timercheck to a point
     consistent with the data and config/timermetrics to the true counts. A dry run unless
     --execute: it shows what would change, before and after."""
+    from rmqdelay.store import Store
+    from rmqdelay.store.lock import BrokerLock
+    from rmqdelay.timer import TimerStore, timer_files_present
+    from rmqdelay.timer.repair import execute_repair, finish_interrupted, plan_repair
+
     wall_ms = time.time_ns() // 1_000_000
     now_ms = parse_time_ms(now) if now else wall_ms
     with Store(store_dir) as store:
@@ -76,6 +73,8 @@ def repair(
 
 
 def _print(plan: RepairPlan, executed: bool) -> None:
+    from rmqdelay.timer.repair import BELOW_LOG, LOG_BACKUP_DIR, PAST_LOG, WHEEL_BACKUP
+
     line = lambda text, style=None: console.print(Text(text, style=style), soft_wrap=True)  # noqa: E731
     line(f"timer repair of {plan.store}" + ("" if executed else " (dry run: nothing written)"), "bold")
     if plan.interrupted:

@@ -46,6 +46,14 @@ DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 CQ_STORE_UNIT_SIZE = 20
 # ConsumeQueue.fillPreBlank writes these units before a queue's first real one.
 CQ_PRE_BLANK_SIZE = 0x7FFFFFFF
+# The last millisecond of year 9999: the latest deliver time there is a date for (rmqdelay's
+# bound on a SCHEDULE_TOPIC_XXXX tagsCode and on any instant a command is given).
+MAX_DELIVER_MS = 253402300799999
+
+# MessageStoreConfig defaults (4.9.4)
+DEFAULT_COMMITLOG_FILE_SIZE = 1024 * 1024 * 1024  # mappedFileSizeCommitLog
+DEFAULT_CQ_FILE_SIZE = 300_000 * CQ_STORE_UNIT_SIZE  # mappedFileSizeConsumeQueue
+DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"  # MixAll.DEFAULT_PRODUCER_GROUP
 
 DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 DEFAULT_MAX_RECONSUME_TIMES = 16

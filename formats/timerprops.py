@@ -10,17 +10,18 @@ is beyond its roll window (``TIMER_ROLL_TIMES``), and delivers it to its real to
 ``realTopic + "+" + uniqKey`` parked at the same TIMER_OUT_MS as its target.
 
 ``timer_info`` reads one message's properties; ``timer_columns`` reads the same properties of
-many properties strings at once (Arrow), held to identical values by the tests.
+many properties strings at once (Arrow), held to identical values by the tests. pyarrow is
+imported by the column functions only: who reads one message (`send`, `run`, `inspect
+message`) does not load it.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from .constants import (
     PROPERTY_REAL_QUEUE_ID,
@@ -37,6 +38,9 @@ from .constants import (
     RMQ_SYS_WHEEL_TIMER_TOPIC,
     TIMER_NEVER_ENQUEUED,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # The stages, as ``TimerInfo.stage`` names them.
 PARKED = "parked"  # in rmq_sys_wheel_timer, put by the hook
@@ -162,6 +166,8 @@ def timer_info(topic: str, properties: dict[str, str]) -> TimerInfo | None:
 def property_strings(properties_raw: pa.Array, name: str) -> pa.Array:
     """The value of property ``name`` in each properties string, as MessageDecoder reads it (the
     last non-empty ``name\\x01value`` segment wins), null when absent."""
+    import pyarrow.compute as pc
+
     # Greedy '.*' makes RE2 take the last matching segment; a value runs to the next 0x02.
     pattern = "(?s)^(?:.*\x02)?" + re.escape(name) + "\x01(?P<v>[^\x02]+)"
     found = pc.extract_regex(properties_raw, pattern)
@@ -170,6 +176,9 @@ def property_strings(properties_raw: pa.Array, name: str) -> pa.Array:
 
 def property_longs(strings: pa.Array, *, bits: int = 64) -> pa.Array:
     """Long.parseLong (or Integer.parseInt for ``bits=32``) of each string; null when not one."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     ok = pc.fill_null(pc.match_substring_regex(strings, r"^[+-]?[0-9]+$"), False).to_numpy(zero_copy_only=False)
     texts = strings.to_numpy(zero_copy_only=False)
     values = np.zeros(len(strings), dtype=np.int64)
@@ -196,6 +205,9 @@ def property_longs(strings: pa.Array, *, bits: int = 64) -> pa.Array:
 def timer_columns(topics: pa.Array, properties_raw: pa.Array) -> dict[str, pa.Array]:
     """``timer_info`` of many records at once: one column per TimerInfo field (stage null for
     records that are not timer messages)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     strings = {name: property_strings(properties_raw, prop) for name, prop in TIME_PROPERTIES.items()}
     columns: dict[str, pa.Array] = {name: property_longs(values) for name, values in strings.items()}
     roll = property_strings(properties_raw, PROPERTY_TIMER_ROLL_TIMES)

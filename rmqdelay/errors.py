@@ -1,4 +1,5 @@
-"""Errors the commands turn into one line and an exit code (spec/json-output.md)."""
+"""Errors the commands turn into one line and an exit code (spec/json-output.md), and the one
+warning they turn into one line. Light: the CLI imports it before parsing its arguments."""
 
 from __future__ import annotations
 
@@ -71,3 +72,8 @@ class StoreLockedError(RmqDelayError):
 
 class UsageError(RmqDelayError):
     exit_code = EXIT_BAD_INPUT
+
+
+class ConfigFallbackWarning(UserWarning):
+    """A broker config file was unusable and its ``.bak`` was read instead, as the broker's
+    ConfigManager.load does: the command goes on, and says so in one line."""

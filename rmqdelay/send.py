@@ -26,6 +26,7 @@ from pathlib import Path
 from rmqdelay.errors import StoreError, StoreWriteError, UsageError
 from rmqdelay.formats.commitlog import Message
 from rmqdelay.formats.constants import (
+    DEFAULT_PRODUCER_GROUP,
     PROPERTY_TIMER_DEL_UNIQKEY,
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELAY_SEC,
@@ -71,7 +72,6 @@ NOT_ALLOWED_SEND_TOPICS = frozenset({
     "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
 })
 DEFAULT_STORE_HOST = (bytes([127, 0, 0, 1]), 10911)
-DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"  # MixAll.DEFAULT_PRODUCER_GROUP
 # The client's setters of a timer message, by the option that sets them.
 TIMER_OPTIONS = {"--deliver-at": PROPERTY_TIMER_DELIVER_MS, "--delay-sec": PROPERTY_TIMER_DELAY_SEC,
                  "--delay-ms": PROPERTY_TIMER_DELAY_MS}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import select
 import subprocess
 from pathlib import Path
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 from clirun import CONSOLE_SCRIPT, assert_one_line, console
 from conftest import SAMPLES
-from rmqdelay.commands.main import _version
+
+import rmqdelay
 
 STORE = SAMPLES / "delay-partial" / "store"
 
@@ -44,7 +46,14 @@ def test_help_shows_flags_without_a_type_and_text_unwrapped():
 
 def test_version():
     proc = console("--version")
-    assert proc.returncode == 0 and proc.stdout == f"rmqdelay {_version()}\n" and _version() != "unknown"
+    assert proc.returncode == 0 and proc.stdout == f"rmqdelay {rmqdelay.__version__}\n"
+
+
+def test_the_version_printed_is_the_one_in_pyproject():
+    # --version prints rmqdelay.__version__ (no importlib.metadata at start-up): the two must agree.
+    pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text(encoding="utf-8")
+    project = pyproject.split("\n[project]\n", 1)[1].split("\n[", 1)[0]
+    assert re.search(r'^version = "([^"]+)"$', project, re.M).group(1) == rmqdelay.__version__
 
 
 def test_shell_completion():

@@ -8,25 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pyarrow as pa
 
 from rmqdelay.errors import UsageError
 from rmqdelay.schedule.levels import parse_delay_levels
 from rmqdelay.store import Store
+from rmqdelay.store.ref import StoreRef, store_ref
 from rmqdelay.store.scan import Skipped, delay_offsets, schedule_units
 
 KINDS = ("backlog", "lateness", "retries")
 
 __all__ = ["KINDS", "AnalysisResult", "Skipped", "StoreRef", "analyze", "check_stores", "checked_request",
            "store_ref"]
-
-
-@dataclass(frozen=True)
-class StoreRef:
-    name: str
-    path: Path
 
 
 @dataclass
@@ -37,19 +31,6 @@ class AnalysisResult:
     skipped: list[Skipped] = field(default_factory=list)
     # The per-message table behind the timer tables (5.x stores: backlog, lateness), or None.
     timer_messages: pa.Table | None = None
-
-
-def store_ref(arg: str) -> StoreRef:
-    """A STORE argument: ``PATH`` or ``NAME=PATH``. The name defaults to the directory's name,
-    or, for the broker's usual ``.../BROKER/store``, to the directory above it."""
-    name, sep, path = arg.partition("=")
-    if sep and name and "/" not in name:
-        return StoreRef(name, Path(path))
-    path = Path(arg)
-    resolved = path.resolve()
-    if resolved.name == "store" and resolved.parent.name:
-        return StoreRef(resolved.parent.name, path)
-    return StoreRef(resolved.name or str(path), path)
 
 
 def checked_request(kind: str, stores: list[StoreRef], delay_levels: dict[int, int] | None) -> dict[int, int]:

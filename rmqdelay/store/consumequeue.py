@@ -7,13 +7,11 @@ from pathlib import Path
 import numpy as np
 
 from rmqdelay.errors import StoreError
-from rmqdelay.formats.constants import CQ_PRE_BLANK_SIZE, CQ_STORE_UNIT_SIZE
+from rmqdelay.formats.constants import CQ_PRE_BLANK_SIZE, CQ_STORE_UNIT_SIZE, MAX_DELIVER_MS
 from rmqdelay.formats.consumequeue import CQ_EXT_MAX_ADDR, CqUnit, decode_units
 from rmqdelay.store.mappedfiles import MappedFile, MappedFileReader, list_mapped_files
 from rmqdelay.store.problems import FILE_SIZE, Problems, report
 
-# The last millisecond of year 9999: the latest deliver time there is a date for.
-MAX_DELIVER_MS = 253402300799999
 # Where tagsCode sits in a unit (commitLogOffset 8 bytes, size 4 bytes, tagsCode 8 bytes).
 _TAGS_CODE_AT = 12
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from rmqdelay.errors import NotRegularFileError, StoreError
+from rmqdelay.errors import ConfigFallbackWarning, NotRegularFileError, StoreError
 from rmqdelay.formats.checkpoint import Checkpoint, parse_checkpoint
 from rmqdelay.formats.commitlog import Message
 from rmqdelay.formats.constants import (
@@ -234,11 +234,6 @@ class Store:
             if props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) == key or \
                     key in props.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR):
                 yield msg
-
-
-class ConfigFallbackWarning(UserWarning):
-    """A broker config file was unusable and its ``.bak`` was read instead, as the broker's
-    ConfigManager.load does: the command goes on, and says so in one line."""
 
 
 def load_config_file(path: Path, parse: Callable[[str], T], *, fallback: bool = True) -> T | None:

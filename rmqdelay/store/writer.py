@@ -44,6 +44,8 @@ from rmqdelay.formats.constants import (
     BORNHOST_V6_FLAG,
     CQ_PRE_BLANK_SIZE,
     CQ_STORE_UNIT_SIZE,
+    DEFAULT_COMMITLOG_FILE_SIZE,
+    DEFAULT_CQ_FILE_SIZE,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     PROPERTY_CRC32,
@@ -78,8 +80,6 @@ from rmqdelay.store.writeformat import WriteFormat, detect_write_format
 __all__ = ["DEFAULT_COMMITLOG_FILE_SIZE", "DEFAULT_CQ_FILE_SIZE", "NewMessage", "PutResult", "RecoveryReport",
            "StoreWriter", "WriteFormat"]
 
-DEFAULT_COMMITLOG_FILE_SIZE = 1024 * 1024 * 1024  # mappedFileSizeCommitLog
-DEFAULT_CQ_FILE_SIZE = 300_000 * CQ_STORE_UNIT_SIZE  # mappedFileSizeConsumeQueue
 FLUSH_BYTES = 4 * 1024 * 1024
 OPEN_QUEUE_FILES = 64
 LOCALHOST = (bytes([127, 0, 0, 1]), 10911)

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rmqdelay.errors import StoreError, StoreReadError, StoreWriteError
+from rmqdelay.errors import ConfigFallbackWarning, StoreError, StoreReadError, StoreWriteError
 from rmqdelay.formats.constants import (
     BLANK_MAGIC_CODE,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -79,7 +79,7 @@ from rmqdelay.formats.timerwheel import (
     WHEEL_SLOTS,
 )
 from rmqdelay.store import fileio
-from rmqdelay.store.directory import ConfigFallbackWarning, load_config_file
+from rmqdelay.store.directory import load_config_file
 
 from .store import TimerStore, unit_slot_times
 from .verify import (
