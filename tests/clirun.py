@@ -1,13 +1,15 @@
-"""Run the `rmqdelay` entry point in this process, exactly as the console script does
-(same error handling and exit codes), capturing what it writes."""
+"""Run the `rmqdelay` entry point as the console script does (same error handling and exit
+codes), capturing what it writes: in this process, unless the test is about the process
+itself (its environment, what it may read, a time limit), then as a child process."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,14 +21,43 @@ CONSOLE_SCRIPT = str(Path(sys.executable).parent / "rmqdelay")
 
 
 def console(*args, env: dict[str, str] | None = None, unreadable: list[Path] = (),
-            timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run the console script as a user would; ``unreadable``: directories it may not list."""
+            timeout: float | None = None) -> subprocess.CompletedProcess:
+    """What a user running ``rmqdelay ARGS`` sees: exit code, stdout, stderr. With ``env``,
+    ``unreadable`` (directories it may not list) or ``timeout`` the console script runs as a
+    child process; otherwise the same entry point runs in this process, which is what most
+    tests need and much faster (no interpreter and imports per call)."""
+    args = [str(a) for a in args]
+    if env is None and not unreadable and timeout is None:
+        code, out, err = in_process(args)
+        return subprocess.CompletedProcess([CONSOLE_SCRIPT, *args], code, out, err)
     full_env = dict(os.environ, **(env or {}))
     if unreadable:
         full_env = with_child_hooks(full_env)
         full_env["RMQDELAY_TEST_UNREADABLE"] = os.pathsep.join(os.path.abspath(p) for p in unreadable)
-    return subprocess.run([CONSOLE_SCRIPT, *map(str, args)], capture_output=True, text=True,
-                          env=full_env, timeout=timeout, errors="surrogateescape")
+    return subprocess.run([CONSOLE_SCRIPT, *args], capture_output=True, text=True,
+                          env=full_env, timeout=timeout or 120, errors="surrogateescape")
+
+
+def in_process(args: list[str]) -> tuple[int, str, str]:
+    """``rmqdelay ARGS`` through the console script's entry point in this process, its output
+    captured as a pipe would take it (UTF-8, not a terminal): (exit code, stdout, stderr)."""
+    out, err = (io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict") for _ in range(2))
+    saved = sys.argv
+    sys.argv = ["rmqdelay", *args]
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                cli_main.main()
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = saved
+    texts = []
+    for stream in (out, err):
+        stream.flush()
+        texts.append(stream.buffer.getvalue().decode("utf-8", errors="surrogateescape"))
+    return code, texts[0], texts[1]
 
 
 def assert_one_line(proc: subprocess.CompletedProcess, code: int, *fragments: str) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from clirun import CONSOLE_SCRIPT
+from clirun import CONSOLE_SCRIPT, in_process
 from conftest import SAMPLES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -48,16 +48,20 @@ class Result:
 
 
 def cli(*args, faults: list[dict] | None = None, rlimits: dict[int, int] | None = None,
-        timeout: float = 180) -> Result:
-    """The console script in a child process, with injected faults or resource limits."""
+        timeout: float | None = None) -> Result:
+    """``rmqdelay ARGS``; with injected faults, resource limits or a time limit in a child
+    process (the faults and limits are the process's), otherwise in this process."""
     args = [str(a) for a in args]
+    if not faults and not rlimits and timeout is None:
+        return Result(*in_process(args))
     cmd = [sys.executable, FAULTINJECT, json.dumps(faults), *args] if faults else [CONSOLE_SCRIPT, *args]
 
     def limits() -> None:
         for which, value in (rlimits or {}).items():
             resource.setrlimit(which, (value, value))
 
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, preexec_fn=limits if rlimits else None)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout or 180,
+                          preexec_fn=limits if rlimits else None)
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 

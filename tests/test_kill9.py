@@ -2,8 +2,8 @@
 system calls fail (a short write, ENOSPC, EIO creating a file or from fsync): afterwards
 every delay message is delivered exactly once, no record is torn, every consume queue unit
 is valid, every faulted run said what failed in one line, and the abort the stopped runs
-left is removed by the clean run that follows. The full count (>= 200 stops)
-is benchmarks/kill9_soak.py; CI runs fewer."""
+left is removed by the clean run that follows. The soak (>= 200 stops) is
+benchmarks/kill9_soak.py; the suite keeps a few stops of each kind, with fixed seeds."""
 
 import random
 import sys
@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 from kill9_soak import add_messages, check_store, finish, kill_cycles  # noqa: E402
 
-KILLS = 20
+KILLS = 8
 
 
 def test_kill_9_at_random_points_delivers_every_message_exactly_once(tmp_path):
@@ -36,8 +36,8 @@ def test_faults_and_kills_mixed_deliver_every_message_exactly_once(tmp_path):
     rng = random.Random(7)
     path = tmp_path / "store"
     add_messages(path, 1500, rng, 0, create=True)
-    soak = kill_cycles(path, 30, rng, work=tmp_path, faults=0.7)
-    assert sum(soak.faults.values()) >= 10 and len(soak.faults) >= 4, soak.faults
+    soak = kill_cycles(path, 14, rng, work=tmp_path, faults=0.7)
+    assert sum(soak.faults.values()) >= 6 and len(soak.faults) >= 4, soak.faults
     finish(path)
     check = check_store(path)
     assert check.problems == [] and check.lost == check.duplicated == 0
