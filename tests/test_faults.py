@@ -39,6 +39,8 @@ FAULTINJECT = str(Path(__file__).resolve().parent.parent / "benchmarks" / "fault
 FAR = "4102444800000"  # 2100-01-01: every delay message is due
 ROOT = os.geteuid() == 0
 
+pytestmark = pytest.mark.slow  # child processes under faults and limits
+
 
 @dataclass
 class Result:
@@ -677,6 +679,7 @@ def test_a_fifo_where_a_file_belongs_is_refused_at_once(tmp_path, name):
     assert_exactly_once(store)
 
 
+@pytest.mark.clock  # timer-fresh's times (tests/wallclock.py)
 @pytest.mark.parametrize("free_kb", [8, 300])
 def test_timer_send_on_a_full_disk_leaves_no_unit_past_the_log_and_a_clean_timer_store(tmp_path, small_disk,
                                                                                         free_kb):

@@ -9,11 +9,15 @@ import random
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 from kill9_soak import add_messages, check_store, finish, kill_cycles  # noqa: E402
 
 KILLS = 8
+
+pytestmark = pytest.mark.slow  # child processes killed
 
 
 def test_kill_9_at_random_points_delivers_every_message_exactly_once(tmp_path):

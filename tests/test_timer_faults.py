@@ -17,7 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 from timer_check import check_timer_store  # noqa: E402
 
-pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
+# The 5.x samples' times (tests/wallclock.py); child processes under faults and kills.
+pytestmark = [pytest.mark.clock, pytest.mark.slow]
 
 
 def run(store: Path, **kw):

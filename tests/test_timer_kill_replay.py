@@ -37,7 +37,8 @@ from rmqdelay.store.writer import NewMessage, StoreWriter
 from rmqdelay.timer.files import TimerLogFiles
 from rmqdelay.timer.store import TimerStore
 
-pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
+# The 5.x samples' times (tests/wallclock.py); child processes under faults and kills.
+pytestmark = [pytest.mark.clock, pytest.mark.slow]
 
 BASE = 1795450290000  # timer-fresh's lastReadTimeMs
 DAY = 86_400_000

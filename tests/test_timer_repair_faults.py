@@ -23,7 +23,8 @@ from test_faults import cli, fill, small_disk  # noqa: F401 (a fixture)
 
 from rmqdelay.samplepack import ARCHIVE_NAME, unpack
 
-pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
+# The 5.x samples' times (tests/wallclock.py); child processes under faults and kills.
+pytestmark = [pytest.mark.clock, pytest.mark.slow]
 
 PARTIAL = load_expected("timer-partial")
 NOW = str(PARTIAL["timercheck"][0]["raw"]["lastReadTimeMs"] + 1000)
