@@ -77,6 +77,7 @@ def inspect_store(store_dir: Path = StoreArg, json_out: bool = JsonOpt,
     from rmqdelay.store import Store
     from rmqdelay.store.kind import store_features
     from rmqdelay.store.lock import describe_holder
+    from rmqdelay.timer.store import timer_summary
 
     with Store(store_dir, lenient=True) as store:
         problems = store.problems
@@ -88,7 +89,8 @@ def inspect_store(store_dir: Path = StoreArg, json_out: bool = JsonOpt,
                 problems.add(kind, exc.path, exc.offset, exc.expected)
                 return default
 
-        features = store_features(store, broker_config, problems)
+        features = store_features(store)
+        features.timer = timer_summary(store, broker_config, problems)
         files = [{"file": mf.path.name, "size": mf.size} for mf in store.commitlog.files]
         queues = []
         for topic, ids in store.topics().items():

@@ -73,7 +73,8 @@ def inspect_timer(
     skip, and the metrics against the true counts."""
     from rmqdelay.store import Store
     from rmqdelay.store.topics import validate_topic
-    from rmqdelay.timer import TimerStore, timer_files_present
+    from rmqdelay.store.kind import timer_files_present
+    from rmqdelay.timer import TimerStore
     from rmqdelay.timer.status import timer_status
 
     if slots and units:
@@ -345,7 +346,8 @@ def message_timer_info(msg) -> TimerInfo | None:
 
 def message_units(store: Store, msg) -> list[dict] | None:
     """The timer log units of a parked record (None: not parked, or no timer store)."""
-    from rmqdelay.timer import TimerStore, timer_files_present
+    from rmqdelay.store.kind import timer_files_present
+    from rmqdelay.timer import TimerStore
     from rmqdelay.timer.listing import units_of_message
 
     info = message_timer_info(msg)

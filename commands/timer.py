@@ -45,7 +45,8 @@ def repair(
     --execute: it shows what would change, before and after."""
     from rmqdelay.store import Store
     from rmqdelay.store.lock import BrokerLock
-    from rmqdelay.timer import TimerStore, timer_files_present
+    from rmqdelay.store.kind import timer_files_present
+    from rmqdelay.timer import TimerStore
     from rmqdelay.timer.repair import execute_repair, finish_interrupted, plan_repair
 
     wall_ms = time.time_ns() // 1_000_000

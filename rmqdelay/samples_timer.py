@@ -43,8 +43,8 @@ from rmqdelay.formats.timerwheel import (
 )
 from rmqdelay.store import fileio
 from rmqdelay.store.durable import atomic_write
+from rmqdelay.store.kind import timer_paths
 from rmqdelay.timer.config import TimerConfig, timer_config
-from rmqdelay.timer.store import timer_paths
 
 
 class TimerStoreBuilder:

@@ -46,7 +46,7 @@ from rmqdelay.store.brokerconfig import (
 )
 from rmqdelay.store.directory import Store
 from rmqdelay.store.keylookup import find_by_key
-from rmqdelay.store.kind import store_features
+from rmqdelay.store.kind import store_features, timer_files_present, timer_paths
 from rmqdelay.store.topics import validate_topic
 from rmqdelay.store.writer import (
     DEFAULT_COMMITLOG_FILE_SIZE,
@@ -55,7 +55,7 @@ from rmqdelay.store.writer import (
     StoreWriter,
 )
 from rmqdelay.timer.config import TimerConfig, read_broker_config, timer_config
-from rmqdelay.timer.store import TimerStore, timer_files_present, timer_paths
+from rmqdelay.timer.store import TimerStore
 from rmqdelay.timer.transform import (
     DEFAULT_MAP_CAPACITY,
     TimerPut,
@@ -296,7 +296,7 @@ def timer_target(path: Path, req: SendRequest) -> TimerTarget:
         raise UsageError(f"{path}: no store here; {option} goes into an existing 5.x store (a store that send "
                          "creates is a 4.9.4 one, and a 4.9.4 broker has no timer wheel)")
     with Store(path) as store:
-        features = store_features(store, req.broker_config)
+        features = store_features(store)
     if features.version != "5.x":
         raise UsageError(f"{path}: a 4.x store (no timer files, no V2 records, no __CRC32#, no delayOffset.json "
                          f"dataVersion, no 5.x checkpoint fields): a 4.9.4 broker has no timer wheel, so "

@@ -14,6 +14,7 @@ import pyarrow as pa
 from rmqdelay.errors import UsageError
 from rmqdelay.schedule.levels import parse_delay_levels
 from rmqdelay.store import Store
+from rmqdelay.store.kind import timer_files_present
 from rmqdelay.store.ref import StoreRef, store_ref
 from rmqdelay.store.scan import Skipped, delay_offsets, schedule_units
 
@@ -49,7 +50,7 @@ def check_stores(stores: list[StoreRef]) -> None:
     config/delayOffset.json, the schedule units, a 5.x store's timer wheel and checkpoint --
     read once up front, so that a bad store stops the run in one line before any scan (and,
     with Spark, before any task)."""
-    from rmqdelay.timer.store import TimerStore, timer_files_present
+    from rmqdelay.timer.store import TimerStore
 
     for ref in stores:
         with Store(ref.path) as store:

@@ -33,8 +33,9 @@ from rmqdelay.formats.timerprops import (
     timer_info,
 )
 from rmqdelay.store import Store
+from rmqdelay.store.kind import timer_files_present
 from rmqdelay.timer.status import cancelled_targets, restart_read_ms
-from rmqdelay.timer.store import TimerStore, timer_files_present, unit_slot_times
+from rmqdelay.timer.store import TimerStore, unit_slot_times
 
 from . import StoreRef
 from .common import PERCENTILES, groups, nearest_rank_counted, sort_table

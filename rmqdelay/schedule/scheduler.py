@@ -56,6 +56,7 @@ from rmqdelay.schedule.redelivery import message_timeup
 from rmqdelay.schedule.status import corrected_deliver_times
 from rmqdelay.store import Store
 from rmqdelay.store.index import IndexSettings
+from rmqdelay.store.kind import timer_files_present
 from rmqdelay.store.topics import long_retry_topic, topic_problem
 from rmqdelay.store.writeformat import detect_write_format
 from rmqdelay.store.writer import NewMessage, StoreWriter, without_crc
@@ -67,7 +68,7 @@ from rmqdelay.timer.deliver import (
     TimerPersisted,
     TimerSkipped,
 )
-from rmqdelay.timer.store import TIMER_QUEUE_ID, timer_files_present
+from rmqdelay.timer.store import TIMER_QUEUE_ID
 
 MODES = ("forever", "once", "until-empty")
 LATENCY_WINDOW = 1 << 16  # lateness samples kept per level for p50/p99

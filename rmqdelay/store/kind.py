@@ -4,6 +4,8 @@ shows), or a store type rmqdelay does not read.
 5.x stores are told by what 5.x writes: the timer store's files, V2 records (topics longer
 than 127 bytes), the ``__CRC32#`` property (enabledAppendPropCRC), delayOffset.json's
 dataVersion, the checkpoint's masterFlushedOffset / confirmPhyOffset, ``compaction/``.
+The timer store's files are known here by name only: what they hold is rmqdelay.timer's to
+read (``timer.store.timer_summary`` adds the timer settings and sizes to the features).
 ``storeType=defaultRocksDB`` keeps the consume queues in a RocksDB database under
 ``consumequeue/``, and batch consume queues live in ``batchconsumequeue/``: neither is read
 here, and a store holding them is refused in one line.
@@ -27,6 +29,26 @@ from rmqdelay.formats.constants import (
 _ROCKSDB_MARKERS = ("CURRENT", "IDENTITY", "LOCK")
 _ROCKSDB_PREFIXES = ("MANIFEST-", "OPTIONS-")
 _CRC_SAMPLE_FILES = 16
+
+# The timer store's files (TimerMessageStore: timerlog/, timerwheel, config/timercheck,
+# config/timermetrics).
+TIMER_LOG_DIR = "timerlog"
+TIMER_WHEEL_FILE = "timerwheel"
+TIMER_CHECK_FILE = "timercheck"
+TIMER_METRICS_FILE = "timermetrics"
+
+
+def timer_paths(store_path: Path) -> dict[str, Path]:
+    store_path = Path(store_path)
+    return {"timerlog": store_path / TIMER_LOG_DIR, "timerwheel": store_path / TIMER_WHEEL_FILE,
+            "timercheck": store_path / "config" / TIMER_CHECK_FILE,
+            "timermetrics": store_path / "config" / TIMER_METRICS_FILE}
+
+
+def timer_files_present(store_path: Path) -> list[str]:
+    """Which of the timer store's files a store has (none: a 4.x store, or a 5.x broker whose
+    timer never started)."""
+    return [name for name, path in timer_paths(store_path).items() if path.exists()]
 
 
 def refuse_unsupported(store_path: Path) -> None:
@@ -59,7 +81,7 @@ class StoreFeatures:
     propCrc: bool = False  # records carry __CRC32# (enabledAppendPropCRC)
     propCrcSampled: int = 0  # how many records were looked at for it
     timerFiles: list[str] = field(default_factory=list)
-    timer: dict | None = None  # precision, wheel and timer log sizes (TimerStore)
+    timer: dict | None = None  # precision, wheel and timer log sizes (timer.store.timer_summary)
 
     def as_json(self) -> dict:
         return {"version": self.version, "signs": list(self.signs), "v2Topics": list(self.v2Topics),
@@ -67,18 +89,16 @@ class StoreFeatures:
                 "timerFiles": list(self.timerFiles), "timer": self.timer}
 
 
-def store_features(store, broker_config: Path | None = None, problems=None) -> StoreFeatures:
+def store_features(store) -> StoreFeatures:
     """The 4.x / 5.x features ``store`` (a Store) shows. Reads a few records, never a scan.
 
-    What cannot be read is left out of the signs (whoever reads those files reports them);
-    a timer store that cannot be opened is noted in ``problems`` when given, else raised."""
-    from rmqdelay.timer.store import TimerStore, timer_files_present
-
+    What cannot be read is left out of the signs (whoever reads those files reports them).
+    ``timer`` stays None: the timer store's settings are rmqdelay.timer's to read."""
     signs = []
     timer_files = timer_files_present(store.path)
     if timer_files:
         signs.append("timer store files (" + ", ".join(timer_files) + ")")
-    v2 = _v2_topics(store)
+    v2 = v2_topics(store)
     if v2:
         signs.append(f"V2 records ({len(v2)} topic(s) longer than {TOPIC_MAX_LENGTH} bytes)")
     crc, sampled = _prop_crc(store)
@@ -92,18 +112,7 @@ def store_features(store, broker_config: Path | None = None, problems=None) -> S
         signs.append("checkpoint with masterFlushedOffset/confirmPhyOffset")
     if (store.path / "compaction").is_dir():
         signs.append("compaction/")
-    timer = None
-    if timer_files:
-        try:
-            with TimerStore(store, broker_config) as ts:
-                timer = {**ts.config.as_json(), "precisionInFiles": ts.precision_in_files,
-                         "wheelFileSize": ts.wheel.size, "timerLogFiles": len(ts.log.files),
-                         "timerLogBytes": ts.log.size}
-        except StoreError as exc:
-            if problems is None:
-                raise
-            problems.add("timer", exc.path, exc.offset, exc.expected)
-    return StoreFeatures("5.x" if signs else "4.x", signs, v2, crc, sampled, timer_files, timer)
+    return StoreFeatures("5.x" if signs else "4.x", signs, v2, crc, sampled, timer_files)
 
 
 def _or_none(read):
@@ -113,7 +122,7 @@ def _or_none(read):
         return None
 
 
-def _v2_topics(store) -> list[str]:
+def v2_topics(store) -> list[str]:
     """Topics whose names need V2's two-byte length, confirmed by their first record's magic."""
     found = []
     for topic, ids in store.topics().items():

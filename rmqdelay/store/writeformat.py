@@ -18,6 +18,7 @@ from rmqdelay.errors import StoreError
 from rmqdelay.formats.commitlog import Message
 from rmqdelay.formats.constants import PROPERTY_CRC32
 from rmqdelay.store.brokerprops import read_broker_properties
+from rmqdelay.store.kind import timer_files_present, v2_topics
 
 _NEWEST_FILES = 4  # commit log files looked at, newest first, for a record that tells
 
@@ -47,14 +48,11 @@ FORMAT_5X = WriteFormat("5.x", False, True)
 def _signs_5x(store) -> list[str]:
     """What shows a 5.x broker wrote the store (kind.store_features' signs, less the ones that
     need config files read: those are their readers' to report, not the writer's)."""
-    from rmqdelay.store.kind import _v2_topics
-    from rmqdelay.timer.store import timer_files_present
-
     signs = []
     timer_files = timer_files_present(store.path)
     if timer_files:
         signs.append("timer store files (" + ", ".join(timer_files) + ")")
-    v2 = _v2_topics(store)
+    v2 = v2_topics(store)
     if v2:
         signs.append(f"V2 records ({len(v2)} topic(s) longer than 127 bytes)")
     try:

@@ -2,6 +2,6 @@
 (``TimerStore``), what they say to an operator (``status``) and what is wrong with them
 (``verify``)."""
 
-from rmqdelay.timer.store import TimerStore, timer_files_present
+from rmqdelay.timer.store import TimerStore
 
-__all__ = ["TimerStore", "timer_files_present"]
+__all__ = ["TimerStore"]

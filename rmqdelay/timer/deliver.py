@@ -86,11 +86,12 @@ from rmqdelay.formats.timermetrics import TimerMetrics, TopicCount, format_timer
 from rmqdelay.store import Store
 from rmqdelay.store.durable import FileUpdate, config_dir, publish_files
 from rmqdelay.store.fileio import open_for_read, read_file
+from rmqdelay.store.kind import timer_paths
 from rmqdelay.store.writer import StoreWriter
 
 from .convert import NotDeliverable, is_timer_output, output_key, timer_output
 from .files import TimerLogFiles, WheelFile
-from .store import TimerStore, timer_paths
+from .store import TimerStore
 from .stranded import scan_timer_log, stranded_error
 
 TIMER_STATE_FILE = "rmqdelay.timer.json"

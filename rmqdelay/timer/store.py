@@ -22,30 +22,14 @@ from rmqdelay.formats.timermetrics import TimerMetrics, parse_timer_metrics
 from rmqdelay.store.consumequeue import ConsumeQueue
 from rmqdelay.store.directory import Store, load_config_file
 from rmqdelay.store.fileio import read_file
+from rmqdelay.store.kind import timer_files_present, timer_paths
 
 from .config import TimerConfig, timer_config
 from .timerlog import TimerLog
 from .wheel import TimerWheel
 
-TIMER_LOG_DIR = "timerlog"
-TIMER_WHEEL_FILE = "timerwheel"
-TIMER_CHECK_FILE = "timercheck"
-TIMER_METRICS_FILE = "timermetrics"
 # The queue the put hook parks timer messages in: queue 0 only.
 TIMER_QUEUE_ID = 0
-
-
-def timer_paths(store_path: Path) -> dict[str, Path]:
-    store_path = Path(store_path)
-    return {"timerlog": store_path / TIMER_LOG_DIR, "timerwheel": store_path / TIMER_WHEEL_FILE,
-            "timercheck": store_path / "config" / TIMER_CHECK_FILE,
-            "timermetrics": store_path / "config" / TIMER_METRICS_FILE}
-
-
-def timer_files_present(store_path: Path) -> list[str]:
-    """Which of the timer store's files a store has (none: a 4.x store, or a 5.x broker whose
-    timer never started)."""
-    return [name for name, path in timer_paths(store_path).items() if path.exists()]
 
 
 class TimerStore:
@@ -134,6 +118,24 @@ class TimerStore:
             return None
         finally:
             wheel.close()
+
+
+def timer_summary(store: Store, broker_config: Path | None = None, problems=None) -> dict | None:
+    """The timer settings (the precision as the files say it) and the wheel and timer log sizes
+    of ``store``'s timer store, for ``StoreFeatures.timer``; None without timer files. A timer
+    store that cannot be opened is noted in ``problems`` when given, else raised."""
+    if not timer_files_present(store.path):
+        return None
+    try:
+        with TimerStore(store, broker_config) as ts:
+            return {**ts.config.as_json(), "precisionInFiles": ts.precision_in_files,
+                    "wheelFileSize": ts.wheel.size, "timerLogFiles": len(ts.log.files),
+                    "timerLogBytes": ts.log.size}
+    except StoreError as exc:
+        if problems is None:
+            raise
+        problems.add("timer", exc.path, exc.offset, exc.expected)
+        return None
 
 
 def unit_slot_times(units: np.ndarray) -> np.ndarray:
