@@ -37,9 +37,9 @@ from rmqdelay.formats.constants import (
 )
 from rmqdelay.formats.javanum import java_parse_int
 
-from rmqdelay.schedule.levels import parse_delay_levels
 from rmqdelay.store import Store
 from rmqdelay.store.index_verify import iter_index_problems
+from rmqdelay.store.levels import parse_delay_levels
 from rmqdelay.store.verify import verify_store
 from rmqdelay.store.writer import NewMessage, StoreWriter
 

@@ -430,9 +430,9 @@ def inspect_delay(
                                                   "directory's name, or its parent's for .../store)."),
 ) -> None:
     """Per delay level: delay, offset, max offset, pending, due now, oldest due time."""
-    from rmqdelay.schedule.levels import delay_levels_from_broker_config, parse_delay_levels
     from rmqdelay.schedule.status import level_statuses
     from rmqdelay.store import Store
+    from rmqdelay.store.levels import delay_levels_from_broker_config, parse_delay_levels
     from rmqdelay.store.ref import store_ref
 
     if json_out and output_format not in (DelayFormat.table, DelayFormat.json):

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 
 def resolve_delay_levels(delay_levels: str | None, broker_config: Path | None) -> dict[int, int]:
-    from rmqdelay.schedule.levels import delay_levels_from_broker_config, parse_delay_levels
+    from rmqdelay.store.levels import delay_levels_from_broker_config, parse_delay_levels
 
     if delay_levels and broker_config:
         raise UsageError("--delay-levels and --broker-config: give one of them")

@@ -73,12 +73,12 @@ from rmqdelay.formats.properties import (
     parse_properties,
 )
 from rmqdelay.producer import DEFAULT_CLUSTER, broker_message, client_properties
-from rmqdelay.schedule.levels import parse_delay_levels
 from rmqdelay.schedule.offsets import write_delay_offsets
 from rmqdelay.schedule.redelivery import consumer_send_back
 from rmqdelay.store.brokerconfig import add_topics, write_consumer_offsets
 from rmqdelay.store.durable import atomic_write
 from rmqdelay.store.index import IndexSettings
+from rmqdelay.store.levels import parse_delay_levels
 from rmqdelay.store.writer import (
     DEFAULT_COMMITLOG_FILE_SIZE,
     DEFAULT_CQ_FILE_SIZE,

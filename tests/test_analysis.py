@@ -11,7 +11,7 @@ from conftest import SAMPLES, load_expected
 
 from rmqdelay.analysis import AnalysisResult, Skipped, StoreRef, analyze, store_ref
 from rmqdelay.errors import StoreError, UsageError
-from rmqdelay.schedule.levels import parse_delay_levels
+from rmqdelay.store.levels import parse_delay_levels
 from rmqdelay.store.scan import commitlog_files
 
 LEVELS = parse_delay_levels()

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from rmqdelay.errors import UsageError
-from rmqdelay.schedule.levels import parse_delay_levels
 from rmqdelay.store import Store
 from rmqdelay.store.kind import timer_files_present
+from rmqdelay.store.levels import parse_delay_levels
 from rmqdelay.store.ref import StoreRef, store_ref
 from rmqdelay.store.scan import Skipped, delay_offsets, schedule_units
 

@@ -46,7 +46,6 @@ from rmqdelay.formats.constants import (
 from rmqdelay.formats.consumequeue import CQ_EXT_MAX_ADDR
 from rmqdelay.formats.delayoffset import DataVersion
 from rmqdelay.formats.javanum import java_parse_int
-from rmqdelay.schedule.levels import parse_delay_levels
 from rmqdelay.schedule.offsets import (
     OffsetPublisher,
     read_scheduler_state,
@@ -57,6 +56,7 @@ from rmqdelay.schedule.status import corrected_deliver_times
 from rmqdelay.store import Store
 from rmqdelay.store.index import IndexSettings
 from rmqdelay.store.kind import timer_files_present
+from rmqdelay.store.levels import parse_delay_levels
 from rmqdelay.store.topics import long_retry_topic, topic_problem
 from rmqdelay.store.writeformat import detect_write_format
 from rmqdelay.store.writer import NewMessage, StoreWriter, without_crc

@@ -57,7 +57,7 @@ from rmqdelay.formats.msgid import create_message_id
 from rmqdelay.formats.properties import (
     delete_property,
 )
-from rmqdelay.schedule.levels import parse_delay_levels
+from rmqdelay.store.levels import parse_delay_levels
 from rmqdelay.store import Store, fileio
 from rmqdelay.store.commitlog import END_FILE_MIN_BLANK_LENGTH
 from rmqdelay.store.directory import check_store_directory

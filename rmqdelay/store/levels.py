@@ -1,4 +1,8 @@
-"""Delay levels: messageDelayLevel of the broker config ("1s 5s ... 2h")."""
+"""Delay levels: messageDelayLevel of the broker config ("1s 5s ... 2h").
+
+In the store layer because the store's own put reads the table (CommitLog.putMessage caps a
+message's DELAY at the highest level and parks it in that level's SCHEDULE_TOPIC_XXXX queue);
+the level scheduler (rmqdelay.schedule) delivers by the same table."""
 
 from __future__ import annotations
 
