@@ -62,6 +62,14 @@ def properties_to_string(properties: dict[str, str]) -> str:
                    if v is not None)
 
 
+def broker_properties_string(properties: dict[str, str]) -> str:
+    """What a 5.x broker's service stores for a message it read back and re-puts (the
+    schedule service's messageTimeup, the timer's convert): messageProperties2String of
+    MessageDecoder's map (128 buckets, filled in the stored order, empty values gone), every
+    pair followed by a separator."""
+    return properties_to_string(java_order(properties, DECODED_MAP_CAPACITY_5X))
+
+
 def delete_property(text: str, name: str) -> str:
     """MessageUtils.deleteProperty: every ``name\x01value`` entry cut out of a stored
     properties string (with its separator)."""

@@ -25,12 +25,7 @@ from rmqdelay.formats.constants import (
     RETRY_GROUP_TOPIC_PREFIX,
 )
 from rmqdelay.formats.javanum import java_parse_int
-from rmqdelay.formats.properties import (
-    DECODED_MAP_CAPACITY_5X,
-    java_order,
-    properties_to_string,
-    reformat_properties,
-)
+from rmqdelay.formats.properties import broker_properties_string, reformat_properties
 from rmqdelay.store.writer import NewMessage
 
 
@@ -42,13 +37,6 @@ def _real_queue_id(properties: dict[str, str]) -> int:
 
 # What 5.x messageTimeUp clears from the map after the string is built (TIMER_DELAY_MS stays).
 _CLEARED_5X = (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC)
-
-
-def broker_properties_string(properties: dict[str, str]) -> str:
-    """What a 5.x broker's service stores for a message it read back and re-puts:
-    messageProperties2String of MessageDecoder's map (128 buckets, filled in the stored
-    order, empty values gone), every pair followed by a separator."""
-    return properties_to_string(java_order(properties, DECODED_MAP_CAPACITY_5X))
 
 
 def message_timeup(msg: Message, *, broker5x: bool = False) -> NewMessage:

@@ -23,7 +23,7 @@ from rmqdelay.formats.constants import (
     PROPERTY_TIMER_ROLL_TIMES,
 )
 from rmqdelay.formats.javanum import java_parse_int
-from rmqdelay.schedule.redelivery import broker_properties_string
+from rmqdelay.formats.properties import broker_properties_string
 from rmqdelay.store.topics import long_retry_topic, topic_problem
 from rmqdelay.store.writer import NewMessage, without_crc
 
