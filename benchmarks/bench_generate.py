@@ -32,7 +32,7 @@ from rmqdelay.formats.constants import MESSAGE_MAGIC_CODE
 from rmqdelay.formats.javahash import tags_code
 from rmqdelay.formats.properties import format_properties, java_order
 
-from rmqdelay.samples import GenerateOptions, generate
+from rmqdelay.samples.generate import GenerateOptions, generate
 from rmqdelay.store.writer import NewMessage, StoreWriter
 
 PROPS = {"TAGS": "TagA", "KEYS": "ORDER_1", "UNIQ_KEY": "C0A8011401F4A1B2C3D40001000A0000",

@@ -49,7 +49,7 @@ from rmqdelay.formats.timercheck import TimerCheckpoint, build_timer_checkpoint
 from rmqdelay.formats.timerlog import UNIT_DTYPE, UNIT_SIZE, units_per_file
 from rmqdelay.formats.timerwheel import SLOT_DTYPE, WHEEL_SLOTS
 
-from rmqdelay.samplepack import samples_dir, unpack
+from rmqdelay.samples.pack import samples_dir, unpack
 from rmqdelay.store import Store
 from rmqdelay.store.fileio import ftruncate, open_for_write, write_all
 from rmqdelay.timer.status import timer_status

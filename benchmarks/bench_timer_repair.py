@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from rmqdelay.formats.timerlog import UNIT_DTYPE, UNIT_SIZE, build_blank, units_per_file  # noqa: E402
 
-from rmqdelay.samplepack import ARCHIVE_NAME, unpack  # noqa: E402
+from rmqdelay.samples.pack import ARCHIVE_NAME, unpack  # noqa: E402
 
 FILE_SIZE = 100 * 1024 * 1024
 CLI = str(Path(sys.executable).parent / "rmqdelay")

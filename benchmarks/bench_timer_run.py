@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-from rmqdelay.samplepack import unpack
+from rmqdelay.samples.pack import unpack
 from rmqdelay.schedule.scheduler import Scheduler, wall_clock_ms
 from rmqdelay.store.writer import NewMessage, StoreWriter
 from rmqdelay.timer.deliver import TimerDelivered

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from timer_check import check_timer_store  # noqa: E402
 
-from rmqdelay.samplepack import unpack  # noqa: E402
+from rmqdelay.samples.pack import unpack  # noqa: E402
 from rmqdelay.store.writer import NewMessage, StoreWriter  # noqa: E402
 
 FAR = 4_102_444_800_000  # 2100-01-01: everything is due
@@ -102,8 +102,8 @@ def kill_timer_runs(path: Path, kills: int, rng: random.Random, work: Path, *, m
 
 def generated_store(path: Path, messages: int, seed: int) -> dict:
     """A store from `samples generate --timer` (with small commit log files, so they roll); its plan."""
-    from rmqdelay.samples import GenerateOptions
-    from rmqdelay.samples_timerstore import generate_timer
+    from rmqdelay.samples.generate import GenerateOptions
+    from rmqdelay.samples.generate_timer import generate_timer
 
     return generate_timer(path, GenerateOptions(messages=messages, seed=seed, hours=30,
                                                 commitlog_file_size=4 * 1024 * 1024))

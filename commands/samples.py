@@ -47,7 +47,7 @@ def generate_command(
     """Write a deterministic, realistic store: several topics, all 18 delay levels (some
     delivered, some pending), consumer retry chains through %RETRY% to the DLQ, consumer
     offsets; and DIR/plan.json, the figures it holds by construction."""
-    from rmqdelay.samples import GenerateOptions, generate
+    from rmqdelay.samples.generate import GenerateOptions, generate
     from rmqdelay.store.index import IndexSettings
 
     if messages is None:
@@ -73,7 +73,7 @@ def generate_command(
                               commitlog_file_size=cl_size, cq_file_size=cq_size, index=index)
     with progress("generating", count) as advance:
         if timer:
-            from rmqdelay.samples_timerstore import generate_timer
+            from rmqdelay.samples.generate_timer import generate_timer
 
             plan = generate_timer(directory, options, on_progress=advance)
         else:
@@ -108,7 +108,7 @@ def unpack_command(
 ) -> None:
     """Unpack a sample store kept compressed in samples/NAME/store.tar.xz (the 5.3.3 stores with
     their 38.7 MB timer wheel); zero runs become holes, so it takes little disk."""
-    from rmqdelay.samplepack import resolve_archive, unpack
+    from rmqdelay.samples.pack import resolve_archive, unpack
 
     written = unpack(resolve_archive(name), directory)
     console.print(f"{directory}: {len(written)} files from {name}", markup=False, highlight=False, soft_wrap=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from wallclock import PINNED_MS, pin_wall_clock
 
-from rmqdelay.samplepack import ARCHIVE_NAME, unpack
+from rmqdelay.samples.pack import ARCHIVE_NAME, unpack
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 REAL_BROKER_SAMPLES = ["delay-fresh", "delay-partial", "retry"]

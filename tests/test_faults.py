@@ -683,7 +683,7 @@ def test_a_fifo_where_a_file_belongs_is_refused_at_once(tmp_path, name):
 @pytest.mark.parametrize("free_kb", [8, 300])
 def test_timer_send_on_a_full_disk_leaves_no_unit_past_the_log_and_a_clean_timer_store(tmp_path, small_disk,
                                                                                         free_kb):
-    from rmqdelay.samplepack import unpack
+    from rmqdelay.samples.pack import unpack
 
     disk = small_disk(12 * 1024)
     store = disk / "timer-fresh"

@@ -9,7 +9,7 @@ import os
 from clirun import run_cli
 from conftest import SAMPLES, TIMER_SAMPLES
 
-from rmqdelay.samplepack import pack, packed_samples
+from rmqdelay.samples.pack import pack, packed_samples
 
 
 def same_tree(a, b) -> bool:
@@ -41,7 +41,7 @@ def test_packing_is_deterministic_and_round_trips(tmp_path, sample_store):
     pack(store, tmp_path / "a.tar.xz")
     pack(store, tmp_path / "b.tar.xz")
     assert (tmp_path / "a.tar.xz").read_bytes() == (tmp_path / "b.tar.xz").read_bytes()
-    from rmqdelay.samplepack import unpack
+    from rmqdelay.samples.pack import unpack
 
     unpack(tmp_path / "a.tar.xz", tmp_path / "again")
     assert same_tree(tmp_path / "again", store)

@@ -15,7 +15,7 @@ from conftest import SAMPLES
 from rmqdelay.formats.delayoffset import parse_fastjson_object
 from rmqdelay.formats.properties import format_properties, java_order
 
-from rmqdelay.samples import GenerateOptions, generate
+from rmqdelay.samples.generate import GenerateOptions, generate
 from rmqdelay.store import Store
 from rmqdelay.store.commitlog import Blank
 

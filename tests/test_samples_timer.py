@@ -1,4 +1,4 @@
-"""The timer store the generator writes beside a 5.x commit log (rmqdelay/samples_timer.py):
+"""The timer store the generator writes beside a 5.x commit log (rmqdelay/samples/timerstore.py):
 after a timeline of enqueues and dequeues it is one `inspect timer --verify` passes, and
 `inspect timer` counts what the timeline left pending, rolled and cancelled."""
 
@@ -13,7 +13,7 @@ import pytest
 from clirun import run_cli
 from rmqdelay.formats.timerlog import UNIT_SIZE
 
-from rmqdelay.samples_timer import TimerStoreBuilder
+from rmqdelay.samples.timerstore import TimerStoreBuilder
 from rmqdelay.store.writer import NewMessage, StoreWriter
 from rmqdelay.timer.config import timer_config
 

@@ -1,4 +1,4 @@
-"""`rmqdelay samples generate --timer` (rmqdelay/samples_timerstore.py): a 5.x store whose timer
+"""`rmqdelay samples generate --timer` (rmqdelay/samples/generate_timer.py): a 5.x store whose timer
 store `inspect timer --verify` passes, whose plan.json says what is pending, and on which
 `rmqdelay run --until-empty` delivers every pending timer message exactly once to its real topic
 and queue, skipping the recalled ones - killed with SIGKILL on the way or not."""
@@ -22,8 +22,8 @@ from kill9_timer_soak import generated_store, kill_timer_runs  # noqa: E402
 from kill9_timer_soak import run_cli as run_command  # noqa: E402
 from timer_check import check_timer_store  # noqa: E402
 
-from rmqdelay.samples import GenerateOptions
-from rmqdelay.samples_timerstore import DELAY_KINDS, generate_timer
+from rmqdelay.samples.generate import GenerateOptions
+from rmqdelay.samples.generate_timer import DELAY_KINDS, generate_timer
 from rmqdelay.store import Store
 
 pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)

@@ -18,7 +18,7 @@ from conftest import load_expected
 from rmqdelay.formats.constants import RMQ_SYS_WHEEL_TIMER_TOPIC
 
 from rmqdelay.producer import broker_message
-from rmqdelay.samplepack import unpack
+from rmqdelay.samples.pack import unpack
 from rmqdelay.store import Store
 from rmqdelay.store.writer import NewMessage, StoreWriter
 from rmqdelay.timer.config import timer_config

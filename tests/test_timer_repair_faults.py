@@ -21,7 +21,7 @@ from test_bad_input import snapshot
 from test_faults import assert_one_line as one_line
 from test_faults import cli, fill, small_disk  # noqa: F401 (a fixture)
 
-from rmqdelay.samplepack import ARCHIVE_NAME, unpack
+from rmqdelay.samples.pack import ARCHIVE_NAME, unpack
 
 # The 5.x samples' times (tests/wallclock.py); child processes under faults and kills.
 pytestmark = [pytest.mark.clock, pytest.mark.slow]

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from rmqdelay.errors import StoreLockedError, StoreWriteError
-from rmqdelay.samples import GenerateOptions, generate
-from rmqdelay.samples_timerstore import generate_timer
+from rmqdelay.samples.generate import GenerateOptions, generate
+from rmqdelay.samples.generate_timer import generate_timer
 from rmqdelay.store import Store
 from rmqdelay.store.writer import NewMessage, StoreWriter
 from rmqdelay.store.writerprocess import WriterProcess

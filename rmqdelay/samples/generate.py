@@ -33,32 +33,23 @@ import gc
 import heapq
 import json
 import random
-import struct
 from bisect import bisect_right
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from math import log
-from operator import itemgetter
 from pathlib import Path
-from typing import NamedTuple
 
 from rmqdelay.errors import StoreError, UsageError
-from rmqdelay.formats.commitlog import Message, body_crc
+from rmqdelay.formats.commitlog import body_crc
 from rmqdelay.formats.constants import (
     BORNHOST_V6_FLAG,
     DEFAULT_MAX_RECONSUME_TIMES,
     DLQ_GROUP_TOPIC_PREFIX,
     MESSAGE_MAGIC_CODE,
-    NAME_VALUE_SEPARATOR,
-    PROPERTY_CLUSTER,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
-    PROPERTY_REAL_QUEUE_ID,
-    PROPERTY_REAL_TOPIC,
-    PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
-    PROPERTY_WAIT_STORE_MSG_OK,
     RETRY_GROUP_TOPIC_PREFIX,
     RMQ_SYS_SCHEDULE_TOPIC,
 )
@@ -67,11 +58,7 @@ from rmqdelay.formats.constants import (
 )
 from rmqdelay.formats.javahash import tags_code
 from rmqdelay.formats.msgid import create_message_id
-from rmqdelay.formats.properties import (
-    DECODED_MAP_CAPACITY_5X,
-    java_order,
-    parse_properties,
-)
+from rmqdelay.formats.properties import parse_properties
 from rmqdelay.producer import DEFAULT_CLUSTER, broker_message, client_properties
 from rmqdelay.schedule.offsets import write_delay_offsets
 from rmqdelay.schedule.redelivery import consumer_send_back
@@ -89,50 +76,28 @@ from rmqdelay.store.writer import (
 from rmqdelay.store.writerprocess import WriterProcess
 from rmqdelay.uniqkey import UniqKeyFactory
 
-STORE_HOST = (bytes([10, 10, 0, 5]), 10911)
-BASE_TIME_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z; the seed picks a start in the 30 days after
+from .records import HEAD_V4, HEAD_V6, Content, Layout, Rec, properties_part
+from .tally import Arrivals, lateness_summary
+from .traffic import (
+    BASE_TIME_MS,
+    CARRIERS,
+    GROUPS,
+    REGIONS,
+    STORE_HOST,
+    TOPICS,
+    USER_KEYS,
+    Producer,
+    RetryChain,
+    TopicSpec,
+    body_pool,
+)
+
 OFFSET_PERSIST_MS = 5_000  # the consumer offsets a broker has persisted lag by up to this much
 PROGRESS_STEP = 65_536
 
 # Event kinds in the heap.
 _DELIVER = 0
 _SEND_BACK = 1
-
-
-@dataclass(frozen=True)
-class TopicSpec:
-    name: str
-    queues: int
-    weight: float
-    tags: tuple[str | None, ...]
-    key_prefix: str
-
-
-@dataclass(frozen=True)
-class GroupSpec:
-    name: str
-    topics: tuple[str, ...]
-    fail_rate: float  # share of the messages it consumes that fail the first time
-    lag_ms: int  # from store (or delivery) to consumption
-    retry_lag_ms: int  # mean extra wait before a %RETRY% copy is consumed (pulled less eagerly)
-
-
-TOPICS = (
-    TopicSpec("TopicOrder", 8, 0.4, ("TagCreate", "TagPay", "TagCancel"), "ORDER_"),
-    TopicSpec("TopicPay", 4, 0.25, ("pay", "refund"), "PAY_"),
-    TopicSpec("TopicLogistics", 4, 0.2, ("ship", "sign", "return"), "WAYBILL_"),
-    TopicSpec("TopicNotify", 2, 0.15, ("sms", "mail", None), "NOTE_"),
-)
-GROUPS = (
-    GroupSpec("GID_ORDER", ("TopicOrder",), 0.04, 40, 15_000),
-    GroupSpec("GID_PAY", ("TopicPay",), 0.07, 25, 5_000),
-    # A consumer short of instances: its retries wait minutes, so its retry queue lags.
-    GroupSpec("GID_LOGISTICS", ("TopicLogistics",), 0.05, 120, 300_000),
-)
-CARRIERS = ("SF", "YTO", "ZTO", "DHL")
-REGIONS = ("cn-hangzhou", "cn-shanghai", "cn-beijing", "ap-southeast-1", "eu-central-1")
-WORDS = ("order", "payment", "delay", "retry", "queue", "offset", "commitlog", "schedule",
-         "消息", "订单", "延迟", "支付成功", "Ünïcödé", "emoji✓", "alpha", "beta", "gamma")
 
 
 @dataclass
@@ -148,181 +113,6 @@ class GenerateOptions:
     # The writer in a process of its own (the records are made on one core, written on the
     # other); False: in this process. The store is the same bytes either way.
     writer_process: bool = True
-
-
-class _Chain:
-    """One message's way round the retry path for one group."""
-
-    __slots__ = ("group", "target", "sendbacks", "copied", "dlq", "folded")
-
-    def __init__(self, group: int, target: int) -> None:
-        self.group = group
-        self.target = target  # send-backs it will need; 17 (16 retries + 1) ends in the DLQ
-        self.sendbacks = 0  # reconsumeTimes of the last send-back written
-        self.copied = 0  # reconsumeTimes of the last %RETRY% copy written
-        self.dlq = False
-        self.folded = False
-
-
-class _Arrivals:
-    """Non-decreasing times (of storing, or of consuming) of one queue's messages; counts
-    those up to a limit at the end while keeping only the last half hour in memory: what
-    lies further back than that from the simulated now is below any limit asked for."""
-
-    __slots__ = ("old", "recent")
-    KEEP_MS = 1_800_000
-
-    def __init__(self) -> None:
-        self.old = 0
-        self.recent: deque[int] = deque()
-
-    def add(self, t: int, now: int) -> None:
-        recent = self.recent
-        recent.append(t)
-        if len(recent) > 4096:
-            cut = now - self.KEEP_MS
-            while recent[0] < cut:
-                recent.popleft()
-                self.old += 1
-
-    def count_upto(self, limit: int) -> int:
-        return self.old + bisect_right(list(self.recent), limit)
-
-
-@dataclass
-class _Producer:
-    host: tuple[bytes, int]
-    uniq: UniqKeyFactory
-
-
-# The record up to its body: totalSize, magicCode, bodyCRC, queueId, flag, queueOffset,
-# physicalOffset (both filled in by the writer), sysFlag, bornTimestamp, bornHost, storeTimestamp,
-# storeHost, reconsumeTimes, preparedTransactionOffset, bodyLength.
-_HEAD_V4 = struct.Struct(">iiiiiqqiq4siq4siiqi")
-_HEAD_V6 = struct.Struct(">iiiiiqqiq16siq4siiqi")
-_SHORT = struct.Struct(">h")
-USER_KEYS = {"TopicOrder": ("orderId", "region"), "TopicPay": ("amount", "备注"), "TopicLogistics": ("carrier",),
-             "TopicNotify": ()}
-
-
-class _Content(NamedTuple):
-    """What a message carries from record to record: a delivered copy repeats its schedule
-    record's properties string byte for byte (messageTimeup re-serialises a map already in
-    HashMap order), so the string is encoded once (``props_part``, with its length) and
-    shared by the schedule record and its copy. (Tuples: a few million are made per run.)"""
-
-    raw: str
-    props_part: bytes
-    body: bytes
-    crc: int
-    head: struct.Struct  # _HEAD_V4 or _HEAD_V6: the born host's length
-    born_ts: int
-    born_addr: bytes
-    born_port: int
-    sys_flag: int
-    reconsume: int
-    tags_code: int  # of TAGS, for a unit outside SCHEDULE_TOPIC_XXXX
-    keys: str | None
-    uniq: str | None
-
-
-class _Rec(NamedTuple):
-    """A record in the store: its content, where it is stored and, for a schedule record,
-    where it is delivered to."""
-
-    content: _Content
-    topic: str
-    queue_id: int
-    queue_offset: int
-    offset: int
-    real_topic: str = ""
-    real_qid: int = 0
-
-    def message(self) -> Message:
-        """The record as the broker reads it back (for a consumer's send-back): its size,
-        store time and body CRC are not read by that path and left 0."""
-        c = self.content
-        return Message(0, MESSAGE_MAGIC_CODE, 0, self.queue_id, 0, self.queue_offset, self.offset, c.sys_flag,
-                       c.born_ts, c.born_addr, c.born_port, 0, STORE_HOST[0], STORE_HOST[1],
-                       c.reconsume, 0, c.body, self.topic, c.raw, parse_properties(c.raw))
-
-
-def _props_part(raw: str) -> bytes:
-    data = raw.encode("utf-8")
-    return _SHORT.pack(len(data)) + data
-
-
-class _Layout:
-    """One kind of producer message (topic, with or without TAGS, delayed or not): the order
-    the broker's HashMap writes its stored properties in, as a %-template over the message's
-    values (TAGS, KEYS, WAIT, the user's, DELAY, UNIQ_KEY, CLUSTER, REAL_TOPIC, REAL_QID).
-    The order comes from running the producer and putMessage code once on stand-in values."""
-
-    __slots__ = ("template", "pick")
-
-    def __init__(self, topic: str, tagged: bool, delayed: bool, broker5x: bool = False) -> None:
-        user = USER_KEYS[topic]
-        names = (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_WAIT_STORE_MSG_OK, *user, PROPERTY_DELAY_TIME_LEVEL,
-                 PROPERTY_UNIQ, PROPERTY_CLUSTER, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID)
-        position = {name: i for i, name in enumerate(names)}
-        client = client_properties(PROPERTY_TAGS if tagged else None, PROPERTY_KEYS, {k: k for k in user},
-                                   1 if delayed else 0, PROPERTY_UNIQ)
-        new = broker_message(topic, 0, b"", client, born_timestamp=0, born_host=STORE_HOST, store_host=STORE_HOST,
-                             broker5x=broker5x)
-        if delayed:
-            # HookUtils (5.x) / putMessage (4.9.4) serialise the broker's map with REAL_TOPIC and
-            # REAL_QID added: 128 buckets in 5.x (MessageDecoder's), 16 in 4.9.4.
-            capacity = DECODED_MAP_CAPACITY_5X if broker5x else 16
-            order = tuple(java_order(dict(new.properties, **{PROPERTY_REAL_TOPIC: "", PROPERTY_REAL_QUEUE_ID: ""}),
-                                     capacity))
-        else:
-            order = tuple(parse_properties(new.propertiesRaw))
-        # 5.x writes a separator after every pair (WAIT kept), 4.9.4 between pairs.
-        self.template = PROPERTY_SEPARATOR.join(f"{name}{NAME_VALUE_SEPARATOR}%s" for name in order) \
-            + (PROPERTY_SEPARATOR if broker5x else "")
-        self.pick = itemgetter(*(position[name] for name in order))
-
-
-def _bodies(rng: random.Random, count: int = 256) -> list[bytes]:
-    """A pool of bodies (shared by reference): ~600 bytes on average, most of them smaller."""
-    pool = []
-    for i in range(count):
-        # Mostly small business payloads (a JSON order, a payment notice), a few large ones.
-        size = rng.choice((40, 80, 120, 160, 200, 240, 300, 400, 600, 1800, 4000))
-        words = []
-        length = 0
-        while length < size:
-            w = rng.choice(WORDS)
-            words.append(w)
-            length += len(w.encode("utf-8")) + 1
-        pool.append(f"msg-{i}: {' '.join(words)}".encode("utf-8")[:size])
-    return pool
-
-
-def _percentile(counts: Counter, n: int, num: int, den: int) -> int:
-    """Nearest rank over a histogram: the value at sorted position ceil(num/den * n) - 1."""
-    rank = -(-num * n // den)
-    seen = 0
-    for value in sorted(counts):
-        seen += counts[value]
-        if seen >= rank:
-            return value
-    raise ValueError("empty")
-
-
-def lateness_summary(counts: Counter) -> dict | None:
-    n = sum(counts.values())
-    if n == 0:
-        return None
-    return {
-        "count": n,
-        "min": min(counts),
-        "max": max(counts),
-        "p50": _percentile(counts, n, 1, 2),
-        "p90": _percentile(counts, n, 9, 10),
-        "p99": _percentile(counts, n, 99, 100),
-        "early": sum(c for v, c in counts.items() if v < 0),
-    }
 
 
 class SampleGenerator:
@@ -347,7 +137,7 @@ class SampleGenerator:
         self.start_ms = BASE_TIME_MS + rng.randrange(30 * 86_400_000)
         self.delays = parse_delay_levels()
         self.max_level = max(self.delays)
-        self.bodies = _bodies(rng)
+        self.bodies = body_pool(rng)
         self.producers = []
         for i in range(6):
             ip = bytes([192, 168, 1 + i // 3, 20 + i])
@@ -355,7 +145,7 @@ class SampleGenerator:
             # One producer connects over IPv6; its UNIQ_KEY still carries its IPv4 address,
             # as UtilAll.getIP prefers one.
             host = (bytes(15) + b"\x01", port) if i == 5 else (ip, port)
-            self.producers.append(_Producer(host, UniqKeyFactory(ip, rng.randrange(1, 65536), rng.getrandbits(32))))
+            self.producers.append(Producer(host, UniqKeyFactory(ip, rng.randrange(1, 65536), rng.getrandbits(32))))
         total = sum(t.weight for t in TOPICS)
         self.topic_cumulative = [sum(t.weight for t in TOPICS[:i + 1]) / total for i in range(len(TOPICS) - 1)]
         self.topic_specs = {t.name: t for t in TOPICS}
@@ -363,8 +153,8 @@ class SampleGenerator:
         for gi, g in enumerate(GROUPS):
             for topic in g.topics:
                 self.groups_of_topic[topic].append(gi)
-        self.arrivals = {(t.name, q): _Arrivals() for t in TOPICS for q in range(t.queues)}
-        self.retry_consumed = [_Arrivals() for _ in GROUPS]
+        self.arrivals = {(t.name, q): Arrivals() for t in TOPICS for q in range(t.queues)}
+        self.retry_consumed = [Arrivals() for _ in GROUPS]
         self.retry_last_consume = [0] * len(GROUPS)
         self.retry_copies = [0] * len(GROUPS)
         self.dlq_records = [0] * len(GROUPS)
@@ -385,8 +175,8 @@ class SampleGenerator:
         self.seq = 0
         self.serial = 0
         self.body_crcs = [body_crc(body) for body in self.bodies]
-        self.heads = [_HEAD_V6 if len(p.host[0]) == 16 else _HEAD_V4 for p in self.producers]
-        self.layouts = {(t.name, tagged, delayed): _Layout(t.name, tagged, delayed, self.broker5x)
+        self.heads = [HEAD_V6 if len(p.host[0]) == 16 else HEAD_V4 for p in self.producers]
+        self.layouts = {(t.name, tagged, delayed): Layout(t.name, tagged, delayed, self.broker5x)
                         for t in TOPICS for tagged in (True, False) for delayed in (True, False)}
         self.tag_codes = {tag: tags_code(tag) for t in TOPICS for tag in t.tags}
         self.topic_parts: dict[str, bytes] = {}
@@ -469,7 +259,7 @@ class SampleGenerator:
         if self.dir.exists() and (not self.dir.is_dir() or any(self.dir.iterdir())):
             raise StoreError(self.dir, None, "a new or empty directory for the sample store")
 
-    def _push(self, t: int, kind: int, arg: int, rec: _Rec, chain: _Chain | None,
+    def _push(self, t: int, kind: int, arg: int, rec: Rec, chain: RetryChain | None,
               stream: deque | None = None) -> None:
         """An event at ``t``; in ``stream`` when ``t`` is not before its last event's."""
         self.seq += 1
@@ -495,7 +285,7 @@ class SampleGenerator:
             part = self.topic_parts[topic] = bytes([len(data)]) + data
         return part
 
-    def _append(self, c: _Content, topic: str, queue_id: int, store_ts: int, code: int) -> tuple[int, int, int]:
+    def _append(self, c: Content, topic: str, queue_id: int, store_ts: int, code: int) -> tuple[int, int, int]:
         """Serialise ``c`` stored in ``topic``/``queue_id`` at ``store_ts`` (its unit's tagsCode
         ``code``) and append it through the writer: (queueOffset, physicalOffset, size)."""
         body = c.body
@@ -510,7 +300,7 @@ class SampleGenerator:
         self.written += 1
         return (*self.put_encoded(topic, queue_id, record, code, c.keys, c.uniq), size)
 
-    def _report(self, new: NewMessage, rec: _Rec, size: int, store_ts: int, code: int) -> None:
+    def _report(self, new: NewMessage, rec: Rec, size: int, store_ts: int, code: int) -> None:
         """Tell ``on_put`` (tests) about a record written by ``_append``, as put() would."""
         self.on_put(new, PutResult(rec.topic, rec.queue_id, rec.queue_offset, rec.offset, size, store_ts, code,
                                    create_message_id(STORE_HOST[0], STORE_HOST[1], rec.offset), rec.content.raw))
@@ -541,16 +331,16 @@ class SampleGenerator:
             (tag, keys, "true", *user, str(level), uniq, DEFAULT_CLUSTER, spec.name, str(queue_id)))
         head = self.heads[pi]
         tag_code = self.tag_codes[tag] if tag else 0
-        c = _Content(raw, _props_part(raw), self.bodies[bi], self.body_crcs[bi], head, born, *producer.host,
-                     BORNHOST_V6_FLAG if head is _HEAD_V6 else 0, 0, tag_code, keys, uniq)
+        c = Content(raw, properties_part(raw), self.bodies[bi], self.body_crcs[bi], head, born, *producer.host,
+                     BORNHOST_V6_FLAG if head is HEAD_V6 else 0, 0, tag_code, keys, uniq)
         if level:
             code = t + self.delays[level]
-            rec = _Rec(c, RMQ_SYS_SCHEDULE_TOPIC, level - 1,
+            rec = Rec(c, RMQ_SYS_SCHEDULE_TOPIC, level - 1,
                        *self._append(c, RMQ_SYS_SCHEDULE_TOPIC, level - 1, t, code)[:2], spec.name, queue_id)
             self.kinds["delay"] += 1
         else:
             code = tag_code
-            rec = _Rec(c, spec.name, queue_id, *self._append(c, spec.name, queue_id, t, code)[:2])
+            rec = Rec(c, spec.name, queue_id, *self._append(c, spec.name, queue_id, t, code)[:2])
             self.kinds["normal"] += 1
         if self.on_put is not None:
             client = client_properties(tag, keys, dict(zip(USER_KEYS[spec.name], user)), level, uniq)
@@ -575,7 +365,7 @@ class SampleGenerator:
         return ()
 
     # -- the scheduler -------------------------------------------------------------------
-    def _scheduled(self, t: int, rec: _Rec, due: int, chain: _Chain | None) -> None:
+    def _scheduled(self, t: int, rec: Rec, due: int, chain: RetryChain | None) -> None:
         """A record just landed in SCHEDULE_TOPIC_XXXX (due at its unit's tagsCode): plan its
         delivery."""
         level = rec.queue_id + 1
@@ -592,13 +382,13 @@ class SampleGenerator:
         self.level_put[level] += 1
         self._push(actual, _DELIVER, due, rec, chain, self.level_streams[level])
 
-    def _deliver(self, t: int, due: int, scheduled: _Rec, chain: _Chain | None) -> None:
+    def _deliver(self, t: int, due: int, scheduled: Rec, chain: RetryChain | None) -> None:
         """messageTimeup: the copy keeps the schedule record's properties string (DELAY,
         REAL_TOPIC and REAL_QID included), on its real topic and queue."""
         c = scheduled.content
         topic, queue_id = scheduled.real_topic, scheduled.real_qid
         queue_offset, offset, size = self._append(c, topic, queue_id, t, c.tags_code)
-        rec = _Rec(c, topic, queue_id, queue_offset, offset)
+        rec = Rec(c, topic, queue_id, queue_offset, offset)
         if self.on_put is not None:
             properties = parse_properties(c.raw)
             properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
@@ -627,7 +417,7 @@ class SampleGenerator:
             self._fold(chain)  # consumed successfully at last
 
     # -- consumers -----------------------------------------------------------------------
-    def _landed(self, t: int, rec: _Rec) -> None:
+    def _landed(self, t: int, rec: Rec) -> None:
         """A producer's plain message: each group of its topic consumes it; some fail and
         send it back. (Delivered delay copies are consumed without failing, and each topic
         has one group: so UNIQ_KEY + DELAY names one schedule record, which keeps the
@@ -641,9 +431,9 @@ class SampleGenerator:
                     target = DEFAULT_MAX_RECONSUME_TIMES + 1
                 else:
                     target = min(1 + int(rng.expovariate(0.35)), DEFAULT_MAX_RECONSUME_TIMES)
-                self._push(t + group.lag_ms, _SEND_BACK, gi, rec, _Chain(gi, target), self.first_send_backs[gi])
+                self._push(t + group.lag_ms, _SEND_BACK, gi, rec, RetryChain(gi, target), self.first_send_backs[gi])
 
-    def _send_back(self, t: int, gi: int, consumed: _Rec, chain: _Chain) -> None:
+    def _send_back(self, t: int, gi: int, consumed: Rec, chain: RetryChain) -> None:
         """The broker's send-back (a few in a hundred records): a retry goes to
         SCHEDULE_TOPIC_XXXX, the last one to the DLQ. Stored as the writer's putMessage stores
         it (``PutEncoder.rewrite``), appended as the other records are; with ``on_put`` (tests)
@@ -660,7 +450,7 @@ class SampleGenerator:
             self.on_put(new, result)
             topic, queue_id, raw, code = result.topic, result.queueId, result.propertiesRaw, result.tagsCode
         props = new.properties
-        c = _Content(raw, _props_part(raw), was.body, was.crc, was.head, was.born_ts, was.born_addr, was.born_port,
+        c = Content(raw, properties_part(raw), was.body, was.crc, was.head, was.born_ts, was.born_addr, was.born_port,
                      was.sys_flag, new.reconsumeTimes, tags_code(props.get(PROPERTY_TAGS)),
                      props.get(PROPERTY_KEYS) or None, props.get(PROPERTY_UNIQ) or None)
         if self.on_put is None:
@@ -676,10 +466,10 @@ class SampleGenerator:
         self.kinds["send_back"] += 1
         self.sendback_records[gi] += 1
         chain.sendbacks = new.reconsumeTimes
-        rec = _Rec(c, topic, queue_id, queue_offset, offset, new.topic, new.queueId)
+        rec = Rec(c, topic, queue_id, queue_offset, offset, new.topic, new.queueId)
         self._scheduled(t, rec, code, chain)
 
-    def _fold(self, chain: _Chain) -> None:
+    def _fold(self, chain: RetryChain) -> None:
         """Count a chain in its group's figures once, when nothing more will happen to it
         (or the run ends). Chains without a written send-back or DLQ record are no chains."""
         if chain.folded or (chain.sendbacks == 0 and not chain.dlq):

@@ -1,10 +1,10 @@
 """`rmqdelay samples generate --timer`: a 5.x store with timer traffic beside the ordinary and
-delay-level traffic of the sample generator (samples.py), as a 5.3.3 broker would have left it.
+delay-level traffic of the sample generator (generate.py), as a 5.3.3 broker would have left it.
 
 What is added to the generator's timeline (every time from the seed):
 - a share of the producers' messages are timer messages (``TIMER_DELIVER_MS``), parked by the
   put hook (timer/transform.py) in ``rmq_sys_wheel_timer`` queue 0 and enqueued at once by the
-  timer (samples_timer.TimerStoreBuilder: unit, slot, roll placement). Deliver times are near
+  timer (timerstore.TimerStoreBuilder: unit, slot, roll placement). Deliver times are near
   (seconds), minutes, hours, far (beyond the roll window, 2 days by default: ROLL units), a
   shared instant (many messages in one millisecond, so one slot) and exact seconds (a
   TIMER_OUT_MS one precision earlier);
@@ -57,17 +57,6 @@ from rmqdelay.formats.constants import (
 from rmqdelay.formats.delayoffset import DataVersion
 from rmqdelay.formats.properties import parse_properties
 from rmqdelay.producer import DEFAULT_CLUSTER, broker_message, client_properties
-from rmqdelay.samples import (
-    _HEAD_V6,
-    STORE_HOST,
-    TOPICS,
-    USER_KEYS,
-    GenerateOptions,
-    SampleGenerator,
-    _Content,
-    _props_part,
-)
-from rmqdelay.samples_timer import TimerStoreBuilder
 from rmqdelay.store.brokerconfig import add_topics
 from rmqdelay.store.writeformat import FORMAT_5X
 from rmqdelay.store.writer import NewMessage, PutResult
@@ -80,6 +69,11 @@ from rmqdelay.timer.transform import (
     timer_out_ms,
     transform_timer_message,
 )
+
+from .generate import GenerateOptions, SampleGenerator
+from .records import HEAD_V6, Content, properties_part
+from .timerstore import TimerStoreBuilder
+from .traffic import STORE_HOST, TOPICS, USER_KEYS
 
 # Event kinds in the heap, after the generator's own (deliver, send-back).
 _TIMER_SLOT = 2
@@ -137,7 +131,7 @@ class _Parked:
 
     __slots__ = ("key", "topic", "qid", "c", "offset", "size", "store_ts", "write_ms", "out_ms", "layout", "values")
 
-    def __init__(self, key: str, topic: str, qid: int, c: _Content, offset: int, size: int, store_ts: int,
+    def __init__(self, key: str, topic: str, qid: int, c: Content, offset: int, size: int, store_ts: int,
                  out_ms: int, layout: _TimerLayout | None = None, values: tuple | None = None) -> None:
         self.key = key
         self.topic = topic
@@ -250,8 +244,8 @@ class TimerSampleGenerator(SampleGenerator):
         body = self.bodies[bi]
         if self.on_put is None:
             raw = layout.parked % layout.pick_parked(values + ("", ""))
-            c = _Content(raw, _props_part(raw), body, self.body_crcs[bi], head, born, *producer.host,
-                         BORNHOST_V6_FLAG if head is _HEAD_V6 else 0, 0, tag_code, keys, uniq)
+            c = Content(raw, properties_part(raw), body, self.body_crcs[bi], head, born, *producer.host,
+                         BORNHOST_V6_FLAG if head is HEAD_V6 else 0, 0, tag_code, keys, uniq)
             _qoff, offset, size = self._append(c, RMQ_SYS_WHEEL_TIMER_TOPIC, 0, t, tag_code)
         else:
             client = client_properties(tag, keys, dict(zip(USER_KEYS[spec.name], user)), 0, uniq,
@@ -260,8 +254,8 @@ class TimerSampleGenerator(SampleGenerator):
                                  store_host=STORE_HOST, store_timestamp=t, broker5x=True)
             hook = transform_timer_message(new, self.tconfig, t)
             result = self._put(hook.message)
-            c = _Content(result.propertiesRaw, b"", body, self.body_crcs[bi], head, born, *producer.host,
-                         BORNHOST_V6_FLAG if head is _HEAD_V6 else 0, 0, tag_code, keys, uniq)
+            c = Content(result.propertiesRaw, b"", body, self.body_crcs[bi], head, born, *producer.host,
+                         BORNHOST_V6_FLAG if head is HEAD_V6 else 0, 0, tag_code, keys, uniq)
             offset, size = result.commitLogOffset, result.storeSize
         key = f"{spec.name}+{uniq}"
         parked = _Parked(key, spec.name, queue_id, c, offset, size, t, out, layout, values)
@@ -331,7 +325,7 @@ class TimerSampleGenerator(SampleGenerator):
             if p.layout is not None and self.on_put is None:
                 layout = p.layout
                 raw = layout.delivered % layout.pick_delivered(p.values + (str(p.write_ms), str(t)))
-                c = p.c._replace(raw=raw, props_part=_props_part(raw))
+                c = p.c._replace(raw=raw, props_part=properties_part(raw))
                 self._append(c, p.topic, p.qid, t, c.tags_code)
             else:
                 new = timer_output(p.message(), p.write_ms, False, t)

@@ -21,7 +21,7 @@ _MTIME = 1_700_000_000  # fixed, so that packing the same store gives the same b
 
 def samples_dir() -> Path:
     """The project's samples/ folder (beside the package in a source checkout)."""
-    return Path(__file__).resolve().parent.parent / "samples"
+    return Path(__file__).resolve().parents[2] / "samples"
 
 
 def packed_samples(root: Path | None = None) -> dict[str, Path]:
