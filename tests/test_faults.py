@@ -1,7 +1,7 @@
 """Faults while writing: I/O errors, full disks, short writes, fd limits, deleted consume
 queues, foreign corruption, special files. Each one is real where it can be (RLIMIT_FSIZE
 and RLIMIT_NOFILE in the child, a small tmpfs, chattr +i, FIFOs, directories where files
-belong, kill -9); the rest comes from benchmarks/faultinject.py, which makes chosen system
+belong, kill -9); the rest comes from tests/support/faultinject.py, which makes chosen system
 calls fail in the rmqdelay process. For every fault: a non-zero exit with one line and no
 traceback; the store still passes `inspect commitlog --verify`; once the fault is gone a
 rerun delivers every delay message exactly once; no byte of the records there before
@@ -24,18 +24,15 @@ from pathlib import Path
 import pytest
 from clirun import CONSOLE_SCRIPT, in_process
 from conftest import SAMPLES
+from rmqdelay.formats.commitlog import Blank
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from rmqdelay.schedule.audit import check_store
+from rmqdelay.schedule.offsets import read_scheduler_state
+from rmqdelay.store import Store
+from rmqdelay.store.verify import verify_store
+from rmqdelay.store.writer import NewMessage, StoreWriter
 
-from kill9_soak import check_store  # noqa: E402
-from rmqdelay.formats.commitlog import Blank  # noqa: E402
-
-from rmqdelay.schedule.offsets import read_scheduler_state  # noqa: E402
-from rmqdelay.store import Store  # noqa: E402
-from rmqdelay.store.verify import verify_store  # noqa: E402
-from rmqdelay.store.writer import NewMessage, StoreWriter  # noqa: E402
-
-FAULTINJECT = str(Path(__file__).resolve().parent.parent / "benchmarks" / "faultinject.py")
+FAULTINJECT = str(Path(__file__).resolve().parent / "support" / "faultinject.py")
 FAR = "4102444800000"  # 2100-01-01: every delay message is due
 ROOT = os.geteuid() == 0
 

@@ -3,17 +3,14 @@ system calls fail (a short write, ENOSPC, EIO creating a file or from fsync): af
 every delay message is delivered exactly once, no record is torn, every consume queue unit
 is valid, every faulted run said what failed in one line, and the abort the stopped runs
 left is removed by the clean run that follows. The soak (>= 200 stops) is
-benchmarks/kill9_soak.py; the suite keeps a few stops of each kind, with fixed seeds."""
+tests/support/kill9_soak.py; the suite keeps a few stops of each kind, with fixed seeds."""
 
 import random
-import sys
-from pathlib import Path
 
 import pytest
+from support.kill9_soak import add_messages, finish, kill_cycles
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-
-from kill9_soak import add_messages, check_store, finish, kill_cycles  # noqa: E402
+from rmqdelay.schedule.audit import check_store
 
 KILLS = 8
 

@@ -9,22 +9,18 @@ import json
 import random
 import shutil
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from clirun import run_cli
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-
-from kill9_timer_soak import generated_store, kill_timer_runs  # noqa: E402
-from kill9_timer_soak import run_cli as run_command  # noqa: E402
-from timer_check import check_timer_store  # noqa: E402
+from support.kill9_timer_soak import generated_store, kill_timer_runs
+from support.kill9_timer_soak import run_cli as run_command
 
 from rmqdelay.samples.generate import GenerateOptions
 from rmqdelay.samples.generate_timer import DELAY_KINDS, generate_timer
 from rmqdelay.store import Store
+from rmqdelay.timer.audit import check_timer_store
 
 pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
 

@@ -7,15 +7,12 @@ message exactly once and leaves the store the broker resumes from."""
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 from test_faults import FAR, assert_one_line, cli
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-
-from timer_check import check_timer_store  # noqa: E402
+from rmqdelay.timer.audit import check_timer_store
 
 # The 5.x samples' times (tests/wallclock.py); child processes under faults and kills.
 pytestmark = [pytest.mark.clock, pytest.mark.slow]

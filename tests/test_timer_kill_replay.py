@@ -9,15 +9,12 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from clirun import run_cli
 from test_faults import FAR, cli
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 from rmqdelay.formats.constants import TIMER_MAGIC_DELETE
 from rmqdelay.formats.timerlog import UNIT_SIZE
@@ -28,13 +25,13 @@ from rmqdelay.formats.timerwheel import (
     parse_slot,
     slot_index,
 )
-from timer_check import check_timer_store  # noqa: E402
 
 from rmqdelay.errors import StoreError
 from rmqdelay.schedule import scheduler
 from rmqdelay.store import Store
 from rmqdelay.store.writer import NewMessage, StoreWriter
 from rmqdelay.timer.files import TimerLogFiles
+from rmqdelay.timer.audit import check_timer_store
 from rmqdelay.timer.store import TimerStore
 
 # The 5.x samples' times (tests/wallclock.py); child processes under faults and kills.

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import struct
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,9 +15,7 @@ from clirun import run_cli
 from conftest import load_expected
 from test_bad_input import snapshot
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-
-from timer_check import check_timer_store  # noqa: E402
+from rmqdelay.timer.audit import check_timer_store
 
 pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
 

@@ -9,19 +9,14 @@ import gzip
 import json
 import random
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from conftest import SAMPLES
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-
-from kill9_timer_soak import kill_timer_runs, run_cli  # noqa: E402
-from timer_check import check_timer_store  # noqa: E402
+from support.kill9_timer_soak import kill_timer_runs, run_cli
 
 from rmqdelay.schedule.scheduler import Scheduler, Stopped, wall_clock_ms
 from rmqdelay.store import Store
+from rmqdelay.timer.audit import check_timer_store
 from rmqdelay.timer.deliver import (
     TimerDelivered,
     TimerEngine,

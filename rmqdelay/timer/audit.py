@@ -2,7 +2,9 @@
 message delivered exactly once to its real topic and queue unless a cancellation for it met it
 in its slot, and a state the real broker resumes from without putting anything again
 (TimerMessageStore.recover: the read clock, the queue offset after the last unit's message, and
-the slots it will read). Shared by benchmarks/kill9_timer_soak.py and the tests."""
+the slots it will read). The exactly-once check of the timer tests and of the kill -9 soak
+(tests/support/kill9_timer_soak.py); in the package, since both need it and it reads nothing but
+the store (schedule/audit.py is its counterpart for the delay levels)."""
 
 from __future__ import annotations
 
@@ -25,11 +27,11 @@ from rmqdelay.formats.constants import (
     TIMER_MAGIC_DELETE,
     TIMER_MAGIC_ROLL,
 )
-
 from rmqdelay.store import Store
 from rmqdelay.store.verify import verify_store
-from rmqdelay.timer.store import TimerStore
-from rmqdelay.timer.verify import iter_timer_problems
+
+from .store import TimerStore
+from .verify import iter_timer_problems
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Fault injection at the system-call boundary, for the fault tests and the soak.
 
-    python benchmarks/faultinject.py SPEC rmqdelay-args...
+    python tests/support/faultinject.py SPEC rmqdelay-args...
 
 runs the `rmqdelay` command in this process after wrapping os.open (and open()), os.pwrite,
 os.write, os.fsync, os.ftruncate and os.replace so that chosen calls fail with an errno (ENOSPC,

@@ -1,13 +1,13 @@
 """kill -9 and fault soak: stop `rmqdelay run` at random points while it drains a store,
-many times - SIGKILL, or a system call made to fail (benchmarks/faultinject.py): a short
+many times - SIGKILL, or a system call made to fail (faultinject.py, beside this file): a short
 write then a full disk, ENOSPC on the commit log, a consume queue or the offsets being
 published, EIO creating a file, EIO from fsync - then prove every delay message was
 delivered exactly once, no record is torn, every consume queue unit points at a message
 of its topic/queue/queueOffset, every key of every record is in the index once
 (`inspect index --verify`), and the abort the stopped runs left is gone after the clean run. A run stopped by a fault must exit 2 with one line
-on stderr and no traceback.
+on stderr and no traceback (the check itself: rmqdelay.schedule.audit).
 
-    python3 benchmarks/kill9_soak.py --kills 200 [--messages 4000] [--seed 7] [--faults 0.6]
+    python3 tests/support/kill9_soak.py --kills 200 [--messages 4000] [--seed 7] [--faults 0.6]
 
 --faults is the share of the stops made by a fault rather than SIGKILL. The same functions
 drive tests/test_kill9.py with a smaller count.
@@ -31,16 +31,11 @@ from pathlib import Path
 
 from rmqdelay.formats.constants import (
     PROPERTY_DELAY_TIME_LEVEL,
-    PROPERTY_REAL_TOPIC,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    RMQ_SYS_SCHEDULE_TOPIC,
 )
-from rmqdelay.formats.javanum import java_parse_int
-
+from rmqdelay.schedule.audit import check_store
 from rmqdelay.store import Store
-from rmqdelay.store.index_verify import iter_index_problems
 from rmqdelay.store.levels import parse_delay_levels
-from rmqdelay.store.verify import verify_store
 from rmqdelay.store.writer import NewMessage, StoreWriter
 
 FAR_AHEAD_MS = 4_102_444_800_000  # 2100-01-01: everything is due
@@ -75,76 +70,6 @@ def add_messages(path: Path, count: int, rng: random.Random, start: int, *, crea
             if rng.random() < 0.05:
                 writer.put(NewMessage(topic="TopicA", queueId=0, body=b"plain", bornTimestamp=born,
                                       properties={PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: f"P{start}-{rng.random()}"}))
-
-
-@dataclass
-class StoreCheck:
-    scheduled: int = 0
-    delivered: int = 0
-    pending: int = 0
-    duplicated: int = 0  # deliveries beyond the first of a message
-    lost: int = 0  # messages below their level's offset never delivered
-    problems: list[str] = field(default_factory=list)
-
-
-def check_store(path: Path, *, drained: bool = True) -> StoreCheck:
-    """Exactly once, whole records, valid units. Delivered copies are counted per
-    UNIQ_KEY + level (each delivered record keeps DELAY=<level>)."""
-    result = StoreCheck()
-    levels = parse_delay_levels()
-    with Store(path) as store:
-        scheduled: dict[tuple[str, int], int] = {}
-        delivered: collections.Counter = collections.Counter()
-        for msg in store.commitlog.records():  # raises on a torn or corrupt record
-            props = msg.properties
-            level = java_parse_int(props.get(PROPERTY_DELAY_TIME_LEVEL, "0"))
-            if level is None:
-                continue  # a DELAY the broker cannot read: never dispatched, never delivered
-            key = (props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), level)
-            if msg.topic == RMQ_SYS_SCHEDULE_TOPIC:
-                scheduled[key] = msg.commitLogOffset
-            elif PROPERTY_REAL_TOPIC in props and key[1] > 0:
-                delivered[key] += 1
-        result.scheduled = len(scheduled)
-        result.delivered = sum(delivered.values())
-        for key, n in delivered.items():
-            if n > 1:
-                result.duplicated += n - 1
-                result.problems.append(f"{key} delivered {n} times")
-            if key not in scheduled:
-                result.problems.append(f"{key} delivered but never scheduled")
-        offsets = store.delay_offsets()
-        table = offsets.offsetTable if offsets else {}
-        for level in levels:
-            cq = store.schedule_queue(level)
-            done = table.get(level, cq.min_offset)
-            for i, u in enumerate(cq.units(cq.min_offset, cq.max_offset), start=cq.min_offset):
-                msg = store.commitlog.read_message(int(u["commitLogOffset"]), int(u["size"]))
-                key = (msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), level)
-                if i < done and delivered[key] == 0:
-                    result.lost += 1
-                if i < done and delivered[key] != 1:
-                    result.problems.append(f"level {level} offset {i} {key}: below the offset, delivered "
-                                           f"{delivered[key]} times")
-                if i >= done:
-                    result.pending += 1
-                    if delivered[key]:
-                        result.problems.append(f"level {level} offset {i} {key}: pending but delivered")
-        if drained and result.pending:
-            result.problems.append(f"{result.pending} units still pending")
-        result.problems += [str(p) for p in verify_store(store)]
-        # The index: every key of every record indexed once, chains and slots whole.
-        result.problems += [f"{p.kind}: {p}" for p in iter_index_problems(store)]
-        # Every unit points at a message of its own topic / queue / queueOffset.
-        for topic, ids in store.topics().items():
-            for qid in ids:
-                cq = store.consume_queue(topic, qid)
-                for i, u in enumerate(cq.units(cq.min_offset, cq.max_offset), start=cq.min_offset):
-                    msg = store.commitlog.read_message(int(u["commitLogOffset"]), int(u["size"]))
-                    if (msg.topic, msg.queueId, msg.queueOffset) != (topic, qid, i):
-                        result.problems.append(f"{topic}/{qid} unit {i} points at {msg.topic}/{msg.queueId}/"
-                                               f"{msg.queueOffset}")
-    return result
 
 
 def run_command(path: Path, *extra: str) -> list[str]:
@@ -273,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         if (path / "abort").exists():
             # Every stop left an abort rmqdelay marked; the clean run after them removes it.
             check.problems.append(f"abort left after the clean run: {(path / 'abort').read_bytes()!r}")
-        print(f"command: python3 benchmarks/kill9_soak.py --kills {args.kills} --messages {args.messages} "
+        print(f"command: python3 tests/support/kill9_soak.py --kills {args.kills} --messages {args.messages} "
               f"--seed {args.seed} --faults {args.faults}")
         sigkills = soak.killed_mid_delivery + soak.finished_before_kill
         print(f"stops: {soak.kills} in {soak.seconds:.1f} s: {sigkills} SIGKILL ({soak.killed_mid_delivery} while "

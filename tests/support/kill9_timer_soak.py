@@ -5,7 +5,7 @@ queue (a cancelled one not, or once when its cancellation reached the timer afte
 the broker drops it then), every delay message once, `inspect timer --verify` and the commit
 log's verify clean, and a store the real broker resumes from without putting anything again.
 
-    python benchmarks/kill9_timer_soak.py [--kills 200] [--seed N] [--work DIR] [--generated N]
+    python tests/support/kill9_timer_soak.py [--kills 200] [--seed N] [--work DIR] [--generated N]
 
 --generated N: the soak on a store of N records made by `samples generate --timer` (timer
 messages delivered, pending, rolled and recalled, beside delay-level traffic and retry chains)
@@ -28,16 +28,13 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from timer_check import check_timer_store  # noqa: E402
-
-from rmqdelay.samples.pack import unpack  # noqa: E402
-from rmqdelay.store.writer import NewMessage, StoreWriter  # noqa: E402
+from rmqdelay.samples.pack import unpack
+from rmqdelay.store.writer import NewMessage, StoreWriter
+from rmqdelay.timer.audit import check_timer_store
 
 FAR = 4_102_444_800_000  # 2100-01-01: everything is due
 FRESH_READ_CLOCK = 1795450290000  # timer-fresh's lastReadTimeMs
-SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "timer-fresh" / "store.tar.xz"
+SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "timer-fresh" / "store.tar.xz"
 
 
 def park(path: Path, rng: random.Random, count: int, base_ms: int, serial: int) -> int:

@@ -1,0 +1,5 @@
+"""What the tests share and run beside them: the kill -9 soaks (also run on their own, with
+more stops: ``python tests/support/kill9_soak.py --kills 200``) and the fault injector they
+run ``rmqdelay`` under. The checks they end with are the package's (rmqdelay.schedule.audit,
+rmqdelay.timer.audit). Nothing in benchmarks/ imports from here, nor anything here from
+benchmarks/."""
