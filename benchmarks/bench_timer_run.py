@@ -30,7 +30,7 @@ from pathlib import Path
 from rmqdelay.samples.pack import unpack
 from rmqdelay.schedule.scheduler import Scheduler, wall_clock_ms
 from rmqdelay.store.writer import NewMessage, StoreWriter
-from rmqdelay.timer.deliver import TimerDelivered
+from rmqdelay.timer.deliver.events import TimerDelivered
 
 FAR = 4_102_444_800_000
 SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "timer-fresh" / "store.tar.xz"

@@ -62,7 +62,7 @@ def _event_names() -> dict[type, str]:
         Sleeping,
         Stopped,
     )
-    from rmqdelay.timer.deliver import TimerCancelled, TimerDelivered, TimerNotice, TimerPersisted, TimerSkipped
+    from rmqdelay.timer.deliver.events import TimerCancelled, TimerDelivered, TimerNotice, TimerPersisted, TimerSkipped
 
     return {Delivered: "delivered", Skipped: "skipped", QueueCreated: "queueCreated", Notice: "notice",
             Replayed: "replayed", Persisted: "persisted", Sleeping: "sleeping", Stopped: "stopped",
@@ -179,7 +179,7 @@ def run(
 
 def _consume(scheduler: Scheduler, json_out: bool, dry_run: bool) -> Stopped | None:
     from rmqdelay.schedule.scheduler import Delivered, Notice, QueueCreated, Replayed, Skipped, Sleeping, Stopped
-    from rmqdelay.timer.deliver import TimerDelivered, TimerNotice, TimerSkipped
+    from rmqdelay.timer.deliver.events import TimerDelivered, TimerNotice, TimerSkipped
 
     stopped = None
     if dry_run and not json_out:

@@ -17,12 +17,9 @@ from support.kill9_timer_soak import kill_timer_runs, run_cli
 from rmqdelay.schedule.scheduler import Scheduler, Stopped, wall_clock_ms
 from rmqdelay.store import Store
 from rmqdelay.timer.audit import check_timer_store
-from rmqdelay.timer.deliver import (
-    TimerDelivered,
-    TimerEngine,
-    TimerNotice,
-    read_timer_state,
-)
+from rmqdelay.timer.deliver import TimerEngine
+from rmqdelay.timer.deliver.events import TimerDelivered, TimerNotice
+from rmqdelay.timer.deliver.state import read_timer_state
 
 pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
 

@@ -60,10 +60,10 @@ from rmqdelay.store.levels import parse_delay_levels
 from rmqdelay.store.topics import long_retry_topic, topic_problem
 from rmqdelay.store.writeformat import detect_write_format
 from rmqdelay.store.writer import NewMessage, StoreWriter, without_crc
-from rmqdelay.timer.deliver import (
+from rmqdelay.timer.deliver import TimerEngine
+from rmqdelay.timer.deliver.events import (
     TimerCancelled,
     TimerDelivered,
-    TimerEngine,
     TimerNotice,
     TimerPersisted,
     TimerSkipped,

@@ -1,0 +1,123 @@
+"""The timer engine's dequeue (``TimerDequeueGetService`` / ``TimerDequeuePutMessageService``):
+while the read clock is behind the write clock, the slot at the read clock: its delete units
+first (their TIMER_DEL_UNIQKEY), then every other unit in append order: cancelled when
+``realTopic+uniqKey`` is among the deletes, re-put to rmq_sys_wheel_timer with
+TIMER_ROLL_TIMES + 1 when it is a ROLL unit, delivered to REAL_TOPIC / REAL_QID otherwise
+(convert.py). Empty slots are jumped over, not walked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from rmqdelay.errors import StoreError, StoreReadError
+from rmqdelay.formats.commitlog import Message, body_crc
+from rmqdelay.formats.constants import (
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TIMER_DEL_UNIQKEY,
+    PROPERTY_TIMER_ENQUEUE_MS,
+    PROPERTY_TIMER_OUT_MS,
+    PROPERTY_TIMER_ROLL_TIMES,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    TIMER_MAGIC_DELETE,
+    TIMER_MAGIC_ROLL,
+    TIMER_NEVER_ENQUEUED,
+)
+from rmqdelay.formats.javanum import java_parse_long
+from rmqdelay.formats.timerlog import TimerLogUnit
+
+from ..convert import NotDeliverable, output_key, timer_output
+from .events import TimerCancelled, TimerDelivered, TimerEvent, TimerSkipped
+
+
+class Dequeue:
+    """TimerEngine's dequeue: a due slot's units read and their messages put. A part of
+    TimerEngine (whose state it works on), not used alone."""
+
+    def _dequeue_slot(self, t: int) -> Iterator[TimerEvent]:
+        units = self._chain(t)
+        self._processed.append(t)
+        delete_keys: set[str] = set()
+        normals: list[TimerLogUnit] = []
+        for unit in units:
+            if unit.magic & TIMER_MAGIC_DELETE and not unit.magic & TIMER_MAGIC_ROLL:
+                try:
+                    msg = self._message(unit.offsetPy, unit.sizePy)
+                except StoreReadError:
+                    raise
+                except StoreError:
+                    continue  # the broker releases a delete whose message it cannot read
+                key = msg.properties.get(PROPERTY_TIMER_DEL_UNIQKEY)
+                if key is not None:
+                    delete_keys.add(key)
+            else:
+                normals.append(unit)
+        normals.reverse()  # normalMsgStack.addFirst while walking back: append order
+        for unit in normals:
+            try:
+                msg = self._message(unit.offsetPy, unit.sizePy)
+            except StoreReadError:
+                raise
+            except StoreError as exc:
+                self.skipped += 1
+                yield TimerSkipped(unit.offsetPy, f"timer log unit at {unit.offset}: no readable message ({exc}); "
+                                                  f"the broker skips it")
+                continue
+            props = msg.properties
+            uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            real_topic = props.get(PROPERTY_REAL_TOPIC)
+            if uniq is not None and delete_keys and f"{real_topic}+{uniq}" in delete_keys:
+                self.cancelled += 1
+                yield TimerCancelled(uniq, real_topic or "", t)
+                continue
+            if java_parse_long(props.get(PROPERTY_TIMER_ENQUEUE_MS, "")) != TIMER_NEVER_ENQUEUED:
+                self._count(real_topic, -1)
+            out = java_parse_long(props.get(PROPERTY_TIMER_OUT_MS, ""))
+            yield from self._put(msg, unit.currWriteTime, bool(unit.magic & TIMER_MAGIC_ROLL), t, out)
+
+    def _put(self, msg: Message, enqueue_time: int, roll: bool, slot_ms: int | None,
+             timer_out: int | None) -> Iterator[TimerEvent]:
+        now = self.clock()
+        try:
+            if not roll and PROPERTY_TIMER_DEL_UNIQKEY in msg.properties:
+                raise NotDeliverable("a cancellation put as a delivery (doPut refuses it)")
+            new = timer_output(msg, enqueue_time, roll, now)
+        except NotDeliverable as exc:
+            self.skipped += 1
+            yield TimerSkipped(msg.commitLogOffset, str(exc))
+            return
+        uniq = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        roll_times = int(new.properties.get(PROPERTY_TIMER_ROLL_TIMES, "0") or 0)
+        due = (slot_ms if slot_ms is not None else (timer_out if timer_out is not None else now)) + self.precision
+        if self._replay:
+            key = output_key(new.topic, new.queueId, new.propertiesRaw, body_crc(new.body), new.bornTimestamp)
+            found = self._replay.get(key)
+            if found:
+                offset = found.pop(0)
+                if not found:
+                    del self._replay[key]
+                if roll:
+                    self._reput_slots[offset] = slot_ms
+                self.replayed += 1
+                return
+        if self.dry_run or self.writer is None:
+            if roll:
+                self.rolled += 1
+            else:
+                self.delivered += 1
+            yield TimerDelivered(uniq, new.topic, new.queueId, None, None, None, timer_out, slot_ms, now,
+                                 now - due, roll, roll_times, dryRun=True)
+            return
+        result = self.writer.put(new)
+        if roll:
+            self.rolled += 1
+            self._remember(new, result)
+            self._reput_slots[result.commitLogOffset] = slot_ms
+        else:
+            self.delivered += 1
+            self.lateness.append(result.storeTimestamp - due)
+            if len(self.lateness) > 1 << 17:
+                del self.lateness[:1 << 16]
+        yield TimerDelivered(uniq, result.topic, result.queueId, result.queueOffset, result.commitLogOffset,
+                             result.msgId, timer_out, slot_ms, result.storeTimestamp, result.storeTimestamp - due,
+                             roll, roll_times)

@@ -1,0 +1,183 @@
+"""The timer engine's enqueue (``TimerEnqueueGetService`` / ``TimerEnqueuePutService``): every
+rmq_sys_wheel_timer queue 0 entry from masterTimerQueueOffset on. One whose TIMER_OUT_MS is
+behind the write clock (the clock floored to the precision) is put at once with
+TIMER_ENQUEUE_MS = Long.MAX_VALUE and no unit (a cancellation going that way is dropped, as
+doPut drops it); any other gets a timer log unit in its slot, or - TIMER_OUT_MS a roll window or
+more ahead - a ROLL unit in the slot a window (half a window when less than a third remains)
+ahead; prevPos = the slot's lastPos, the slot's lastPos / firstPos / num updated, timermetrics
+counted.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from rmqdelay.errors import StoreError, StoreReadError
+from rmqdelay.formats.constants import (
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TIMER_DEL_UNIQKEY,
+    PROPERTY_TIMER_DEQUEUE_MS,
+    PROPERTY_TIMER_ENQUEUE_MS,
+    PROPERTY_TIMER_OUT_MS,
+    PROPERTY_TIMER_ROLL_TIMES,
+    TIMER_MAGIC_DEFAULT,
+    TIMER_MAGIC_DELETE,
+    TIMER_MAGIC_ROLL,
+    TIMER_NEVER_ENQUEUED,
+)
+from rmqdelay.formats.javahash import java_string_hash
+from rmqdelay.formats.javanum import java_parse_long
+from rmqdelay.formats.timerlog import UNIT_SIZE, TimerLogUnit
+from rmqdelay.formats.timermetrics import TopicCount
+
+from .events import TimerEvent, TimerNotice, TimerSkipped
+
+
+@dataclass(slots=True)
+class QueueEntry:
+    """An rmq_sys_wheel_timer queue entry: where its record is, and its size."""
+
+    offsetPy: int
+    size: int
+
+
+class Enqueue:
+    """TimerEngine's enqueue: every queue entry into the timer log and the wheel, or put at once
+    when it is already due. A part of TimerEngine (whose state it works on), not used alone."""
+
+    def _enqueue_all(self) -> Iterator[TimerEvent]:
+        while self.queue_offset < self.cq_end:
+            qoff = self.queue_offset
+            entry = self._entry(qoff)
+            if self._replaying and qoff not in self._adopted and self._wait_for_origin(entry):
+                break
+            if (yield from self._enqueue(qoff, entry)) is False:
+                break  # its slot's wheel index holds a slot not read yet: read first
+            self.queue_offset = qoff + 1
+
+    def _entry_write_ms(self, offset_py: int, props: dict[str, str], out: int) -> int:
+        """The write clock an entry is enqueued at (see ``step``)."""
+        if PROPERTY_TIMER_ROLL_TIMES not in props:
+            return self.write_ms
+        slot = self._reput_slots.get(offset_py)  # re-put by this run: the slot it was read in
+        if slot is None:
+            enqueued = java_parse_long(props.get(PROPERTY_TIMER_ENQUEUE_MS, ""))
+            if enqueued is not None and enqueued != TIMER_NEVER_ENQUEUED:
+                slot = self.ts.config.roll_slot(out, enqueued)  # rolled with this run's window
+        if slot is not None:
+            return max(slot + self.precision, self.read_ms)
+        # Rolled with another window (another broker.conf): the re-put's own dequeue clock.
+        dequeued = java_parse_long(props.get(PROPERTY_TIMER_DEQUEUE_MS, ""))
+        if dequeued is not None:
+            return max(min(self._floor(dequeued), self.write_ms), self.read_ms)
+        return self.write_ms
+
+    def _unread_under(self, slot_ms: int) -> bool:
+        """The wheel index of ``slot_ms`` holds an earlier slot with units not read yet."""
+        held = self.wheel.slots.get(self.wheel.index(slot_ms))
+        if held is None or held.lastPos < 0:
+            return False
+        return self.read_ms <= held.timeSlot * self.precision < slot_ms
+
+    def _enqueue(self, qoff: int, entry: QueueEntry) -> Iterator[TimerEvent]:
+        """Enqueue one entry; False (nothing done) when it has to wait for a slot to be read."""
+        if qoff in self._adopted:
+            # Its unit, appended by the killed run, is in the wheel already (adopted in setup;
+            # a resume marker's too: in a slot read already).
+            self._adopted.discard(qoff)
+            self._count_adopted(entry)
+            return
+        try:
+            msg = self._message(entry.offsetPy, entry.size)
+        except StoreReadError:
+            raise
+        except StoreError as exc:
+            self.skipped += 1
+            yield TimerSkipped(entry.offsetPy, f"no readable message ({exc}); the broker skips it", qoff)
+            return
+        props = msg.properties
+        out = java_parse_long(props.get(PROPERTY_TIMER_OUT_MS, ""))
+        if out is None:
+            self.skipped += 1
+            yield TimerSkipped(entry.offsetPy, f"TIMER_OUT_MS is not a number: {props.get(PROPERTY_TIMER_OUT_MS)!r} "
+                                               f"(the broker's enqueue stops at it for good)", qoff)
+            return
+        if PROPERTY_TIMER_DEL_UNIQKEY in props and "RMQDELAY" in props:
+            return  # one of rmqdelay's markers: the units pointing at it were written with it
+        write_ms = self._entry_write_ms(entry.offsetPy, props, out)
+        if out < write_ms:
+            if PROPERTY_TIMER_DEL_UNIQKEY in props:
+                if "RMQDELAY" not in props:
+                    # doPut: "Trying do put delete timer msg" - a cancellation past due is dropped.
+                    yield TimerNotice("cancel-dropped", f"cancellation of {props[PROPERTY_TIMER_DEL_UNIQKEY]} "
+                                                        f"reached the timer after its time: dropped, as the broker "
+                                                        f"does (its target is not cancelled)")
+                return
+            yield from self._put(msg, TIMER_NEVER_ENQUEUED, False, None, out)
+            return
+        magic = TIMER_MAGIC_DEFAULT
+        slot_ms = out
+        roll_slot = self.ts.config.roll_slot(out, write_ms)
+        if roll_slot is not None:
+            magic |= TIMER_MAGIC_ROLL
+            slot_ms = roll_slot
+        is_delete = PROPERTY_TIMER_DEL_UNIQKEY in props
+        if is_delete:
+            magic |= TIMER_MAGIC_DELETE
+        if self._unread_under(slot_ms):
+            return False
+        real_topic = props.get(PROPERTY_REAL_TOPIC)
+        self._written_before_unit(entry.offsetPy)
+        self._append_unit(magic, write_ms, slot_ms, entry.offsetPy, entry.size,
+                          java_string_hash(real_topic) if real_topic is not None else 0)
+        self._count(real_topic, -1 if is_delete else 1)
+
+    def _written_before_unit(self, offset_py: int) -> None:
+        """A unit may only point at a record in the commit log file: the broker enqueues
+        what its consume queue shows. A re-put of this run (a roll) may still wait in the
+        writer's buffer; written out first, or a kill between the two leaves a unit pointing
+        where the rerun writes something else."""
+        if self.writer is not None and not self.dry_run and offset_py >= self.writer.flushed_end:
+            self.writer.flush()
+
+    def _pending_other(self, slot_ms: int) -> bool:
+        """The wheel index of ``slot_ms`` holds another time with units not read yet."""
+        held = self.wheel.slots.get(self.wheel.index(slot_ms))
+        return held is not None and held.lastPos >= 0 and held.timeSlot * self.precision != slot_ms \
+            and held.timeSlot * self.precision >= self.read_ms
+
+    def _append_unit(self, magic: int, write_ms: int, slot_ms: int, offset_py: int, size_py: int,
+                     topic_hash: int, *, read_slot: bool = False) -> int:
+        """Append a unit and link it into its slot. ``read_slot``: a marker in a slot already
+        read; left out of the wheel when linking it would take the index from another time
+        not read yet (the slot 14 days later, enqueued by a run reading ahead)."""
+        slot = self.wheel.get(slot_ms)
+        prev = slot.lastPos if slot is not None else -1
+        if self.dry_run:
+            pos = self.log.end
+            self.log.end += UNIT_SIZE
+        else:
+            pos = self.log.append((prev, magic, write_ms, slot_ms - write_ms, offset_py, size_py, topic_hash))
+        if read_slot and self._pending_other(slot_ms):
+            return pos
+        delta = -1 if magic & TIMER_MAGIC_DELETE else 1
+        self.wheel.put(slot_ms, slot.firstPos if slot is not None and slot.firstPos != -1 else pos, pos,
+                       (slot.num if slot is not None else 0) + delta, slot.magic if slot is not None else 0)
+        if slot_ms >= self.read_ms:
+            heapq.heappush(self._heap, slot_ms)
+        if self.dry_run:
+            self._dry_units[pos] = TimerLogUnit(pos, prev, magic, write_ms, slot_ms - write_ms, offset_py, size_py,
+                                                topic_hash)
+        return pos
+
+    def _count(self, topic: str | None, delta: int) -> None:
+        """TimerMetrics.addAndGet: per real topic."""
+        if topic is None:
+            return
+        now = self.wall_clock()
+        counts = self._metrics.timingCount
+        current = counts.get(topic)
+        counts[topic] = TopicCount((current.count if current else 0) + delta, now)
+        self._metric_steps += 1
