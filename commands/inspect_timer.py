@@ -72,8 +72,8 @@ def inspect_timer(
     pending messages by due time, hot slots, rolls, cancellations, what a late restart would
     skip, and the metrics against the true counts."""
     from rmqdelay.store import Store
-    from rmqdelay.store.topics import validate_topic
     from rmqdelay.store.kind import timer_files_present
+    from rmqdelay.store.topics import validate_topic
     from rmqdelay.timer import TimerStore
     from rmqdelay.timer.status import timer_status
 

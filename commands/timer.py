@@ -1,4 +1,4 @@
-"""`rmqdelay timer repair`: mend a 5.x timer store offline (rmqdelay/timer/repair.py does
+"""`rmqdelay timer repair`: mend a 5.x timer store offline (rmqdelay/timer/repair/ does
 the work; this prints the plan and, with --execute, applies it under the store's lock).
 
 The repair is imported inside the command: `--help` must not load it (tests/test_startup.py)."""
@@ -19,7 +19,7 @@ from rmqdelay.errors import EXIT_PROBLEMS, StoreError
 from .common import console, emit_json, format_time_ms, parse_time_ms
 
 if TYPE_CHECKING:
-    from rmqdelay.timer.repair import RepairPlan
+    from rmqdelay.timer.repair.plan import RepairPlan
 
 app = typer.Typer(help="The 5.x timer store: repair it offline.", no_args_is_help=True)
 
@@ -44,10 +44,11 @@ def repair(
     consistent with the data and config/timermetrics to the true counts. A dry run unless
     --execute: it shows what would change, before and after."""
     from rmqdelay.store import Store
-    from rmqdelay.store.lock import BrokerLock
     from rmqdelay.store.kind import timer_files_present
+    from rmqdelay.store.lock import BrokerLock
     from rmqdelay.timer import TimerStore
-    from rmqdelay.timer.repair import execute_repair, finish_interrupted, plan_repair
+    from rmqdelay.timer.repair.execute import execute_repair, finish_interrupted
+    from rmqdelay.timer.repair.planner import plan_repair
 
     wall_ms = time.time_ns() // 1_000_000
     now_ms = parse_time_ms(now) if now else wall_ms
@@ -74,7 +75,7 @@ def repair(
 
 
 def _print(plan: RepairPlan, executed: bool) -> None:
-    from rmqdelay.timer.repair import BELOW_LOG, LOG_BACKUP_DIR, PAST_LOG, WHEEL_BACKUP
+    from rmqdelay.timer.repair.plan import BELOW_LOG, LOG_BACKUP_DIR, PAST_LOG, WHEEL_BACKUP
 
     line = lambda text, style=None: console.print(Text(text, style=style), soft_wrap=True)  # noqa: E731
     line(f"timer repair of {plan.store}" + ("" if executed else " (dry run: nothing written)"), "bold")

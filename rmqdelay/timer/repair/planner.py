@@ -1,45 +1,20 @@
-"""`rmqdelay timer repair`: put a 5.3.3 timer store back into a state the broker resumes from
-without losing or delivering anything twice.
+"""``plan_repair``: what a repair of a 5.3.3 timer store changes, judged at a given time, derived
+from the timer log and the commit log (never from the wheel). Reads only.
 
-What is mended, all derived from the timer log and the commit log (never from the wheel):
-
-- the timer log: whatever is not a unit (a torn tail, garbage in a file, a file without its
-  BLANK) is cut; units that point outside the commit log (below its first offset after
-  retention, past its end after a truncation), at no record or at a record of another topic
-  are dropped, each reported with what it pointed at; fields that disagree with the unit's own
-  timer message (sizePy, hashCodeOfRealTopic, the DELETE bit, the slot of a non-roll unit) are
-  set from the message; every prevPos is relinked so each slot's units form one chain in log
-  order. When units go, the units after them move up (the layout TimerLog.append would have
-  written: 52-byte units back to back, a BLANK closing every full file), so no hole is left
-  for the broker's recovery to stop at.
-- the wheel (``timerwheel``) is rebuilt from the log: firstPos, lastPos and num of every slot
-  (the broker's own recovery revises the positions but never the counts).
-- ``config/timercheck`` is set to a point consistent with the data (see ``_checkpoint``).
-- ``config/timermetrics`` gets the true pending counts when anything else changes (or when
-  asked): 5.3.3's own counts drift, so drift alone is only reported.
-
-Nothing is lost: every file replaced keeps its old bytes in a backup (``config/*.bak``,
-``timerwheel.bak``, ``timerlog.bak/NAME`` - never inside ``timerlog/``, where the broker would
-try to load a file of that name as part of the log).
-
-Writing is a small transaction (``execute_repair``): every new file is written in full to
-``.timer-repair/`` in the store and fsynced; a journal naming the renames is published by
-rename; then each old file is linked to its backup and the new one renamed over it; the
-journal goes last. A kill at any point leaves every file old or new, never torn, and the next
-``--execute`` finishes the renames the journal names before it plans again.
+The log's units are read (a file that does not decode whole, stride by stride: what is not a
+unit is stray), checked against the commit log and fixed or dropped, units remade for enqueued
+messages whose unit was destroyed; the kept units are laid out and the wheel rebuilt
+(layout.py); then the checkpoint is set to a point consistent with the data, and the metrics get
+the true pending counts when anything else changes.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import warnings
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from rmqdelay.errors import ConfigFallbackWarning, StoreError, StoreReadError, StoreWriteError
+from rmqdelay.errors import ConfigFallbackWarning, StoreError, StoreReadError
 from rmqdelay.formats.constants import (
     BLANK_MAGIC_CODE,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -60,10 +35,8 @@ from rmqdelay.formats.timerlog import (
     UNIT_DTYPE,
     UNIT_SIZE,
     UNITS_DTYPE,
-    build_blank,
     decode_file,
     encode_units,
-    units_per_file,
 )
 from rmqdelay.formats.timermetrics import (
     TimerMetrics,
@@ -71,176 +44,37 @@ from rmqdelay.formats.timermetrics import (
     format_timer_metrics,
     parse_timer_metrics,
 )
-from rmqdelay.formats.timerwheel import (
-    SLOT_DTYPE,
-    SLOT_SIZE,
-    SLOTS_DTYPE,
-    WHEEL_FILE_SIZE,
-    WHEEL_SLOTS,
-)
 from rmqdelay.store import fileio
 from rmqdelay.store.directory import load_config_file
 
-from .store import TimerStore, unit_slot_times
-from .verify import (
+from ..store import TimerStore, unit_slot_times
+from ..verify import (
     NO_TIME,
     TimerRecords,
     check_units,
-    readable_log_end,
     timer_records,
     true_metric_rows,
 )
-
-STAGING_DIR = ".timer-repair"
-JOURNAL = "journal.json"
-LOG_BACKUP_DIR = "timerlog.bak"
-WHEEL_BACKUP = "timerwheel.bak"
-
-# Why a unit is dropped (the kinds of `inspect timer --verify`).
-BELOW_LOG = "unit-below-log"
-PAST_LOG = "unit-past-log"
-NO_MESSAGE = "unit-no-message"
-NOT_TIMER = "unit-not-timer"
+from .layout import NEW_UNIT, rebuild_wheel, relayout, slot_groups
+from .plan import (
+    BELOW_LOG,
+    JOURNAL,
+    NO_MESSAGE,
+    NOT_TIMER,
+    PAST_LOG,
+    STAGING_DIR,
+    Change,
+    DroppedUnit,
+    FixedField,
+    LeftAlone,
+    RemadeUnit,
+    RepairPlan,
+    StrayBytes,
+)
 
 _INT_MIN, _INT_MAX = -2**31, 2**31 - 1
-_NEW_UNIT = -2**62  # offsets of units made by the repair, until laid out
 
 
-@dataclass(slots=True, frozen=True)
-class DroppedUnit:
-    offset: int  # where the unit was in the timer log
-    slotTimeMs: int
-    magic: int
-    offsetPy: int
-    sizePy: int
-    kind: str
-    pointedAt: str  # what is at offsetPy
-    pending: bool  # its slot not read yet: a message the broker will never deliver
-
-    def as_json(self) -> dict:
-        return {"offset": self.offset, "slotTimeMs": self.slotTimeMs, "magic": self.magic,
-                "offsetPy": self.offsetPy, "sizePy": self.sizePy, "kind": self.kind, "pointedAt": self.pointedAt,
-                "pending": self.pending}
-
-
-@dataclass(slots=True, frozen=True)
-class FixedField:
-    offset: int  # the unit's offset before the repair
-    field: str
-    before: int
-    after: int
-    why: str
-
-    def as_json(self) -> dict:
-        return {"offset": self.offset, "field": self.field, "before": self.before, "after": self.after,
-                "why": self.why}
-
-
-@dataclass(slots=True, frozen=True)
-class StrayBytes:
-    """Bytes of a timer log file that are not a unit, a BLANK or the zeros after them."""
-
-    file: str
-    offset: int  # byte in the file
-    length: int
-    head: str  # the first bytes, hex
-
-    def as_json(self) -> dict:
-        return {"file": self.file, "offset": self.offset, "length": self.length, "head": self.head}
-
-
-@dataclass(slots=True, frozen=True)
-class RemadeUnit:
-    """A unit made for an enqueued timer message that has none (its unit was destroyed)."""
-
-    queueOffset: int  # its rmq_sys_wheel_timer queue offset
-    offsetPy: int
-    uniqKey: str | None
-    timerOutMs: int
-    slotTimeMs: int
-    magic: int
-
-    def as_json(self) -> dict:
-        return {"queueOffset": self.queueOffset, "offsetPy": self.offsetPy, "uniqKey": self.uniqKey,
-                "timerOutMs": self.timerOutMs, "slotTimeMs": self.slotTimeMs, "magic": self.magic}
-
-
-@dataclass(slots=True, frozen=True)
-class Change:
-    """One row of the before/after table."""
-
-    file: str
-    item: str
-    before: str
-    after: str
-
-    def as_json(self) -> dict:
-        return {"file": self.file, "item": self.item, "before": self.before, "after": self.after}
-
-
-@dataclass(slots=True, frozen=True)
-class LeftAlone:
-    what: str
-    why: str
-
-    def as_json(self) -> dict:
-        return {"what": self.what, "why": self.why}
-
-
-@dataclass
-class RepairPlan:
-    store: str
-    nowMs: int
-    units: int = 0  # units found in the timer log
-    kept: int = 0
-    dropped: list[DroppedUnit] = field(default_factory=list)
-    fixed: list[FixedField] = field(default_factory=list)
-    stray: list[StrayBytes] = field(default_factory=list)
-    remade: list[RemadeUnit] = field(default_factory=list)
-    relinked: int = 0  # units whose prevPos changed other than by moving
-    moved: int = 0  # units at a new offset
-    slotsChanged: int = 0
-    changes: list[Change] = field(default_factory=list)
-    leftAlone: list[LeftAlone] = field(default_factory=list)
-    metricsDriftOnly: bool = False  # the counts drift, nothing else changes: not rewritten
-    interrupted: bool = False  # a journal of an interrupted --execute was found
-    # What --execute writes: new contents by target (relative to the store), removals.
-    log_files: dict[str, bytes] = field(default_factory=dict)
-    log_file_size: int = 0
-    log_removed: list[str] = field(default_factory=list)
-    wheel: np.ndarray | None = None  # the new non-empty slots (SLOTS_DTYPE), when the wheel changes
-    checkpoint: bytes | None = None
-    metrics: bytes | None = None
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.log_files or self.log_removed or self.wheel is not None or self.checkpoint is not None
-                    or self.metrics is not None)
-
-    def as_json(self) -> dict:
-        return {
-            "store": self.store, "nowMs": self.nowMs, "changed": self.changed, "interrupted": self.interrupted,
-            "units": self.units, "kept": self.kept, "moved": self.moved, "relinked": self.relinked,
-            "slotsChanged": self.slotsChanged, "metricsDriftOnly": self.metricsDriftOnly,
-            "changes": [c.as_json() for c in self.changes],
-            "dropped": [d.as_json() for d in self.dropped], "fixed": [f.as_json() for f in self.fixed],
-            "stray": [s.as_json() for s in self.stray], "remade": [r.as_json() for r in self.remade],
-            "leftAlone": [a.as_json() for a in self.leftAlone],
-            "filesWritten": sorted(self._targets()), "filesRemoved": [f"timerlog/{n}" for n in self.log_removed],
-        }
-
-    def _targets(self) -> list[str]:
-        names = [f"timerlog/{n}" for n in self.log_files]
-        if self.wheel is not None:
-            names.append("timerwheel")
-        if self.checkpoint is not None:
-            names.append("config/timercheck")
-        if self.metrics is not None:
-            names.append("config/timermetrics")
-        return names
-
-
-# -- planning --------------------------------------------------------------------------------------
 def plan_repair(ts: TimerStore, now_ms: int, wall_ms: int, *, fix_metrics: bool = False) -> RepairPlan:
     """What a repair of ``ts`` changes, judged at ``now_ms``; ``wall_ms`` stamps the new
     dataVersions. Reads only."""
@@ -255,9 +89,9 @@ def plan_repair(ts: TimerStore, now_ms: int, wall_ms: int, *, fix_metrics: bool 
     cp = ts.checkpoint()
     read_ms = _read_time(ts, cp, kept, now_ms, plan)
     kept = _remake_lost(ts, cp, kept, records, read_ms, plan)
-    new_units, log_end = _relayout(ts, kept, plan)
-    groups = _groups(new_units)
-    _wheel(ts, groups, read_ms, log_end, plan)
+    new_units, log_end = relayout(ts, kept, plan)
+    groups = slot_groups(new_units)
+    rebuild_wheel(ts, groups, read_ms, log_end, plan)
     log_changed = bool(plan.log_files or plan.log_removed)
     if cp is not None:
         _checkpoint(ts, cp, kept, records, read_ms, log_end, wall_ms, plan)
@@ -505,8 +339,8 @@ def _remake_lost(ts: TimerStore, cp: TimerCheckpoint | None, kept: np.ndarray, r
         write = read_ms
         roll = ts.config.roll_slot(out, write)
         slot, magic = (out, TIMER_MAGIC_DEFAULT) if roll is None else (roll, TIMER_MAGIC_DEFAULT | TIMER_MAGIC_ROLL)
-        # (offset: a placeholder no unit or prevPos holds; _relayout gives it its place)
-        made.append((_NEW_UNIT - len(made), -1, magic, write, slot - write, int(py[row]),
+        # (offset: a placeholder no unit or prevPos holds; relayout gives it its place)
+        made.append((NEW_UNIT - len(made), -1, magic, write, slot - write, int(py[row]),
                      int(records.sizes[idx[row]]), int(records.real_hash[idx[row]]), 0))
         plan.remade.append(RemadeUnit(queue_offset, int(py[row]), key, out, slot, magic))
     if not made:
@@ -516,156 +350,6 @@ def _remake_lost(ts: TimerStore, cp: TimerCheckpoint | None, kept: np.ndarray, r
     # queue offset of the message the log's last unit points at (reviseQueueOffset); a made
     # unit there would enqueue every later entry a second time.
     return np.concatenate([kept[:-1], np.array(made, dtype=kept.dtype), kept[-1:]])
-
-
-def _relayout(ts: TimerStore, kept: np.ndarray, plan: RepairPlan) -> tuple[np.ndarray, int]:
-    """The kept units laid out as TimerLog.append writes them, from the first file's offset:
-    back to back, a BLANK closing each full file. prevPos relinked per slot time. Fills
-    plan.log_files / log_removed with the files whose bytes change. Returns (the units at
-    their new offsets, the log's new end)."""
-    files = ts.log.files
-    if not files:
-        if len(kept):  # cannot happen: units come from files
-            raise StoreError(ts.log.directory, None, "timer log files")
-        return kept, 0
-    file_size = files[0].size
-    plan.log_file_size = file_size
-    base = files[0].start
-    per = units_per_file(file_size)
-    k = np.arange(len(kept), dtype=np.int64)
-    new = kept.copy()
-    new["offset"] = base + (k // per) * file_size + (k % per) * UNIT_SIZE if per else base
-    made = kept["offset"] <= _NEW_UNIT  # units made by the repair (_remake_lost): neither moved nor relinked
-    plan.moved = int(((new["offset"] != kept["offset"]) & ~made).sum())
-    # prevPos: the previous unit of the same slot time, in log order.
-    slot = unit_slot_times(new)
-    order = np.lexsort((k, slot))
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = slot[order][1:] != slot[order][:-1]
-    prev = np.full(len(order), -1, dtype=np.int64)
-    prev[~first] = new["offset"][order][:-1][~first[1:]]
-    # The first unit of a slot may go on into files the broker already deleted: kept as it was.
-    old_prev = kept["prevPos"][order].astype(np.int64)
-    into_deleted = first & (old_prev >= 0) & (old_prev < base)
-    prev[into_deleted] = old_prev[into_deleted]
-    old_prev_moved = _map_offsets(old_prev, kept["offset"], new["offset"])
-    plan.relinked = int(((prev != old_prev_moved) & ~made[order]).sum())
-    new["prevPos"][order] = prev
-    count = -(-len(new) // per) if per and len(new) else 1
-    log_end = base if not len(new) else int(new["offset"][-1]) + UNIT_SIZE
-    for j in range(max(count, 1)):
-        chunk = new[j * per:(j + 1) * per] if per else new[:0]
-        data = encode_units(chunk)
-        if j < count - 1:
-            data += build_blank(file_size - len(data))
-        start = base + j * file_size
-        name = f"{start:020d}"
-        old = _old_file(ts, start)
-        if old is None or len(old) != file_size or bytes(old[:len(data)]) != data or any(old[len(data):]):
-            plan.log_files[name] = data
-    plan.log_removed = [mf.path.name for mf in files if mf.start >= base + count * file_size]
-    if plan.log_files or plan.log_removed:
-        touched = sorted(plan.log_files)
-        plan.changes.append(Change("timerlog/", "units", f"{plan.units} in {len(files)} file(s)",
-                                   f"{len(new)} in {count} file(s)"))
-        plan.changes.append(Change("timerlog/", "end offset", str(readable_log_end(ts)), str(log_end)))
-        plan.changes.append(Change("timerlog/", "files rewritten", "-", ", ".join(touched) or "-"))
-        if plan.log_removed:
-            plan.changes.append(Change("timerlog/", "files removed (kept in timerlog.bak/)",
-                                       ", ".join(plan.log_removed), "-"))
-    return new, log_end
-
-
-def _map_offsets(values: np.ndarray, old: np.ndarray, new: np.ndarray) -> np.ndarray:
-    """Old timer log offsets in ``values`` as the new offsets of the same units (others unchanged)."""
-    order = np.argsort(old, kind="stable")
-    sorted_old = old[order]
-    pos = np.minimum(np.searchsorted(sorted_old, values), max(len(old) - 1, 0))
-    hit = (len(old) > 0) & (sorted_old[pos] == values) if len(old) else np.zeros(len(values), dtype=bool)
-    out = values.copy()
-    out[hit] = new[order][pos[hit]]
-    return out
-
-
-def _old_file(ts: TimerStore, start: int):
-    for index, mf in enumerate(ts.log.files):
-        if mf.start == start:
-            return ts.log.view(index)
-    return None
-
-
-def _groups(units: np.ndarray) -> dict[int, tuple[int, int, int]]:
-    """slot time -> (firstPos, lastPos, num) of the units (already in log order)."""
-    groups: dict[int, tuple[int, int, int]] = {}
-    if not len(units):
-        return groups
-    slot = unit_slot_times(units)
-    order = np.argsort(slot, kind="stable")
-    s = slot[order]
-    starts = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1])))
-    ends = np.append(starts[1:], len(order)) - 1
-    sign = np.where((units["magic"][order] & TIMER_MAGIC_DELETE) != 0, -1, 1)
-    net = np.add.reduceat(sign, starts)
-    offsets = units["offset"][order]
-    for a, b, n in zip(starts.tolist(), ends.tolist(), net.tolist()):
-        groups[int(s[a])] = (int(offsets[a]), int(offsets[b]), int(n))
-    return groups
-
-
-def _wheel(ts: TimerStore, groups: dict[int, tuple[int, int, int]], read_ms: int, log_end: int,
-           plan: RepairPlan) -> None:
-    """The wheel as the timer log says it is. Where two slot times share an index, the one the
-    dequeue will still read wins (the broker keeps the later one too). A slot no unit of the
-    log explains is kept only if it is done and points into files already deleted (history
-    the broker keeps); anything else goes."""
-    p = ts.config.precisionMs
-    old = ts.wheel.non_empty()
-    start = read_ms // p
-    chosen: dict[int, tuple[int, tuple[int, int, int]]] = {}
-    for t, g in groups.items():
-        stored = t // p
-        index = stored % WHEEL_SLOTS
-        live = start <= stored < start + WHEEL_SLOTS
-        have = chosen.get(index)
-        if have is not None:
-            have_live = start <= have[0] < start + WHEEL_SLOTS
-            if have_live and not live or (have_live == live and have[0] > stored):
-                continue
-        chosen[index] = (stored, g)
-    base = ts.log.min_offset
-    rows = []
-    for s in old:
-        index = int(s["index"])
-        if index in chosen:
-            continue
-        live = start <= int(s["timeSlot"]) < start + WHEEL_SLOTS
-        if not live and -1 <= int(s["lastPos"]) < base and -1 <= int(s["firstPos"]) < base:
-            rows.append((index, int(s["timeSlot"]), int(s["firstPos"]), int(s["lastPos"]), int(s["num"]),
-                         int(s["magic"])))
-    for index, (stored, (first, last, num)) in chosen.items():
-        rows.append((index, stored, first, last, num, 0))
-    new = np.array(sorted(rows), dtype=SLOTS_DTYPE)
-    if len(new) == len(old) and all(np.array_equal(new[n], old[n]) for n in SLOTS_DTYPE.names):
-        return
-    old_set = {tuple(int(r[n]) for n in SLOTS_DTYPE.names) for r in old}
-    new_set = {tuple(int(r[n]) for n in SLOTS_DTYPE.names) for r in new}
-    plan.slotsChanged = len({r[0] for r in old_set ^ new_set})
-    plan.wheel = new
-    counts_fixed = _count_fixes(old, new)
-    plan.changes.append(Change("timerwheel", "non-empty slots", str(len(old)), str(len(new))))
-    plan.changes.append(Change("timerwheel", "slots rewritten", "-", str(plan.slotsChanged)))
-    if counts_fixed:
-        plan.changes.append(Change("timerwheel", "slot counts (num) corrected", "-", str(counts_fixed)))
-    live_old = int(old["num"][ts.wheel.live(old, read_ms)].astype(np.int64).sum()) if len(old) else 0
-    live_new = int(new["num"][ts.wheel.live(new, read_ms)].astype(np.int64).sum()) if len(new) else 0
-    if live_old != live_new:
-        plan.changes.append(Change("timerwheel", "pending units by slot counts (getAllNum)", str(live_old),
-                                   str(live_new)))
-
-
-def _count_fixes(old: np.ndarray, new: np.ndarray) -> int:
-    before = {(int(r["index"]), int(r["timeSlot"])): int(r["num"]) for r in old}
-    return sum(1 for r in new if before.get((int(r["index"]), int(r["timeSlot"])), int(r["num"])) != int(r["num"]))
 
 
 def _checkpoint(ts: TimerStore, cp: TimerCheckpoint, kept: np.ndarray, records: TimerRecords, read_ms: int,
@@ -782,170 +466,3 @@ def _load_metrics(ts: TimerStore) -> tuple[TimerMetrics | None, bool]:
             raise
         except StoreError:
             return None, True
-
-
-# -- writing --------------------------------------------------------------------------------------
-@dataclass(slots=True, frozen=True)
-class _Entry:
-    staged: str | None  # None: the target is removed (moved to its backup)
-    target: str
-    backup: str | None
-
-    def as_json(self) -> list:
-        return [self.staged, self.target, self.backup]
-
-
-def pending_journal(store_path: Path) -> bool:
-    return (Path(store_path) / STAGING_DIR / JOURNAL).exists()
-
-
-def finish_interrupted(store_path: Path) -> bool:
-    """Complete the renames of an interrupted --execute (its journal names them), or discard
-    what it staged before its journal was published. True when a journal was completed.
-    Call under the store's lock."""
-    root = Path(store_path)
-    staging = root / STAGING_DIR
-    journal = staging / JOURNAL
-    data = fileio.read_file(journal)
-    if data is None:
-        _discard(staging)
-        return False
-    try:
-        entries = [_Entry(*e) for e in json.loads(data.decode("utf-8"))["entries"]]
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-        raise StoreError(journal, None, "the journal of an interrupted timer repair (JSON naming its renames); "
-                                        "it is not readable: restore the files from their .bak copies") from None
-    _commit(root, entries)
-    return True
-
-
-def execute_repair(store_path: Path, plan: RepairPlan) -> None:
-    """Stage every new file, publish the journal, then rename. Call under the store's lock."""
-    if not plan.changed:
-        return
-    root = Path(store_path)
-    staging = root / STAGING_DIR
-    _discard(staging)
-    entries: list[_Entry] = []
-    try:
-        fileio.make_dirs(staging)
-        fileio.fsync_dir(root)
-        for name in sorted(plan.log_files):
-            target = f"timerlog/{name}"
-            staged = f"{STAGING_DIR}/timerlog-{name}"
-            _check_target(root / target)
-            _write_file(root / staged, plan.log_files[name], plan.log_file_size)
-            entries.append(_Entry(staged, target, f"{LOG_BACKUP_DIR}/{name}"))
-        for name in plan.log_removed:
-            entries.append(_Entry(None, f"timerlog/{name}", f"{LOG_BACKUP_DIR}/{name}"))
-        if plan.wheel is not None:
-            _check_target(root / "timerwheel")
-            _write_wheel(root / STAGING_DIR / "timerwheel", plan.wheel)
-            entries.append(_Entry(f"{STAGING_DIR}/timerwheel", "timerwheel", WHEEL_BACKUP))
-        for data, name in ((plan.checkpoint, "timercheck"), (plan.metrics, "timermetrics")):
-            if data is None:
-                continue
-            _check_target(root / "config" / name)
-            _write_file(root / STAGING_DIR / name, data, len(data))
-            entries.append(_Entry(f"{STAGING_DIR}/{name}", f"config/{name}", f"config/{name}.bak"))
-        if plan.log_files or plan.log_removed:
-            fileio.make_dirs(root / LOG_BACKUP_DIR)
-            fileio.fsync_dir(root)
-        body = json.dumps({"entries": [e.as_json() for e in entries]}).encode("utf-8")
-        _write_file(staging / (JOURNAL + ".tmp"), body, len(body))
-        fileio.fsync_dir(staging)
-    except BaseException:
-        _discard(staging)
-        raise
-    fileio.replace(staging / (JOURNAL + ".tmp"), staging / JOURNAL)
-    fileio.fsync_dir(staging)
-    _commit(root, entries)
-
-
-def _check_target(path: Path) -> None:
-    """A file that cannot be replaced (immutable, a directory, ...) is found before any rename."""
-    if not os.path.lexists(path):
-        return
-    fd, _ = fileio.open_for_write(path, create=False)
-    os.close(fd)
-
-
-def _write_file(path: Path, data: bytes, size: int) -> None:
-    """``data`` at the start of a new file of ``size`` bytes (the rest a hole reading as zeros), fsynced."""
-    fd, _ = fileio.open_for_write(path)
-    try:
-        fileio.write_all(fd, data, 0, path)
-        if size > len(data):
-            fileio.ftruncate(fd, size, path)
-        fileio.fsync(fd, path)
-    finally:
-        os.close(fd)
-
-
-def _write_wheel(path: Path, slots: np.ndarray) -> None:
-    """The wheel, sparse: the file is sized first and only runs of non-empty slots are written."""
-    raw = np.zeros(len(slots), dtype=SLOT_DTYPE)
-    for name in SLOT_DTYPE.names:
-        raw[name] = slots[name]
-    index = slots["index"].astype(np.int64)
-    fd, _ = fileio.open_for_write(path)
-    try:
-        fileio.ftruncate(fd, WHEEL_FILE_SIZE, path)
-        breaks = np.flatnonzero(np.diff(index) != 1) + 1
-        for run in np.split(np.arange(len(slots)), breaks):
-            if len(run):
-                fileio.write_all(fd, raw[run[0]:run[-1] + 1].tobytes(), int(index[run[0]]) * SLOT_SIZE, path)
-        fileio.fsync(fd, path)
-    finally:
-        os.close(fd)
-
-
-def _commit(root: Path, entries: list[_Entry]) -> None:
-    """Each old file linked to its backup, then the new one renamed over it; removals moved to
-    their backup. Every step can be repeated: a rerun after a kill picks up where it stopped."""
-    dirs = {root}
-    try:
-        for e in entries:
-            target = root / e.target
-            dirs.add(target.parent)
-            backup = root / e.backup if e.backup else None
-            if backup is not None:
-                dirs.add(backup.parent)
-            if e.staged is None:
-                if os.path.lexists(target) and backup is not None:
-                    fileio.make_dirs(backup.parent)
-                    fileio.replace(target, backup)
-                continue
-            staged = root / e.staged
-            if not os.path.lexists(staged):
-                continue  # renamed before an interruption
-            if backup is not None and os.path.lexists(target):
-                fileio.make_dirs(backup.parent)
-                tmp = backup.with_name(backup.name + ".tmp")
-                fileio.unlink(tmp)
-                fileio.link(target, tmp)
-                fileio.replace(tmp, backup)
-            fileio.make_dirs(target.parent)
-            fileio.replace(staged, target)
-        for directory in sorted(dirs):
-            fileio.fsync_dir(directory)
-    except StoreWriteError as exc:
-        raise StoreWriteError(exc.path, exc.offset, f"{exc.what} (the repair is half applied: every file is "
-                                                    "whole, old or new; run `rmqdelay timer repair --execute` "
-                                                    "again once the fault is gone to finish it)") from None
-    staging = root / STAGING_DIR
-    fileio.unlink(staging / JOURNAL)
-    fileio.fsync_dir(staging)
-    _discard(staging)
-
-
-def _discard(staging: Path) -> None:
-    """Remove what an unfinished staging left (never a journal: that is finished, not discarded)."""
-    if not staging.is_dir():
-        return
-    for entry in os.scandir(staging):
-        if entry.name != JOURNAL:
-            fileio.unlink(Path(entry.path))
-    if not (staging / JOURNAL).exists():
-        fileio.remove_dir(staging)
-        fileio.fsync_dir(staging.parent)
