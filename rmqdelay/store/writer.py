@@ -1,12 +1,10 @@
 """The one writer: append a message to the commit log and dispatch its consume-queue unit,
 as the broker's putMessage and reput service do, crash-safely.
 
-Order of every flush: commit log records are written (and fsynced), then their consume
-queue units, then the checkpoint - records durable, then units (and, later, the index),
-then the checkpoint. Nothing is published that is not durable: a unit, the checkpoint, the
-removal of ``abort`` and (in the scheduler) the offsets only ever describe records already
-written and flushed. A kill -9 at any point leaves whole records, units for a prefix of
-them, and at most a torn tail, which recovery (recovery.py, run on every open) finishes.
+Nothing is published that is not durable: a unit, the checkpoint, the removal of ``abort``
+and (in the scheduler) the offsets only ever describe records already written and flushed
+(flush.py: in what order). A kill -9 at any point leaves whole records, units for a prefix
+of them, and at most a torn tail, which recovery (recovery.py, run on every open) finishes.
 
 Every system call is checked (fileio.py): a short write is continued, a failed one is an
 error. The first error stops the writer for good: pending records and units are dropped,
@@ -14,9 +12,9 @@ nothing more is written or published, ``abort`` stays, and the error - file, byt
 text - reaches the caller. The store is then as a crash would leave it, and a rerun once
 the fault is gone does the work exactly once.
 
-Consume queue units are written with pwrite, not through maps: a store through a map into
-a sparse file on a full disk ends in SIGBUS, while pwrite says ENOSPC. At most
-``OPEN_QUEUE_FILES`` queue files stay open at once, whatever the number of queues.
+Beside the writer: flush.py (its flush, a part of StoreWriter), writefiles.py (consume queue
+files by pwrite, the journal that undoes a failed flush) and abortmark.py (the ``abort``
+marker it keeps while it works).
 """
 
 from __future__ import annotations
@@ -24,25 +22,15 @@ from __future__ import annotations
 import os
 import struct
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rmqdelay.errors import StoreError, StoreWriteError, UsageError
-from rmqdelay.formats.checkpoint import (
-    CHECKPOINT_FILE_SIZE,
-    Checkpoint,
-    build_checkpoint,
-)
-from rmqdelay.formats.commitlog import (
-    BLANK,
-    Blank,
-    Message,
-)
+from rmqdelay.formats.checkpoint import Checkpoint
+from rmqdelay.formats.commitlog import BLANK, Message
 from rmqdelay.formats.constants import (
     BORNHOST_V6_FLAG,
-    CQ_PRE_BLANK_SIZE,
     CQ_STORE_UNIT_SIZE,
     DEFAULT_COMMITLOG_FILE_SIZE,
     DEFAULT_CQ_FILE_SIZE,
@@ -57,17 +45,18 @@ from rmqdelay.formats.msgid import create_message_id
 from rmqdelay.formats.properties import (
     delete_property,
 )
-from rmqdelay.store.levels import parse_delay_levels
 from rmqdelay.store import Store, fileio
+from rmqdelay.store.abortmark import AbortMark
 from rmqdelay.store.commitlog import END_FILE_MIN_BLANK_LENGTH
 from rmqdelay.store.directory import check_store_directory
 from rmqdelay.store.encode import ENCODED_HEAD as _ENCODED_HEAD
 from rmqdelay.store.encode import OFFSETS as _OFFSETS
 from rmqdelay.store.encode import PutEncoder
+from rmqdelay.store.flush import Flush
 from rmqdelay.store.index import IndexSettings, index_dir
 from rmqdelay.store.indexer import MessageIndexer
+from rmqdelay.store.levels import parse_delay_levels
 from rmqdelay.store.lock import BrokerLock
-from rmqdelay.store.mappedfiles import list_mapped_files
 from rmqdelay.store.recovery import (
     RecoveryReport,
     TornTail,
@@ -75,16 +64,14 @@ from rmqdelay.store.recovery import (
     plan_recovery,
 )
 from rmqdelay.store.topics import validate_topic
+from rmqdelay.store.writefiles import OPEN_QUEUE_FILES, OpenFiles, QueueFiles
 from rmqdelay.store.writeformat import WriteFormat, detect_write_format
 
 __all__ = ["DEFAULT_COMMITLOG_FILE_SIZE", "DEFAULT_CQ_FILE_SIZE", "NewMessage", "PutResult", "RecoveryReport",
            "StoreWriter", "WriteFormat"]
 
 FLUSH_BYTES = 4 * 1024 * 1024
-OPEN_QUEUE_FILES = 64
 LOCALHOST = (bytes([127, 0, 0, 1]), 10911)
-ABORT_MARK = b"rmqdelay "  # + the log end this writer has written up to, in the abort file
-ABORT_TEMP = "abort.rmqdelay-new"  # the abort file being made, before it is linked as abort
 
 
 @dataclass(slots=True)
@@ -124,140 +111,8 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-_PRE_BLANK_UNIT = struct.pack(">qiq", 0, CQ_PRE_BLANK_SIZE, 0)
 
-
-@dataclass(slots=True)
-class _Journal:
-    """What one flush has written so far, to undo it when the flush fails: byte ranges
-    (zeroed again: they were zeros before, appends into preallocated files) and the files
-    it created (removed)."""
-
-    ranges: list[tuple[Path | str, int, int]] = field(default_factory=list)
-    created: list[Path] = field(default_factory=list)
-
-    def undo(self) -> None:
-        """Best effort, last write first: units before the records they describe. At the
-        first write that fails the rest stays, so no unit is left without its record; what
-        is left is what a crash leaves, and the next open's recovery finishes it."""
-        for path, at, length in reversed(self.ranges):
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-            except OSError:
-                return
-            try:
-                os.pwrite(fd, bytes(length), at)
-                os.fsync(fd)
-            except OSError:
-                return
-            finally:
-                os.close(fd)
-        for path in reversed(self.created):
-            _unlink_quietly(path)
-        for directory in dict.fromkeys(path.parent for path in self.created):
-            try:
-                fileio.fsync_dir(directory)
-            except StoreWriteError:
-                pass
-
-
-class _OpenFiles:
-    """File descriptors of the consume queue files being written: at most ``capacity`` open,
-    the least recently used closed first (a closed file is opened again when written)."""
-
-    def __init__(self, capacity: int = OPEN_QUEUE_FILES) -> None:
-        self.capacity = capacity
-        self._fds: OrderedDict[str, int] = OrderedDict()
-
-    def get(self, path: str) -> int | None:
-        fd = self._fds.get(path)
-        if fd is not None:
-            self._fds.move_to_end(path)
-        return fd
-
-    def put(self, path: str, fd: int) -> None:
-        self._fds[path] = fd
-        while len(self._fds) > self.capacity:
-            _, old = self._fds.popitem(last=False)
-            os.close(old)
-
-    def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
-
-
-class _QueueFiles:
-    """Write side of one consume queue: units at logical offsets, files made on demand.
-    Paths are kept as strings: this is the hot path of every flush."""
-
-    def __init__(self, directory: Path, file_size: int, files: _OpenFiles, dirty: set[str]) -> None:
-        self.directory = directory
-        self._prefix = f"{directory}{os.sep}"
-        existing = list_mapped_files(directory)
-        # A file of 0 bytes is one a kill left between its creation and its ftruncate: it
-        # tells no size, and it is grown to the queue's size when it is opened.
-        sizes = [f.size for f in existing if f.size]
-        self.file_size = sizes[0] if sizes else file_size
-        self._has_files = bool(existing)
-        self._files = files
-        self._dirty = dirty
-        self._path, self._path_start = "", -1  # the last file written, by its first byte
-
-    def _open(self, path: str, first_at: int, journal: _Journal | None) -> int:
-        fileio.make_dirs(self.directory)
-        fd, created = fileio.open_for_write(path)
-        try:
-            if created or os.fstat(fd).st_size < self.file_size:
-                fileio.ftruncate(fd, self.file_size, path)
-            if created:
-                if not self._has_files and first_at:
-                    # The queue's first file starting past its first unit: the broker's
-                    # fillPreBlank, so the units before are known not to exist.
-                    fileio.write_all(fd, _PRE_BLANK_UNIT * (first_at // CQ_STORE_UNIT_SIZE), 0, path)
-                fileio.fsync_dir(self.directory)
-        except BaseException:
-            os.close(fd)
-            if created:
-                _unlink_quietly(path)
-            raise
-        self._has_files = True
-        self._files.put(path, fd)
-        if created and journal is not None:
-            journal.created.append(Path(path))
-        return fd
-
-    def write(self, logical_offset: int, data: bytes, *, appending: bool = True,
-              journal: _Journal | None = None) -> None:
-        """Write whole units starting at ``logical_offset``, splitting at file ends."""
-        pos = logical_offset * CQ_STORE_UNIT_SIZE
-        size = self.file_size
-        while data:
-            file_start = pos - pos % size
-            at = pos - file_start
-            chunk = data[:file_start + size - pos]
-            if file_start != self._path_start:
-                self._path, self._path_start = f"{self._prefix}{file_start:020d}", file_start
-            path = self._path
-            fd = self._files.get(path)
-            if fd is None:
-                fd = self._open(path, at, journal)
-            self._dirty.add(path)
-            fileio.write_all(fd, chunk, at, path, zero_on_failure=appending)
-            if journal is not None:
-                journal.ranges.append((path, at, len(chunk)))
-            pos += len(chunk)
-            data = data[len(chunk):]
-
-
-def _unlink_quietly(path: Path | str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
-class StoreWriter:
+class StoreWriter(Flush):
     """Holds STORE/lock while open; every other writer of a store goes through this.
 
     Used as a context manager: a clean exit flushes, fsyncs, writes the checkpoint and
@@ -294,15 +149,12 @@ class StoreWriter:
         self._commitlog_file_size = commitlog_file_size
         self._cq_file_size = cq_file_size
         self._lock = BrokerLock(self.path)
-        self._owns_abort = False
-        self._created_abort = False
-        self._abort_fd: int | None = None
-        self._inherited_mark: int | None = None
+        self._abort = AbortMark(self.path)
         self._opened = False
         self._failed: StoreWriteError | None = None
         self._wrote = False  # any byte of the store written by this writer (abort aside)
         self._valid_topics: set[str] = set()  # checked once each: put() is a hot path
-        self._queue_fds = _OpenFiles(open_queue_files)
+        self._queue_fds = OpenFiles(open_queue_files)
         self._cl_fd: int | None = None
         self._cp_fd: int | None = None
         self.recovery = RecoveryReport()
@@ -317,12 +169,11 @@ class StoreWriter:
         fileio.make_dirs(self.path / "consumequeue")
         self._lock.acquire()
         try:
-            self._take_abort()
+            self._abort.take()
             self._load()
         except BaseException:
             self._close_files()
-            if self._created_abort and not self._wrote:
-                _unlink_quietly(self.path / "abort")  # nothing was changed: as it was before
+            self._abort.discard(self._wrote)  # nothing was changed: as it was before
             self._lock.release()
             raise
         self._opened = True
@@ -347,10 +198,8 @@ class StoreWriter:
                 self._indexer_call(self._indexer.close)
                 self._indexer = None
                 self._write_checkpoint()
-            if self._owns_abort:
-                self._close_abort()
-                fileio.unlink(self.path / "abort")
-                fileio.fsync_dir(self.path)
+            if self._abort.owned:
+                self._abort.remove()
         except BaseException:
             self.abandon()
             raise
@@ -367,8 +216,7 @@ class StoreWriter:
         self._pending.clear()
         self._pending_units.clear()
         self._close_files()
-        if self._created_abort and not self._wrote:
-            _unlink_quietly(self.path / "abort")
+        self._abort.discard(self._wrote)
         self._lock.release()
         self._opened = False
 
@@ -383,67 +231,12 @@ class StoreWriter:
         if self._cp_fd is not None:
             os.close(self._cp_fd)
             self._cp_fd = None
-        self._close_abort()
-
-    def _close_abort(self) -> None:
-        if self._abort_fd is not None:
-            os.close(self._abort_fd)
-            self._abort_fd = None
-
-    # -- abort -----------------------------------------------------------------------------
-    def _take_abort(self) -> None:
-        """The broker's crash marker, present while a writer works. This writer owns it when
-        it makes it, or when it was left by an rmqdelay writer that stopped before its
-        clean close and nothing was appended after that writer (checked after recovery:
-        the marker holds the log end that writer had reached). A marker left by a broker is
-        never touched: the broker's abnormal recovery does more than rmqdelay's. A missing
-        marker is made by the first ``_mark_abort``, with its mark already in it."""
-        path = self.path / "abort"
-        _unlink_quietly(self.path / ABORT_TEMP)  # a writer killed while making its abort left it
-        if not path.exists():
-            self._owns_abort = True
-            return
-        fd, _ = fileio.open_for_write(path, create=False)
-        self._abort_fd = fd
-        try:
-            content = os.pread(fd, 64, 0)
-        except OSError as exc:
-            raise StoreError(path, None, f"a readable file ({exc.strerror})") from None
-        self._inherited_mark = _parse_abort_mark(content)
-
-    def _mark_abort(self, end: int) -> None:
-        """Record in ``abort`` the log end this writer is about to write up to (before the
-        records: a marker at or past the log's end means no other writer came after). Made
-        here when missing: written and fsynced under a temporary name, then linked as
-        ``abort``, so that an ``abort`` without a mark is never this writer's (a kill
-        between the two leaves only the temporary file, removed by the next open)."""
-        if not self._owns_abort:
-            return
-        mark = ABORT_MARK + b"%020d\n" % end
-        path = self.path / "abort"
-        if self._abort_fd is not None:
-            fileio.write_all(self._abort_fd, mark, 0, path)
-            return
-        temp = self.path / ABORT_TEMP
-        fd, _ = fileio.open_for_write(temp)
-        try:
-            fileio.ftruncate(fd, 0, temp)
-            fileio.write_all(fd, mark, 0, temp)
-            fileio.fsync(fd, temp)
-            fileio.link(temp, path)
-        except BaseException:
-            os.close(fd)
-            _unlink_quietly(temp)
-            raise
-        self._abort_fd = fd
-        self._created_abort = True
-        fileio.unlink(temp)
-        fileio.fsync_dir(self.path)
+        self._abort.close()
 
     # -- state ---------------------------------------------------------------------------
     def _load(self) -> None:
         self._queue_offsets: dict[tuple[str, int], int] = {}
-        self._queues: dict[tuple[str, int], _QueueFiles] = {}
+        self._queues: dict[tuple[str, int], QueueFiles] = {}
         self._dirty_queue_files: set[str] = set()
         self._cl_file_start = -1
         self._pending: list[bytes] = []
@@ -472,10 +265,8 @@ class StoreWriter:
             cp = store.checkpoint()
             self._checkpoint = cp or Checkpoint(0, 0, 0)
             plan = plan_recovery(store)  # reads only; raises (a refusal) before any change
-            if not self._owns_abort and self._inherited_mark is not None \
-                    and _mark_reaches(store, self._inherited_mark, plan.end):
-                self._owns_abort = True  # left by an rmqdelay writer; finished below
-            self._mark_abort(plan.end)
+            self._abort.adopt(store, plan.end)  # left by an rmqdelay writer: finished below
+            self._abort.mark(plan.end)
             self._queue_offsets = plan.queue_offsets  # moved on by the dispatch below
             self._end = plan.end
             self.recovery = apply_recovery(store, plan, _Recovery(self))
@@ -499,11 +290,11 @@ class StoreWriter:
             raise self._fail(StoreWriteError(exc.filename or index_dir(self.path), None,
                                              f"index write failed: {exc.strerror}")) from None
 
-    def _queue(self, topic: str, queue_id: int) -> _QueueFiles:
+    def _queue(self, topic: str, queue_id: int) -> QueueFiles:
         key = (topic, queue_id)
         q = self._queues.get(key)
         if q is None:
-            q = _QueueFiles(self.path / "consumequeue" / topic / str(queue_id), self._cq_file_size,
+            q = QueueFiles(self.path / "consumequeue" / topic / str(queue_id), self._cq_file_size,
                             self._queue_fds, self._dirty_queue_files)
             self._queues[key] = q
         return q
@@ -691,160 +482,6 @@ class StoreWriter:
             self._end += room
             self.flush()
 
-    # -- flush ---------------------------------------------------------------------------
-    def flush(self) -> None:
-        """Write pending records (fsync), then their units (fsync), then the checkpoint.
-        With ``sync=False`` nothing is fsynced here and the checkpoint waits for
-        ``sync_to_disk``: it may only name records that are durable."""
-        self._check_usable()
-        journal = _Journal()
-        try:
-            if self._pending:
-                self._flush_records(journal)
-            if self._pending_units:
-                self._flush_units(journal)
-                self._checkpoint_due = True
-        except StoreWriteError as exc:
-            # The records of this flush and their units go as they came: the store is as it
-            # was before the flush (nothing of it was published), and it verifies clean.
-            journal.undo()
-            raise self._fail(exc) from None
-        # Only now are the records and their units written: until here they stay pending
-        # (dropped with the writer on an error), never counted as stored.
-        self._pending.clear()
-        self._pending_bytes = 0
-        self._pending_units.clear()
-        if self._indexer is not None:
-            self._indexer_call(self._indexer.flush)  # records durable -> units -> index -> checkpoint
-        try:
-            if self.sync and self._checkpoint_due:
-                self._write_checkpoint()
-        except StoreWriteError as exc:
-            raise self._fail(exc) from None
-
-    def _flush_records(self, journal: _Journal) -> None:
-        data = b"".join(self._pending)
-        start = self._pending_start
-        # The log end once these are written: a BLANK closing a file is only its 8-byte head
-        # in ``data``, but the end is then the file's end (where recovery finds it).
-        self._mark_abort(self._end)
-        view = memoryview(data)
-        while view:
-            file_start = start - start % self._commitlog_file_size
-            room = file_start + self._commitlog_file_size - start
-            chunk = view[:room]
-            fd = self._commitlog_fd(file_start, journal)
-            path = self._commitlog_path(file_start)
-            self._wrote = True
-            fileio.write_all(fd, chunk, start - file_start, path, zero_on_failure=True)
-            journal.ranges.append((path, start - file_start, len(chunk)))
-            self._unsynced_files.add(file_start)
-            start += len(chunk)
-            view = view[len(chunk):]
-        if self.sync:
-            self._sync_records()
-
-    def _flush_units(self, journal: _Journal) -> None:
-        # Units are written in commit log order (consecutive units of one queue in one
-        # write), so a kill -9 part way leaves dispatched a prefix of the records, which
-        # is what recovery's dispatch start (the highest unit's message end) assumes.
-        self._wrote = True
-        queues = self._queues
-        units = self._pending_units
-        n = len(units)
-        i = 0
-        while i < n:
-            topic, qid, first, unit = units[i]
-            j = i + 1
-            while j < n and units[j][1] == qid and units[j][0] == topic:
-                j += 1
-            q = queues.get((topic, qid)) or self._queue(topic, qid)
-            q.write(first, unit if j == i + 1 else b"".join([u[3] for u in units[i:j]]), journal=journal)
-            i = j
-        if self.sync:
-            self._sync_units()
-
-    def sync_to_disk(self) -> None:
-        """fsync what flush() wrote with sync=False (commit log, then queues, then the
-        checkpoint): after this, everything flushed so far survives a power loss."""
-        self.flush()
-        try:
-            self._sync_records()
-            self._sync_units()
-        except StoreWriteError as exc:
-            raise self._fail(exc) from None
-        if self._indexer is not None:
-            self._indexer_call(self._indexer.sync_to_disk)
-            self._checkpoint_due = True
-        try:
-            if self._checkpoint_due:
-                self._write_checkpoint()
-        except StoreWriteError as exc:
-            raise self._fail(exc) from None
-
-    def _sync_records(self) -> None:
-        for file_start in sorted(self._unsynced_files):
-            path = self._commitlog_path(file_start)
-            if file_start == self._cl_file_start and self._cl_fd is not None:
-                fileio.fsync(self._cl_fd, path)
-            else:
-                fileio.fsync_path(path)
-        self._unsynced_files.clear()
-
-    def _sync_units(self) -> None:
-        for path in sorted(self._dirty_queue_files):
-            fd = self._queue_fds.get(path)
-            if fd is not None:
-                fileio.fsync(fd, path)
-            else:
-                fileio.fsync_path(path)
-        self._dirty_queue_files.clear()
-
-    def _commitlog_path(self, file_start: int) -> Path:
-        return self.path / "commitlog" / f"{file_start:020d}"
-
-    def _commitlog_fd(self, file_start: int, journal: _Journal | None = None) -> int:
-        if self._cl_file_start != file_start:
-            if self._cl_fd is not None:
-                os.close(self._cl_fd)
-                self._cl_fd, self._cl_file_start = None, -1
-            path = self._commitlog_path(file_start)
-            fd, created = fileio.open_for_write(path)
-            try:
-                if os.fstat(fd).st_size < self._commitlog_file_size:
-                    fileio.ftruncate(fd, self._commitlog_file_size, path)  # preallocated, zero-filled
-                if created:
-                    fileio.fsync_dir(path.parent)
-            except BaseException:
-                os.close(fd)
-                if created:
-                    _unlink_quietly(path)  # no file of the wrong size left behind
-                raise
-            if created and journal is not None:
-                journal.created.append(path)
-            self._cl_fd, self._cl_file_start = fd, file_start
-        return self._cl_fd
-
-    def _write_checkpoint(self) -> None:
-        """Once the records and units are durable: the checkpoint's timestamps (and fsync)."""
-        self._checkpoint_due = False
-        cp = self._checkpoint
-        # indexMsgTimestamp: index files that end by then are whole (IndexService.load keeps
-        # them after a crash); the indexer moves it only past entries it has committed.
-        index_ts = self._indexer.end_timestamp if self._indexer is not None else 0
-        if self._last_store_ts <= 0 and index_ts <= cp.indexMsgTimestamp:
-            return
-        cp.physicMsgTimestamp = max(cp.physicMsgTimestamp, self._last_store_ts)
-        cp.logicsMsgTimestamp = max(cp.logicsMsgTimestamp, self._last_store_ts)
-        cp.indexMsgTimestamp = max(cp.indexMsgTimestamp, index_ts)
-        path = self.path / "checkpoint"
-        if self._cp_fd is None:
-            self._cp_fd, created = fileio.open_for_write(path)
-            if created:
-                fileio.ftruncate(self._cp_fd, CHECKPOINT_FILE_SIZE, path)
-        fileio.write_all(self._cp_fd, build_checkpoint(cp)[:24], 0, path)
-        fileio.fsync(self._cp_fd, path)
-
 
 class _Recovery:
     """The writer's files, lent to recovery (recovery.RecoveryTarget)."""
@@ -880,33 +517,6 @@ class _Recovery:
     def sync_queues(self) -> None:
         self.writer._sync_units()
 
-
-def _parse_abort_mark(content: bytes) -> int | None:
-    """The log end in an abort file an rmqdelay writer wrote; None for anything else (the
-    broker leaves it empty)."""
-    if not content.startswith(ABORT_MARK):
-        return None
-    text = content[len(ABORT_MARK):].strip()
-    return int(text) if text.isdigit() else None
-
-
-def _mark_reaches(store: Store, mark: int, end: int) -> bool:
-    """An abort mark proves that no other writer came after the rmqdelay writer that left
-    it when the recovered log end ``end`` is at or before the end it marked. Or when the
-    mark ends the 8-byte head of a BLANK that closes the last file, at ``end``: an older
-    writer marked that flush's bytes only, while recovery takes the log to end at the end
-    of the file that BLANK closes (nothing was written after it, or that file would not be
-    the last)."""
-    if end <= mark:
-        return True
-    head = mark - END_FILE_MIN_BLANK_LENGTH
-    if head < 0:
-        return False
-    try:
-        record = store.commitlog.read_record(head)
-    except StoreError:
-        return False
-    return isinstance(record, Blank) and record.physicalOffset == head and head + record.totalSize == end
 
 
 def without_crc(properties_raw: str) -> str:

@@ -1,0 +1,177 @@
+"""StoreWriter's flush: what makes appended records durable, in order.
+
+Order of every flush: commit log records are written (and fsynced), then their consume
+queue units, then the checkpoint - records durable, then units (and, later, the index),
+then the checkpoint. A flush that fails part way is undone (``FlushJournal``): its records
+and units go, and the store is as it was before it. With ``sync=False`` nothing is fsynced
+by ``flush`` and the checkpoint waits for ``sync_to_disk``: it may only name records that
+are durable.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rmqdelay.errors import StoreWriteError
+from rmqdelay.formats.checkpoint import CHECKPOINT_FILE_SIZE, build_checkpoint
+from rmqdelay.store import fileio
+from rmqdelay.store.writefiles import FlushJournal, unlink_quietly
+
+
+class Flush:
+    """StoreWriter's flushing and syncing. A part of StoreWriter (whose state it works on), not
+    used alone."""
+
+    def flush(self) -> None:
+        """Write pending records (fsync), then their units (fsync), then the checkpoint.
+        With ``sync=False`` nothing is fsynced here and the checkpoint waits for
+        ``sync_to_disk``: it may only name records that are durable."""
+        self._check_usable()
+        journal = FlushJournal()
+        try:
+            if self._pending:
+                self._flush_records(journal)
+            if self._pending_units:
+                self._flush_units(journal)
+                self._checkpoint_due = True
+        except StoreWriteError as exc:
+            # The records of this flush and their units go as they came: the store is as it
+            # was before the flush (nothing of it was published), and it verifies clean.
+            journal.undo()
+            raise self._fail(exc) from None
+        # Only now are the records and their units written: until here they stay pending
+        # (dropped with the writer on an error), never counted as stored.
+        self._pending.clear()
+        self._pending_bytes = 0
+        self._pending_units.clear()
+        if self._indexer is not None:
+            self._indexer_call(self._indexer.flush)  # records durable -> units -> index -> checkpoint
+        try:
+            if self.sync and self._checkpoint_due:
+                self._write_checkpoint()
+        except StoreWriteError as exc:
+            raise self._fail(exc) from None
+
+    def _flush_records(self, journal: FlushJournal) -> None:
+        data = b"".join(self._pending)
+        start = self._pending_start
+        # The log end once these are written: a BLANK closing a file is only its 8-byte head
+        # in ``data``, but the end is then the file's end (where recovery finds it).
+        self._abort.mark(self._end)
+        view = memoryview(data)
+        while view:
+            file_start = start - start % self._commitlog_file_size
+            room = file_start + self._commitlog_file_size - start
+            chunk = view[:room]
+            fd = self._commitlog_fd(file_start, journal)
+            path = self._commitlog_path(file_start)
+            self._wrote = True
+            fileio.write_all(fd, chunk, start - file_start, path, zero_on_failure=True)
+            journal.ranges.append((path, start - file_start, len(chunk)))
+            self._unsynced_files.add(file_start)
+            start += len(chunk)
+            view = view[len(chunk):]
+        if self.sync:
+            self._sync_records()
+
+    def _flush_units(self, journal: FlushJournal) -> None:
+        # Units are written in commit log order (consecutive units of one queue in one
+        # write), so a kill -9 part way leaves dispatched a prefix of the records, which
+        # is what recovery's dispatch start (the highest unit's message end) assumes.
+        self._wrote = True
+        queues = self._queues
+        units = self._pending_units
+        n = len(units)
+        i = 0
+        while i < n:
+            topic, qid, first, unit = units[i]
+            j = i + 1
+            while j < n and units[j][1] == qid and units[j][0] == topic:
+                j += 1
+            q = queues.get((topic, qid)) or self._queue(topic, qid)
+            q.write(first, unit if j == i + 1 else b"".join([u[3] for u in units[i:j]]), journal=journal)
+            i = j
+        if self.sync:
+            self._sync_units()
+
+    def sync_to_disk(self) -> None:
+        """fsync what flush() wrote with sync=False (commit log, then queues, then the
+        checkpoint): after this, everything flushed so far survives a power loss."""
+        self.flush()
+        try:
+            self._sync_records()
+            self._sync_units()
+        except StoreWriteError as exc:
+            raise self._fail(exc) from None
+        if self._indexer is not None:
+            self._indexer_call(self._indexer.sync_to_disk)
+            self._checkpoint_due = True
+        try:
+            if self._checkpoint_due:
+                self._write_checkpoint()
+        except StoreWriteError as exc:
+            raise self._fail(exc) from None
+
+    def _sync_records(self) -> None:
+        for file_start in sorted(self._unsynced_files):
+            path = self._commitlog_path(file_start)
+            if file_start == self._cl_file_start and self._cl_fd is not None:
+                fileio.fsync(self._cl_fd, path)
+            else:
+                fileio.fsync_path(path)
+        self._unsynced_files.clear()
+
+    def _sync_units(self) -> None:
+        for path in sorted(self._dirty_queue_files):
+            fd = self._queue_fds.get(path)
+            if fd is not None:
+                fileio.fsync(fd, path)
+            else:
+                fileio.fsync_path(path)
+        self._dirty_queue_files.clear()
+
+    def _commitlog_path(self, file_start: int) -> Path:
+        return self.path / "commitlog" / f"{file_start:020d}"
+
+    def _commitlog_fd(self, file_start: int, journal: FlushJournal | None = None) -> int:
+        if self._cl_file_start != file_start:
+            if self._cl_fd is not None:
+                os.close(self._cl_fd)
+                self._cl_fd, self._cl_file_start = None, -1
+            path = self._commitlog_path(file_start)
+            fd, created = fileio.open_for_write(path)
+            try:
+                if os.fstat(fd).st_size < self._commitlog_file_size:
+                    fileio.ftruncate(fd, self._commitlog_file_size, path)  # preallocated, zero-filled
+                if created:
+                    fileio.fsync_dir(path.parent)
+            except BaseException:
+                os.close(fd)
+                if created:
+                    unlink_quietly(path)  # no file of the wrong size left behind
+                raise
+            if created and journal is not None:
+                journal.created.append(path)
+            self._cl_fd, self._cl_file_start = fd, file_start
+        return self._cl_fd
+
+    def _write_checkpoint(self) -> None:
+        """Once the records and units are durable: the checkpoint's timestamps (and fsync)."""
+        self._checkpoint_due = False
+        cp = self._checkpoint
+        # indexMsgTimestamp: index files that end by then are whole (IndexService.load keeps
+        # them after a crash); the indexer moves it only past entries it has committed.
+        index_ts = self._indexer.end_timestamp if self._indexer is not None else 0
+        if self._last_store_ts <= 0 and index_ts <= cp.indexMsgTimestamp:
+            return
+        cp.physicMsgTimestamp = max(cp.physicMsgTimestamp, self._last_store_ts)
+        cp.logicsMsgTimestamp = max(cp.logicsMsgTimestamp, self._last_store_ts)
+        cp.indexMsgTimestamp = max(cp.indexMsgTimestamp, index_ts)
+        path = self.path / "checkpoint"
+        if self._cp_fd is None:
+            self._cp_fd, created = fileio.open_for_write(path)
+            if created:
+                fileio.ftruncate(self._cp_fd, CHECKPOINT_FILE_SIZE, path)
+        fileio.write_all(self._cp_fd, build_checkpoint(cp)[:24], 0, path)
+        fileio.fsync(self._cp_fd, path)
