@@ -26,8 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
+from rmqdelay.schedule.events import Delivered
 from rmqdelay.schedule.redelivery import message_timeup
-from rmqdelay.schedule.scheduler import Delivered, Scheduler
+from rmqdelay.schedule.scheduler import Scheduler
 from rmqdelay.store import Store
 from rmqdelay.store.index import IndexSettings
 from rmqdelay.store.writer import NewMessage, StoreWriter

@@ -129,8 +129,9 @@ def reset(
     (temp file, fsync, rename, .bak) under the store lock. Targets outside a queue are
     clamped with a warning, as the broker's correctDelayOffset would."""
     from rmqdelay.schedule.offsets import OffsetPublisher
+    from rmqdelay.schedule.replay import exact_offsets
     from rmqdelay.schedule.reset import plan_reset
-    from rmqdelay.schedule.scheduler import exact_offsets, wall_clock_ms
+    from rmqdelay.schedule.scheduler import wall_clock_ms
     from rmqdelay.store import Store
     from rmqdelay.store.lock import BrokerLock
 

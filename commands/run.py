@@ -28,7 +28,8 @@ from .common import (
 )
 
 if TYPE_CHECKING:
-    from rmqdelay.schedule.scheduler import Scheduler, Stopped
+    from rmqdelay.schedule.events import Stopped
+    from rmqdelay.schedule.scheduler import Scheduler
 
 
 def resolve_delay_levels(delay_levels: str | None, broker_config: Path | None) -> dict[int, int]:
@@ -52,7 +53,7 @@ def parse_levels(text: str | None) -> list[int] | None:
 
 @functools.cache
 def _event_names() -> dict[type, str]:
-    from rmqdelay.schedule.scheduler import (
+    from rmqdelay.schedule.events import (
         Delivered,
         Notice,
         Persisted,
@@ -178,7 +179,7 @@ def run(
 
 
 def _consume(scheduler: Scheduler, json_out: bool, dry_run: bool) -> Stopped | None:
-    from rmqdelay.schedule.scheduler import Delivered, Notice, QueueCreated, Replayed, Skipped, Sleeping, Stopped
+    from rmqdelay.schedule.events import Delivered, Notice, QueueCreated, Replayed, Skipped, Sleeping, Stopped
     from rmqdelay.timer.deliver.events import TimerDelivered, TimerNotice, TimerSkipped
 
     stopped = None

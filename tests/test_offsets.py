@@ -6,9 +6,10 @@ import pytest
 from clirun import broker_holding_lock, run_cli
 from rmqdelay.formats.delayoffset import parse_delay_offsets
 
+from rmqdelay.schedule.events import Delivered
 from rmqdelay.schedule.offsets import read_scheduler_state
 from rmqdelay.schedule.reset import first_unit_at_or_after, parse_iso_duration_ms
-from rmqdelay.schedule.scheduler import Delivered, Scheduler
+from rmqdelay.schedule.scheduler import Scheduler
 from rmqdelay.store import Store
 
 FAR_AHEAD = 4_102_444_800_000

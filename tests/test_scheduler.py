@@ -13,17 +13,10 @@ from conftest import SAMPLES
 from rmqdelay.formats.commitlog import Message
 
 from rmqdelay.errors import StoreLockedError
+from rmqdelay.schedule.events import Delivered, Notice, QueueCreated, Replayed, Skipped, Sleeping
 from rmqdelay.schedule.offsets import read_scheduler_state, scheduler_state_path
 from rmqdelay.schedule.redelivery import message_timeup
-from rmqdelay.schedule.scheduler import (
-    Delivered,
-    Notice,
-    QueueCreated,
-    Replayed,
-    Scheduler,
-    Skipped,
-    Sleeping,
-)
+from rmqdelay.schedule.scheduler import Scheduler
 from rmqdelay.store import Store
 from rmqdelay.store.verify import verify_store
 from rmqdelay.store.writer import NewMessage, StoreWriter

@@ -14,7 +14,8 @@ import pytest
 from conftest import SAMPLES
 from support.kill9_timer_soak import kill_timer_runs, run_cli
 
-from rmqdelay.schedule.scheduler import Scheduler, Stopped, wall_clock_ms
+from rmqdelay.schedule.events import Stopped
+from rmqdelay.schedule.scheduler import Scheduler, wall_clock_ms
 from rmqdelay.store import Store
 from rmqdelay.timer.audit import check_timer_store
 from rmqdelay.timer.deliver import TimerEngine

@@ -21,8 +21,9 @@ from rmqdelay.formats.msgid import decode_message_id, parse_host
 from rmqdelay.formats.propcrc import check_record
 
 from rmqdelay.producer import broker_message
+from rmqdelay.schedule.events import Notice
 from rmqdelay.schedule.redelivery import consumer_send_back
-from rmqdelay.schedule.scheduler import Notice, Scheduler
+from rmqdelay.schedule.scheduler import Scheduler
 from rmqdelay.store import Store
 from rmqdelay.store.verify import verify_store
 from rmqdelay.store.writer import NewMessage, StoreWriter

@@ -2,14 +2,17 @@
 
 - ``message_timeup``: a due SCHEDULE_TOPIC_XXXX message restored to its real topic
   (ScheduleMessageService.messageTimeup, 4.9.4);
+- ``restore_unit``: the message a due schedule unit delivers, or why the broker skips it
+  (ScheduleMessageService.DeliverDelayedMessageTimerTask, per unit);
 - ``consumer_send_back``: a message a consumer group failed, sent back for a retry or to
   the dead-letter queue (SendMessageProcessor.asyncConsumerSendMsgBack, 4.9.4).
 
-Both give a NewMessage for the one writer; neither writes.
+Each gives a NewMessage for the one writer; none writes.
 """
 
 from __future__ import annotations
 
+from rmqdelay.errors import StoreError, StoreReadError
 from rmqdelay.formats.commitlog import Message
 from rmqdelay.formats.constants import (
     DEFAULT_MAX_RECONSUME_TIMES,
@@ -23,9 +26,13 @@ from rmqdelay.formats.constants import (
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_WAIT_STORE_MSG_OK,
     RETRY_GROUP_TOPIC_PREFIX,
+    RMQ_SYS_SCHEDULE_TOPIC,
+    RMQ_SYS_TRANS_HALF_TOPIC,
 )
 from rmqdelay.formats.javanum import java_parse_int
 from rmqdelay.formats.properties import broker_properties_string, reformat_properties
+from rmqdelay.store import Store
+from rmqdelay.store.topics import long_retry_topic, topic_problem
 from rmqdelay.store.writer import NewMessage
 
 
@@ -106,3 +113,34 @@ def consumer_send_back(msg: Message, group: str, *, delay_level: int = 0,
         storeHost=(msg.storeHostAddress, msg.storePort),
         reconsumeTimes=msg.reconsumeTimes + 1,
     )
+
+
+def restore_unit(store: Store, commit_log_offset: int, size: int, *,
+                 broker5x: bool = False) -> tuple[Message | None, NewMessage | None, str | None]:
+    """The message a due unit delivers, or why it is skipped. Depends only on the stored
+    bytes, so a replay reaches the same decision as the run that wrote the log. ``broker5x``:
+    as a 5.x ScheduleMessageService restores it (its properties string, long retry topics)."""
+    try:
+        msg = store.commitlog.read_message(commit_log_offset, size)
+    except StoreReadError:
+        raise  # the file is there but out of reach now: not a reason to skip the message for good
+    except StoreError as exc:
+        # lookMessageByOffset finding nothing: the broker moves on to the next unit.
+        return None, None, f"no readable message ({exc})"
+    props = msg.properties
+    topic = props.get(PROPERTY_REAL_TOPIC)
+    if topic is None:
+        return msg, None, "no REAL_TOPIC property"
+    problem = topic_problem(topic)
+    if problem and not (broker5x and long_retry_topic(topic)):
+        return msg, None, f"REAL_TOPIC is {problem}"
+    if topic == RMQ_SYS_TRANS_HALF_TOPIC:
+        return msg, None, "REAL_TOPIC is the transaction half topic (the broker discards it)"
+    if topic == RMQ_SYS_SCHEDULE_TOPIC:
+        return msg, None, "REAL_TOPIC is SCHEDULE_TOPIC_XXXX itself"
+    qid_text = props.get(PROPERTY_REAL_QUEUE_ID)
+    # messageTimeup: Integer.parseInt, whose NumberFormatException drops the message.
+    qid = java_parse_int(qid_text) if qid_text is not None else None
+    if qid is None or not 0 <= qid <= 0x7FFFFFFF:
+        return msg, None, f"REAL_QID is not a queue id: {qid_text!r}"
+    return msg, message_timeup(msg, broker5x=broker5x), None
