@@ -1,5 +1,6 @@
-"""What every command shares: consoles, JSON lines, progress, time arguments. (How the
-process's streams write what they cannot encode: streams.py.)"""
+"""What every command shares: consoles, JSON lines, progress, time arguments, and how times
+and durations read on a terminal (docs/cli.md, "Units"). (How the process's streams write
+what they cannot encode: streams.py; tables that fit the terminal: tables.py.)"""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import math
 import re
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -52,6 +54,21 @@ def emit_json(obj: dict) -> None:
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
 
+def camel(name: str) -> str:
+    """snake_case -> camelCase (``at_ms`` -> ``atMs``); other names as they are."""
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def camel_keys(obj):
+    """A JSON value with every object key in camelCase (docs/cli.md: one naming style)."""
+    if isinstance(obj, dict):
+        return {camel(k) if isinstance(k, str) else k: camel_keys(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [camel_keys(v) for v in obj]
+    return obj
+
+
 def _json_escape(match: re.Match) -> str:
     code = ord(match.group())
     if code <= 0xFFFF:
@@ -64,7 +81,7 @@ def _json_escape(match: re.Match) -> str:
 _MIN_TIME_MS = -62135596800000
 
 
-def parse_time_ms(text: str, option: str = "--now") -> int:
+def parse_time_ms(text: str, option: str) -> int:
     """An instant as epoch milliseconds: an integer is epoch ms, anything else ISO 8601
     (a time without a zone is UTC); either within years 1 to 9999."""
     text = text.strip()
@@ -90,6 +107,11 @@ def parse_time_ms(text: str, option: str = "--now") -> int:
     if not _MIN_TIME_MS <= ms <= MAX_DELIVER_MS:  # a zone pushing year 1 or 9999 over the edge
         raise UsageError(f"{option}: an instant between years 1 and 9999, found {text!r}")
     return ms
+
+
+def clock_ms(now: str | None) -> int:
+    """The instant a command judges by: ``--now`` when given, else the wall clock."""
+    return parse_time_ms(now, "--now") if now else time.time_ns() // 1_000_000
 
 
 def int_option(option: str, text: str) -> int:
@@ -122,27 +144,62 @@ def writable_directory(path: Path, option: str) -> None:
 
 
 def format_time_ms(ms: int | None) -> str:
+    """An instant in full, to the millisecond: ``2026-11-23 16:12:09.969Z``."""
     if ms is None:
         return "-"
     moment = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
     return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
-def format_duration_ms(ms: int | None) -> str:
+def format_date_ms(ms: int | None) -> str:
+    """An instant to the second, for tables: ``2026-11-23 16:12:09Z``."""
+    return "-" if ms is None else format_time_ms(ms)[:19] + "Z"
+
+
+_UNITS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000))
+
+
+def format_duration_ms(ms: int | float | None) -> str:
+    """A duration as a person reads it: ``180 ms``, ``2.6 s``, ``42 s``, ``4m 12s``,
+    ``3h 25m``, ``4d 15h``, ``2h`` (the two largest units, the smaller rounded down and left
+    out when zero)."""
     if ms is None:
         return "-"
+    ms = round(ms)
     sign = "-" if ms < 0 else ""
     ms = abs(ms)
     if ms < 1000:
-        return f"{sign}{ms}ms"
-    seconds = ms / 1000
-    if seconds < 60:
-        return f"{sign}{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{sign}{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{sign}{hours}h{minutes:02d}m"
+        return f"{sign}{ms} ms"
+    if ms < 10_000:
+        return f"{sign}{ms // 100 / 10:g} s"
+    if ms < 60_000:
+        return f"{sign}{ms // 1000} s"
+    for i, (name, size) in enumerate(_UNITS[:-1]):
+        if ms >= size:
+            small, small_size = _UNITS[i + 1]
+            rest = ms % size // small_size
+            return f"{sign}{ms // size}{name}" + (f" {rest}{small}" if rest else "")
+    return f"{sign}{ms} ms"  # not reached
+
+
+def format_relative_ms(ms: int | None, now_ms: int) -> str:
+    """An instant against the clock: ``in 4m 12s``, ``3h 25m ago``, ``now``."""
+    if ms is None:
+        return "-"
+    if ms == now_ms:
+        return "now"
+    return f"in {format_duration_ms(ms - now_ms)}" if ms > now_ms else f"{format_duration_ms(now_ms - ms)} ago"
+
+
+def format_when_ms(ms: int | None, now_ms: int) -> str:
+    """An instant and how far it is from the clock: ``2026-11-23 16:12:27Z (in 17 s)``, the
+    date left out when it is the clock's (UTC) day: ``16:12:27Z (in 17 s)``."""
+    if ms is None:
+        return "-"
+    date = format_date_ms(ms)
+    if date[:10] == format_date_ms(now_ms)[:10]:
+        date = date[11:]
+    return f"{date} ({format_relative_ms(ms, now_ms)})"
 
 
 @contextlib.contextmanager
