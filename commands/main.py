@@ -261,14 +261,14 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 _default_show_warning = warnings.showwarning
 
 
-def _in_command(message: str) -> str:
-    """A usage error of the command given: its path first, and where to read its help."""
+def _in_command(message: str, hint: bool = True) -> str:
+    """An error of the command given: its path first, and (a usage error) where to read its help."""
     command = _Invocation.command
     for new, old in _Invocation.renamed.items():
         message = message.replace(f"{new}:", f"{old}:").replace(f"{new} ", f"{old} ")
     if not command:
         return f"rmqdelay: {message}"
-    return f"rmqdelay: {command}: {message} (see 'rmqdelay {command} --help')"
+    return f"rmqdelay: {command}: {message}" + (f" (see 'rmqdelay {command} --help')" if hint else "")
 
 
 def main() -> None:
@@ -294,7 +294,8 @@ def main() -> None:
         _say(_in_command(str(exc)))
         code = exc.exit_code
     except RmqDelayError as exc:
-        _say(f"rmqdelay: {exc}")
+        # A store's error names its file; one of the command's own setting (Spark's) the command.
+        _say(_in_command(str(exc), hint=False) if getattr(exc, "in_command", False) else f"rmqdelay: {exc}")
         code = exc.exit_code
     except BrokenPipeError:
         sys.stderr.close()  # a pipe reader went away (| head): not an error
