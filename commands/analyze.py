@@ -216,8 +216,8 @@ def _write_report(report: Path, results: dict[str, AnalysisResult], refs: list[S
             table = pq.read_table(path, columns=columns)
             return table.rename_columns(list(internal_names(columns).values()))
 
-        lateness_values = read(spark_output / "lateness_messages.parquet", ["level", "latenessMs"])
-        timer_values = read(spark_output / "lateness_timer_messages.parquet", ["realTopic", "latenessMs"])
+        lateness_values = read(spark_output / "lateness_messages.parquet", ["store", "level", "latenessMs"])
+        timer_values = read(spark_output / "lateness_timer_messages.parquet", ["store", "realTopic", "latenessMs"])
     page = render_report(results, [r.name for r in refs], at_ms, lateness_values, timer_values)
     try:
         report.write_text(page, encoding="utf-8")

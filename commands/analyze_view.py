@@ -14,49 +14,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from rich.text import Text
 
+from rmqdelay.analysis.names import COUNT, DURATION, INSTANT, RATE, TEXT, VIEWS
+
 from .common import console, format_duration_ms, format_relative_ms, format_when_ms
 from .tables import Column, hidden_note, print_table
-
-# How a column reads: its header, what its values are, and when it goes on a narrow terminal
-# (tables.Column.drop). Kinds: text, count, duration (ms), instant (epoch ms), rate, flag.
-_TEXT, _COUNT, _DURATION, _INSTANT, _RATE, _FLAG = "text", "count", "duration", "instant", "rate", "flag"
-
-
-@dataclass(frozen=True, slots=True)
-class View:
-    header: str
-    kind: str = _COUNT
-    drop: int = 0
-
-
-VIEWS: dict[str, View] = {
-    "store": View("store", _TEXT), "level": View("level"), "group": View("group", _TEXT),
-    "topic": View("topic", _TEXT, 3), "real_topic": View("real topic", _TEXT), "queue_id": View("queue"),
-    "state": View("state", _TEXT), "chain": View("chain", _TEXT), "kind": View("kind", _TEXT),
-    "detail": View("detail", _TEXT), "attempts": View("attempts"), "chains": View("chains"),
-    "delay_ms": View("delay", _DURATION, 4), "offset": View("offset", drop=6), "max_offset": View("max offset", drop=5),
-    "pending": View("pending"), "due_now": View("due now"), "overdue_1s": View("overdue >1s", drop=3),
-    "overdue_1m": View("overdue >1m", drop=2), "overdue_1h": View("overdue >1h"),
-    "oldest_due_ms": View("oldest due", _INSTANT, 1),
-    "consumer_offset": View("consumer offset", drop=1), "lag": View("lag"),
-    "read_ms": View("read up to", _INSTANT, 6), "behind_ms": View("behind", _DURATION),
-    "rolling": View("rolling", drop=4), "not_enqueued": View("not enqueued", drop=5),
-    "cancel_markers": View("markers", drop=7), "cancelled": View("cancelled", drop=8),
-    "delivered": View("delivered"), "messages": View("messages"),
-    "p50": View("p50", _DURATION, 2), "p90": View("p90", _DURATION, 4), "p99": View("p99", _DURATION),
-    "p999": View("p99.9", _DURATION, 3), "max": View("max", _DURATION, 1), "min": View("min", _DURATION, 5),
-    "early": View("early", drop=6), "duplicates": View("dupes", drop=7),
-    "undelivered_overdue": View("overdue undelivered"), "oldest_undelivered_ms": View("oldest undelivered", _INSTANT, 8),
-    "dequeue_p50": View("dequeue p50", _DURATION, 9), "dequeue_p90": View("dequeue p90", _DURATION, 10),
-    "dequeue_p99": View("dequeue p99", _DURATION, 11), "dequeue_p999": View("dequeue p99.9", _DURATION, 12),
-    "dequeue_max": View("dequeue max", _DURATION, 13), "dequeue_min": View("dequeue min", _DURATION, 14),
-    "dequeue_early": View("dequeue early", drop=15), "never_enqueued": View("never enqueued", drop=16),
-    "rolled": View("rolled", drop=17), "rolls": View("rolls"), "cancellations": View("cancellations"),
-    "dlq": View("in DLQ"), "dlq_rate": View("DLQ rate", _RATE),
-    "to_last_attempt_p50": View("to last attempt p50", _DURATION, 2),
-    "to_last_attempt_max": View("to last attempt max", _DURATION, 3),
-    "to_dlq_p50": View("to DLQ p50", _DURATION, 1), "to_dlq_max": View("to DLQ max", _DURATION, 4),
-}
 
 # Tables only a store with a timer wheel can fill (docs/analyze.md, "The timer wheel").
 TIMER_TABLES = frozenset({"timer", "timer_drain", "timer_topics", "timer_rolls", "timer_cancellations"})
@@ -73,20 +34,20 @@ _WINDOWS = (("due now", 0, 0), ("next 1m", 1, 1), ("1m-10m", 2, 10), ("10m-1h", 
 def _cell(value, kind: str, now_ms: int) -> str | Text:
     if value is None:
         return "-"
-    if kind == _DURATION:
+    if kind == DURATION:
         return format_duration_ms(value)
-    if kind == _INSTANT:
+    if kind == INSTANT:
         return format_when_ms(value, now_ms)
-    if kind == _RATE:
+    if kind == RATE:
         return f"{100 * value:.1f}%"
-    if kind == _TEXT:
+    if kind == TEXT:
         return Text(str(value))
     return str(value)
 
 
 def _columns(names: Sequence[str]) -> list[Column]:
-    return [Column(VIEWS[n].header, "left" if VIEWS[n].kind in (_TEXT, _INSTANT) else "right", VIEWS[n].drop,
-                   fold=VIEWS[n].kind == _TEXT) for n in names]
+    return [Column(VIEWS[n].header, "left" if VIEWS[n].kind in (TEXT, INSTANT) else "right", VIEWS[n].drop,
+                   fold=VIEWS[n].kind == TEXT) for n in names]
 
 
 def drain_windows(table: pa.Table) -> tuple[list[str], list[list]]:

@@ -60,9 +60,11 @@ def test_report_is_one_self_contained_page_with_the_three_charts(tmp_path, capsy
     text = page.read_text(encoding="utf-8")
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text)
     assert "<script" not in text and "<link" not in text and "@import" not in text
-    for heading in ("Lateness per level", "Backlog drain curve", "Retry funnel"):
+    for heading in ("Lateness per level", "Backlog drain", "Retry funnel"):
         assert heading in text
-    assert text.count("<svg") == 3
+    # Two stores: the charts of both together, then each store's own (no chain of delay-partial
+    # entered the retry path: no funnel in its section).
+    assert text.count("<svg") == 3 + 3 + 2 and 'id="store-retry"' in text and 'id="store-delay-partial"' in text
     # The funnel: every one of the 90 chains reached attempt 1, 10 reached attempt 16 and the DLQ.
     assert re.search(r">attempt 1</text>.*?>90</text>", text)
     assert re.search(r">attempt 16</text>.*?>10</text>", text)
@@ -108,7 +110,8 @@ def test_timer_tables_of_a_5x_store_in_json_parquet_and_the_report(tmp_path, cap
     assert pq.read_table(out / "lateness_timer_messages.parquet").equals(public_table(embedded.timer_messages))
     assert pq.read_table(out / "lateness_timer_topics.parquet").equals(public_table(embedded.tables["timer_topics"]))
     text = page.read_text(encoding="utf-8")
-    assert "<h2>Timer messages</h2>" in text and "lateness: timer_cancellations" in text
+    assert re.search(r"<h2[^>]*>Timer messages</h2>", text) and "lateness: timer_cancellations" in text
     for chart in ("lateness-chart", "timer-lateness-chart", "timer-outcomes", "drain-chart", "retry-funnel"):
         assert f'<svg id="{chart}"' in text
+    assert '<div class="card" data-store="partial">' in text  # the summary band
     assert re.search(r">cancel honoured</text>.*?>15</text>", text)

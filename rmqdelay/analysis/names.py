@@ -11,6 +11,8 @@ to docs/cli.md, instead of going out under a name nobody chose.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pyarrow as pa
 
 PUBLIC_NAMES: dict[str, str] = {
@@ -44,6 +46,49 @@ PUBLIC_NAMES: dict[str, str] = {
     "first_failure_ms": "firstFailureTimestamp", "last_attempt_ms": "lastAttemptTimestamp",
     "dlq_ms": "dlqTimestamp",
     "read_ms": "lastReadTimeMs", "slot_ms": "slotTimeMs", "out_ms": "timerOutMs", "dequeue_ms": "dequeueMs",
+}
+
+
+# How a column reads to a person, on a terminal and in the report: its header, what its values
+# are (text, count, duration in ms, instant in epoch ms, rate), and when it goes on a narrow
+# terminal (the higher, the sooner; 0 never). One place, so a figure has one name everywhere.
+TEXT, COUNT, DURATION, INSTANT, RATE = "text", "count", "duration", "instant", "rate"
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    header: str
+    kind: str = COUNT
+    drop: int = 0
+
+
+VIEWS: dict[str, View] = {
+    "store": View("store", TEXT), "level": View("level"), "group": View("group", TEXT),
+    "topic": View("topic", TEXT, 3), "real_topic": View("real topic", TEXT), "queue_id": View("queue"),
+    "state": View("state", TEXT), "chain": View("chain", TEXT), "kind": View("kind", TEXT),
+    "detail": View("detail", TEXT), "attempts": View("attempts"), "chains": View("chains"),
+    "delay_ms": View("delay", DURATION, 4), "offset": View("offset", drop=6), "max_offset": View("max offset", drop=5),
+    "pending": View("pending"), "due_now": View("due now"), "overdue_1s": View("overdue >1s", drop=3),
+    "overdue_1m": View("overdue >1m", drop=2), "overdue_1h": View("overdue >1h"),
+    "oldest_due_ms": View("oldest due", INSTANT, 1),
+    "consumer_offset": View("consumer offset", drop=1), "lag": View("lag"),
+    "read_ms": View("read up to", INSTANT, 6), "behind_ms": View("behind", DURATION),
+    "rolling": View("rolling", drop=4), "not_enqueued": View("not enqueued", drop=5),
+    "cancel_markers": View("markers", drop=7), "cancelled": View("cancelled", drop=8),
+    "delivered": View("delivered"), "messages": View("messages"),
+    "p50": View("p50", DURATION, 2), "p90": View("p90", DURATION, 4), "p99": View("p99", DURATION),
+    "p999": View("p99.9", DURATION, 3), "max": View("max", DURATION, 1), "min": View("min", DURATION, 5),
+    "early": View("early", drop=6), "duplicates": View("dupes", drop=7),
+    "undelivered_overdue": View("overdue undelivered"), "oldest_undelivered_ms": View("oldest undelivered", INSTANT, 8),
+    "dequeue_p50": View("dequeue p50", DURATION, 9), "dequeue_p90": View("dequeue p90", DURATION, 10),
+    "dequeue_p99": View("dequeue p99", DURATION, 11), "dequeue_p999": View("dequeue p99.9", DURATION, 12),
+    "dequeue_max": View("dequeue max", DURATION, 13), "dequeue_min": View("dequeue min", DURATION, 14),
+    "dequeue_early": View("dequeue early", drop=15), "never_enqueued": View("never enqueued", drop=16),
+    "rolled": View("rolled", drop=17), "rolls": View("rolls"), "cancellations": View("cancellations"),
+    "dlq": View("in DLQ"), "dlq_rate": View("DLQ rate", RATE),
+    "to_last_attempt_p50": View("to last attempt p50", DURATION, 2),
+    "to_last_attempt_max": View("to last attempt max", DURATION, 3),
+    "to_dlq_p50": View("to DLQ p50", DURATION, 1), "to_dlq_max": View("to DLQ max", DURATION, 4),
 }
 
 
