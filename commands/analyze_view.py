@@ -27,8 +27,8 @@ _ONLY_PENDING = frozenset({"backlog: levels"})
 
 # The drain tables on a terminal: pending messages by when they fall due (docs/analyze.md:
 # minute 0 = due now, minute m >= 1 = due in ((m-1) min, m min]), in windows.
-_WINDOWS = (("due now", 0, 0), ("next 1m", 1, 1), ("1m-10m", 2, 10), ("10m-1h", 11, 60), ("1h-3h", 61, 180),
-            ("later", 181, None))
+_WINDOWS = (("due now", 0, 0), ("<1m", 1, 1), ("1-10m", 2, 10), ("10m-1h", 11, 60), ("1-3h", 61, 180),
+            (">3h", 181, None))
 
 
 def _cell(value, kind: str, now_ms: int) -> str | Text:

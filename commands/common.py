@@ -51,7 +51,7 @@ def json_text(text: str) -> str:
 def emit_json(obj: dict) -> None:
     """One object per line (NDJSON), valid UTF-8: non-ASCII characters as they are when the
     output is UTF-8, as \\u escapes otherwise; store bytes that were not UTF-8 replaced
-    (docs/json-output.md)."""
+    (docs/cli.md)."""
     line = json_text(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
     if not line.isascii() and (getattr(sys.stdout, "encoding", None) or "").replace("-", "").lower() != "utf8":
         line = _NON_ASCII.sub(_json_escape, line)  # non-ASCII occurs only inside JSON strings
@@ -61,14 +61,20 @@ def emit_json(obj: dict) -> None:
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
 
+_SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)+$")
+
+
 def camel(name: str) -> str:
-    """snake_case -> camelCase (``at_ms`` -> ``atMs``); other names as they are."""
+    """A lower snake_case field name in camelCase (``at_ms`` -> ``atMs``); any other key as it
+    is (a group, a topic, a level: data, not a field name)."""
+    if not _SNAKE.match(name):
+        return name
     head, *rest = name.split("_")
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
 def camel_keys(obj):
-    """A JSON value with every object key in camelCase (docs/cli.md: one naming style)."""
+    """A JSON value with its field names in camelCase (docs/cli.md: one naming style)."""
     if isinstance(obj, dict):
         return {camel(k) if isinstance(k, str) else k: camel_keys(v) for k, v in obj.items()}
     if isinstance(obj, list):

@@ -26,7 +26,8 @@ from .inspect_timer import inspect_timer, print_features
 from .render import print_levels
 from .tables import Column, hidden_note, print_table
 
-app = typer.Typer(help="Read-only views of a broker store.", no_args_is_help=True)
+app = typer.Typer(help="Read-only views of a broker store.\n\nExample: `rmqdelay inspect delay /data/broker-a/store`",
+                  no_args_is_help=True)
 
 
 def _exit_problems() -> None:

@@ -137,7 +137,9 @@ def _no_options() -> None:
 app = typer.Typer(
     name="rmqdelay",
     cls=LazyGroup,
-    help="Inspect and operate the delay machinery of a RocketMQ broker store, offline.",
+    help="Inspect and operate the delay machinery of a RocketMQ broker store, offline.\n\n"
+         "Example: `rmqdelay inspect delay /data/broker-a/store`; every command has an example in its -h, and "
+         "docs/cli.md is the contract they all follow.",
     no_args_is_help=True,
     # -h as --help, in every command (a context inherits its parent's help option names).
     context_settings={"help_option_names": ["-h", "--help"]},

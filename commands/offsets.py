@@ -22,7 +22,8 @@ from .tables import Column, hidden_note, print_table
 if TYPE_CHECKING:
     from rmqdelay.schedule.reset import ResetTarget
 
-app = typer.Typer(help="Read and move the delay offsets (config/delayOffset.json).", no_args_is_help=True)
+app = typer.Typer(help="Read and move the delay offsets (config/delayOffset.json).\n\n"
+                       "Example: `rmqdelay offsets reset STORE --levels 4 --to-latest`", no_args_is_help=True)
 
 
 @app.command("show")

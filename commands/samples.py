@@ -16,7 +16,8 @@ from rmqdelay.errors import UsageError
 
 from .common import camel_keys, console, emit_json, format_time_ms, int_option, progress
 
-app = typer.Typer(help="Sample stores.", no_args_is_help=True)
+app = typer.Typer(help="Sample stores.\n\nExample: `rmqdelay samples unpack timer-partial /tmp/timer-partial`",
+                  no_args_is_help=True)
 
 
 def _positive(name: str, text: str) -> int:

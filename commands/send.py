@@ -126,7 +126,7 @@ def send(
     keys: str = typer.Option(None, "--keys", metavar="KEYS", show_default=False,
                              help="KEYS property (space-separated keys)."),
     delay_level: str = typer.Option("0", "--delay-level", metavar="N", help="Delay level (0: none; above the maximum: capped)."),
-    deliver_at: str = typer.Option(None, "--deliver-at", metavar="ISO|EPOCH_MS",
+    deliver_at: str = typer.Option(None, "--deliver-at", metavar="TIME",
                                    help="Timer message (5.x store): deliver at this time (TIMER_DELIVER_MS; ISO without a zone is UTC)."),
     delay_sec: str = typer.Option(None, "--delay-sec", metavar="N",
                                   help="Timer message (5.x store): deliver N seconds after the put (TIMER_DELAY_SEC)."),

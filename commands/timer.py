@@ -22,7 +22,8 @@ from .tables import Column, hidden_note, print_table
 if TYPE_CHECKING:
     from rmqdelay.timer.repair import RepairPlan
 
-app = typer.Typer(help="The 5.x timer store: repair it offline.", no_args_is_help=True)
+app = typer.Typer(help="The 5.x timer store: repair it offline.\n\nExample: `rmqdelay timer repair STORE`",
+                  no_args_is_help=True)
 
 _MAX_ROWS = 50
 
