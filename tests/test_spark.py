@@ -198,3 +198,16 @@ def test_an_error_raised_in_a_task_is_one_line_naming_the_file_and_byte(spark, t
     message = str(info.value)
     assert "\n" not in message and message.startswith("--spark: a task failed on an executor: ")
     assert f"{path} at byte 4096: magic code" in message
+
+
+def test_the_progress_follows_the_tasks_of_the_job(spark):
+    import time
+
+    from rmqdelay.spark.progress import task_progress
+
+    seen = []
+    with task_progress(spark, lambda done, total: seen.append((done, total)), every_s=0.05):
+        spark.sparkContext.parallelize(range(6), 6).map(lambda x: (time.sleep(0.3), x)[1]).collect()
+        time.sleep(0.3)  # the last tick after the job
+    assert seen and seen[-1] == (6, 6)
+    assert all(done <= total for done, total in seen) and any(done < 6 for done, _ in seen)
