@@ -134,8 +134,11 @@ def _print_status(s: TimerStatus, wide: bool) -> None:
     due = p.buckets["dueNow"] + p.notEnqueuedBuckets["dueNow"]
     soon = p.buckets["nextMinute"] + p.notEnqueuedBuckets["nextMinute"]
     line(f"timer wheel of {s.store} at {format_time_ms(now)}", "bold")
+    counts = s.cancellation_counts()
+    dropped = counts["will-be-honoured"]  # analyze backlog's `cancelled`: not delivered, not pending there
     line(f"pending: {total} timer message(s): {due} due now, {soon} in the next minute, {p.beyondRollWindow} rolling "
-         f"(due beyond the roll window); {p.cancelMarkers + p.notEnqueuedCancels} cancellation marker(s)", "bold")
+         f"(due beyond the roll window); {p.cancelMarkers + p.notEnqueuedCancels} cancellation marker(s)"
+         + (f", which drop {dropped} of them when their slot is read" if dropped else ""), "bold")
     d, e, log = s.dequeue, s.enqueue, s.timerLog
     read = "-" if d["lastReadTimeMs"] is None else format_date_ms(d["lastReadTimeMs"])
     line(f"dequeue: read up to {read}, {format_duration_ms(d['behindMs'])} behind; enqueue: "
@@ -192,7 +195,6 @@ def _print_status(s: TimerStatus, wide: bool) -> None:
              f"dequeue behind); the timer log holds {in_log} pending unit(s) ({p.units} message(s) and "
              f"{p.cancelMarkers} marker(s)): the broker's recovery does not rebuild slot counts (`timer repair` does)",
              "dim")
-    counts = s.cancellation_counts()
     words = [f"{counts[state]} {_CANCEL_WORDS[state]}" for state in CANCEL_STATES if counts[state]]
     line(f"rolls: {s.rolls['pending']} pending roll unit(s), {s.rolls['done']} already rolled; cancellations: "
          + ("; ".join(words) if words else "none"))

@@ -200,7 +200,8 @@ def _consume(scheduler: Scheduler, json_out: bool, dry_run: bool, wide: bool) ->
             _say(f"level {event.level} offset {event.offset}: REAL_QID {event.queueId} is beyond the queues of "
                  f"{event.topic}; delivered to that queue, as the broker does")
         elif isinstance(event, (Notice, TimerNotice)):
-            _say(f"{event.kind}: {event.message}")
+            if event.kind != "write-format":  # how the store's broker writes: --json says it, a terminal needs not
+                _say(f"{event.kind}: {event.message}")
         elif isinstance(event, TimerDelivered):
             if dry_run:
                 due += 1
