@@ -7,31 +7,21 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import time
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.table import Table
 
 from rmqdelay.errors import EXIT_PROBLEMS, RmqDelayError, UsageError
 
-from .common import (
-    console,
-    emit_json,
-    err_console,
-    format_time_ms,
-    parse_time_ms,
-    progress,
-    writable_directory,
-)
-from .run import resolve_delay_levels
+from . import options
+from .common import clock_ms, emit_json, err_console, progress, writable_directory
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from rmqdelay.analysis import AnalysisResult, Skipped, StoreRef
+
+DEFAULT_ROWS = 20  # a screenful of each table on a terminal
 
 
 class Kind(str, Enum):
@@ -41,32 +31,50 @@ class Kind(str, Enum):
     all = "all"
 
 
-
-
 def analyze(
-    kind: Kind = typer.Argument(..., metavar="KIND", help="backlog, lateness, retries, or all three."),
-    stores: list[str] = typer.Argument(..., metavar="STORE", help="Store directories: PATH or NAME=PATH (the name is the 'store' column)."),
-    at: str = typer.Option(None, "--at", help="The moment the figures hold for (ISO 8601 or epoch ms); default now."),
-    delay_levels: str = typer.Option(None, "--delay-levels", help='The broker\'s messageDelayLevel, e.g. "1s 5s 10s"; default its 18.'),
-    broker_config: Path = typer.Option(None, "--broker-config", help="Take messageDelayLevel from this broker.conf."),
-    keep_going: bool = typer.Option(False, "--keep-going", help="Skip the rest of a commit log file at a bad record and say how much was skipped (exit 1)."),
-    json_out: bool = typer.Option(False, "--json", help="Result rows as JSON lines, with 'analysis' and 'table' fields."),
-    output: Path = typer.Option(None, "--output", help="Write every result table and the per-message table as Parquet into this directory."),
-    report: Path = typer.Option(None, "--report", help="Write one self-contained HTML page with the charts of the analyses run."),
-    spark: bool = typer.Option(False, "--spark", help="Run on Spark instead of in this process."),
-    master: str = typer.Option(None, "--master", help="Spark master URL (with --spark): local[N], local-cluster[...], spark://host:port; default local[*], or spark-submit's."),
+    kind: Kind = typer.Argument(..., metavar="KIND", show_default=False,
+                                help="backlog, lateness, retries, or all three."),
+    stores: list[str] = typer.Argument(..., metavar="STORE...", show_default=False,
+                                       help="Store directories: PATH or NAME=PATH (the name labels the store's rows)."),
+    now: str = options.now("the figures hold for"),
+    message_delay_level: str = options.message_delay_level(),
+    broker_config: Path = options.broker_config(),
+    keep_going: bool = typer.Option(False, "--keep-going", help="Skip the rest of a commit log file at a bad record "
+                                                                "and say how much was skipped (exit 1)."),
+    json_out: bool = options.json_out("Every row of every table as JSON lines, with 'analysis' and 'table' fields "
+                                      "(docs/cli.md lists the fields)."),
+    output: Path = typer.Option(None, "--output", metavar="DIR", show_default=False,
+                                help="Write every result table and the per-message tables as Parquet into DIR."),
+    report: Path = typer.Option(None, "--report", metavar="FILE.html", show_default=False,
+                                help="Write one self-contained HTML page with the charts of the analyses run."),
+    limit: str = typer.Option(str(DEFAULT_ROWS), "--limit", metavar="N",
+                              help="Rows of each table on the terminal; --json, --output and --report have them all."),
+    wide: bool = options.wide(),
+    spark: bool = typer.Option(False, "--spark", help="Run on Spark instead of in this process (Java 17 or later)."),
+    master: str = typer.Option(None, "--master", metavar="URL", show_default=False,
+                               help="With --spark: local[N], local-cluster[W,C,MB] or spark://HOST:PORT. Default: "
+                                    "local[*], or spark-submit's."),
 ) -> None:
     """Backlog (what waits, when it falls due), lateness (delivered vs due) and retries (the
-    16-retry path into the DLQ) over one store or many."""
+    16-retry path into the DLQ) over one store or many.
+
+    Example: `rmqdelay analyze all broker-a=/data/a/store broker-b=/data/b/store --report fleet.html`
+    """
+    if master is not None and not spark:
+        raise UsageError("--master goes with --spark")
+    if spark:
+        from rmqdelay.spark.errors import check_master_url
+
+        check_master_url(master)
     import pyarrow.parquet as pq
 
     from rmqdelay.analysis import KINDS, check_stores, checked_request, store_ref
-    from rmqdelay.analysis import analyze as embedded_analyze
-    from rmqdelay.analysis.report import render_report
+    from rmqdelay.analysis.names import public_table
 
     refs = [store_ref(s) for s in stores]
-    at_ms = parse_time_ms(at, "--at") if at else time.time_ns() // 1_000_000
-    levels = resolve_delay_levels(delay_levels, broker_config)
+    at_ms = clock_ms(now)
+    levels = options.delay_level_table(message_delay_level, broker_config)
+    rows = options.parse_count(limit, "--limit")
     kinds = list(KINDS) if kind is Kind.all else [kind.value]
     checked_request(kinds[0], refs, levels)  # two stores of one name are refused before any work
     # Where the results go is checked before any work, not after it.
@@ -76,58 +84,28 @@ def analyze(
         writable_directory(report.parent, "--report")
     check_stores(refs)
 
-    results: dict[str, AnalysisResult] = {}
-    session = None
-    weights = {ref.name: _commitlog_bytes(ref) for ref in refs}
-    with contextlib.ExitStack() as stack:
-        if spark:
-            stack.enter_context(_status(f"analyzing {len(refs)} store(s) on Spark"))
-        else:
-            advance = stack.enter_context(progress(f"analyzing {len(refs)} store(s)", sum(weights.values()) * len(kinds)))
-        for name in kinds:
-            messages_path = output / f"{name}_messages.parquet" if output is not None else None
-            timer_path = output / f"{name}_timer_messages.parquet" if output is not None else None
-            if spark:
-                from rmqdelay.spark.jobs import analyze as spark_analyze
-                from rmqdelay.spark.session import get_session
+    if spark:
+        results, log = _on_spark(kinds, refs, at_ms, levels, keep_going, master, output)
+    else:
+        results, log = _embedded(kinds, refs, at_ms, levels, keep_going, output), None
+    if output is not None:
+        for name, result in results.items():
+            for table_name, table in result.tables.items():
+                pq.write_table(public_table(table), output / f"{name}_{table_name}.parquet")
 
-                session = session or get_session(master)
-                for path in (messages_path, timer_path):
-                    if path is not None and path.exists():
-                        shutil.rmtree(path) if path.is_dir() else path.unlink()
-                results[name] = spark_analyze(name, refs, at_ms, delay_levels=levels, keep_going=keep_going,
-                                              spark=session, messages_to=messages_path)
-            else:
-                # Store by store, so the progress bar moves per store.
-                results[name] = embedded_analyze(name, refs, at_ms, delay_levels=levels, keep_going=keep_going,
-                                                 done=lambda ref: advance(weights[ref.name]))
-                if messages_path is not None:
-                    pq.write_table(results[name].messages, messages_path)
-                    if results[name].timer_messages is not None:
-                        pq.write_table(results[name].timer_messages, timer_path)
-            if output is not None:
-                for table_name, table in results[name].tables.items():
-                    pq.write_table(table, output / f"{name}_{table_name}.parquet")
-
-    for name, result in results.items():
-        for table_name, table in result.tables.items():
-            if json_out:
-                for row in table.to_pylist():
+    if json_out:
+        for name, result in results.items():
+            for table_name, table in result.tables.items():
+                for row in public_table(table).to_pylist():
                     emit_json({"analysis": name, "table": table_name, **row})
-            else:
-                console.print(_rich_table(f"{name}: {table_name}", table))
+    else:
+        _show(results, at_ms, rows, wide)
     if report is not None:
-        lateness_values = timer_values = None
-        if spark and output is not None and "lateness" in results:
-            lateness_values = pq.read_table(output / "lateness_messages.parquet", columns=["level", "lateness_ms"])
-            timer_values = pq.read_table(output / "lateness_timer_messages.parquet", columns=["real_topic", "lateness_ms"])
-        page = render_report(results, [r.name for r in refs], at_ms, lateness_values, timer_values)
-        try:
-            report.write_text(page, encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"--report {report}: a file to write the page to ({exc.strerror})") from None
+        _write_report(report, results, refs, at_ms, output if spark else None)
         if not json_out:
             err_console.print(f"report: {report}", highlight=False)
+    if log is not None:
+        log.unlink(missing_ok=True)  # the JVM's log: kept only when something failed
 
     skipped = _unique_skips(results)
     if skipped:
@@ -138,6 +116,113 @@ def analyze(
             err_console.print(f"  {s.file} at byte {s.offset}: {s.reason} ({s.bytes} bytes skipped)",
                               markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_PROBLEMS)
+
+
+def _embedded(kinds: list[str], refs: list[StoreRef], at_ms: int, levels: dict[int, int], keep_going: bool,
+              output: Path | None) -> dict[str, AnalysisResult]:
+    import pyarrow.parquet as pq
+
+    from rmqdelay.analysis import analyze as embedded_analyze
+    from rmqdelay.analysis.names import public_table
+
+    results: dict[str, AnalysisResult] = {}
+    weights = {ref.name: _commitlog_bytes(ref) for ref in refs}
+    with progress(f"analyzing {len(refs)} store(s)", sum(weights.values()) * len(kinds)) as advance:
+        for name in kinds:
+            # Store by store, so the progress bar moves per store.
+            result = embedded_analyze(name, refs, at_ms, delay_levels=levels, keep_going=keep_going,
+                                      done=lambda ref: advance(weights[ref.name]))
+            if output is not None:
+                pq.write_table(public_table(result.messages), output / f"{name}_messages.parquet")
+                if result.timer_messages is not None:
+                    pq.write_table(public_table(result.timer_messages), output / f"{name}_timer_messages.parquet")
+            results[name] = result
+    return results
+
+
+def _on_spark(kinds: list[str], refs: list[StoreRef], at_ms: int, levels: dict[int, int], keep_going: bool,
+              master: str | None, output: Path | None) -> tuple[dict[str, AnalysisResult], Path]:
+    """The analyses on Spark: the JVM's output in a log file, a progress bar over the tasks,
+    every failure one line (spark/errors.py)."""
+    from rmqdelay.spark.errors import one_line_errors
+    from rmqdelay.spark.jobs import analyze as spark_analyze
+    from rmqdelay.spark.progress import task_progress
+    from rmqdelay.spark.session import get_session, log_path
+
+    log = log_path()
+    results: dict[str, AnalysisResult] = {}
+    with one_line_errors(log), _task_bar(f"starting Spark ({master or 'local[*]'})") as bar:
+        session = get_session(master, log=log)
+        for name in kinds:
+            bar(f"{name} on Spark", 0, 0)
+            messages_path = output / f"{name}_messages.parquet" if output is not None else None
+            for path in (messages_path, output / f"{name}_timer_messages.parquet" if output is not None else None):
+                if path is not None and path.exists():
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+            with task_progress(session, lambda done, total, name=name: bar(f"{name} on Spark", done, total)):
+                results[name] = spark_analyze(name, refs, at_ms, delay_levels=levels, keep_going=keep_going,
+                                              spark=session, messages_to=messages_path)
+    return results, log
+
+
+@contextlib.contextmanager
+def _task_bar(description: str):
+    """A progress bar of tasks done on a terminal (nothing in a pipe); yields
+    ``update(description, done, total)``."""
+    if not err_console.is_terminal:
+        yield lambda *_: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("tasks"),
+                  TimeElapsedColumn(), console=err_console, transient=True) as bar:
+        task = bar.add_task(description, total=None)
+
+        def update(text: str, done: int, total: int) -> None:
+            bar.update(task, description=text, completed=done, total=total or None)
+
+        yield update
+
+
+def _show(results: dict[str, AnalysisResult], at_ms: int, rows: int | None, wide: bool) -> None:
+    from rich.text import Text
+
+    from .analyze_view import TIMER_TABLES, Screen, headline
+    from .common import console
+
+    screen = Screen(DEFAULT_ROWS if rows is None else rows, wide, at_ms, [])
+    for name, result in results.items():
+        has_timer = result.timer_messages is not None and result.timer_messages.num_rows > 0 or any(
+            result.tables[t].num_rows for t in TIMER_TABLES if t in result.tables)
+        console.print(Text(headline(name, result.tables, at_ms), style="bold"))
+        for table_name, table in result.tables.items():
+            if table_name in TIMER_TABLES and not has_timer:
+                continue  # a store without a timer wheel has none of these
+            screen.table(f"{name}: {table_name}", table)
+    screen.close()
+
+
+def _write_report(report: Path, results: dict[str, AnalysisResult], refs: list[StoreRef], at_ms: int,
+                  spark_output: Path | None) -> None:
+    import pyarrow.parquet as pq
+
+    from rmqdelay.analysis.names import internal_names
+    from rmqdelay.analysis.report import render_report
+
+    lateness_values = timer_values = None
+    if spark_output is not None and "lateness" in results:
+        # On Spark the per-message tables went to --output from the executors: read back what the charts need.
+        def read(path: Path, columns: list[str]):
+            table = pq.read_table(path, columns=columns)
+            return table.rename_columns(list(internal_names(columns).values()))
+
+        lateness_values = read(spark_output / "lateness_messages.parquet", ["store", "level", "latenessMs"])
+        timer_values = read(spark_output / "lateness_timer_messages.parquet", ["store", "realTopic", "latenessMs"])
+    page = render_report(results, [r.name for r in refs], at_ms, lateness_values, timer_values)
+    try:
+        report.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--report {report}: a file to write the page to ({exc.strerror})") from None
 
 
 def _commitlog_bytes(ref: StoreRef) -> int:
@@ -157,37 +242,3 @@ def _unique_skips(results: dict[str, AnalysisResult]) -> list[Skipped]:
                 seen.add((s.file, s.offset))
                 unique.append(s)
     return unique
-
-
-@contextlib.contextmanager
-def _status(text: str):
-    if err_console.is_terminal:
-        with err_console.status(text):
-            yield
-    else:
-        yield
-
-
-def _rich_table(title: str, table: pa.Table) -> Table:
-    import pyarrow as pa
-
-    from rmqdelay.analysis.report import TIME_COLUMNS
-
-    view = Table(title=title, title_justify="left")
-    for name in table.column_names:
-        view.add_column(name, justify="left" if pa.types.is_string(table.schema.field(name).type) else "right")
-    for row in table.to_pylist():
-        view.add_row(*(_cell(row[name], name in TIME_COLUMNS) for name in table.column_names))
-    if table.num_rows == 0:
-        view.caption = "no rows"
-    return view
-
-
-def _cell(value, is_time: bool) -> str:
-    if value is None:
-        return "-"
-    if is_time:
-        return format_time_ms(value)
-    if isinstance(value, float):
-        return f"{value:.4f}"
-    return str(value)

@@ -1,5 +1,6 @@
-"""What every command shares: consoles, JSON lines, progress, time arguments. (How the
-process's streams write what they cannot encode: streams.py.)"""
+"""What every command shares: consoles, JSON lines, progress, time arguments, and how times
+and durations read on a terminal (docs/cli.md, "Units"). (How the process's streams write
+what they cannot encode: streams.py; tables that fit the terminal: tables.py.)"""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import math
 import re
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,6 +20,13 @@ from rmqdelay.formats.constants import MAX_DELIVER_MS
 from rmqdelay.formats.javanum import java_parse_int, java_parse_long
 
 from rmqdelay.errors import UsageError
+from rmqdelay.units import (  # noqa: F401 (the commands take them from here)
+    format_date_ms,
+    format_duration_ms,
+    format_relative_ms,
+    format_time_ms,
+    format_when_ms,
+)
 
 console = Console()
 if not console.is_terminal:
@@ -42,7 +51,7 @@ def json_text(text: str) -> str:
 def emit_json(obj: dict) -> None:
     """One object per line (NDJSON), valid UTF-8: non-ASCII characters as they are when the
     output is UTF-8, as \\u escapes otherwise; store bytes that were not UTF-8 replaced
-    (docs/json-output.md)."""
+    (docs/cli.md)."""
     line = json_text(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
     if not line.isascii() and (getattr(sys.stdout, "encoding", None) or "").replace("-", "").lower() != "utf8":
         line = _NON_ASCII.sub(_json_escape, line)  # non-ASCII occurs only inside JSON strings
@@ -50,6 +59,27 @@ def emit_json(obj: dict) -> None:
 
 
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+_SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)+$")
+
+
+def camel(name: str) -> str:
+    """A lower snake_case field name in camelCase (``at_ms`` -> ``atMs``); any other key as it
+    is (a group, a topic, a level: data, not a field name)."""
+    if not _SNAKE.match(name):
+        return name
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def camel_keys(obj):
+    """A JSON value with its field names in camelCase (docs/cli.md: one naming style)."""
+    if isinstance(obj, dict):
+        return {camel(k) if isinstance(k, str) else k: camel_keys(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [camel_keys(v) for v in obj]
+    return obj
 
 
 def _json_escape(match: re.Match) -> str:
@@ -64,7 +94,7 @@ def _json_escape(match: re.Match) -> str:
 _MIN_TIME_MS = -62135596800000
 
 
-def parse_time_ms(text: str, option: str = "--now") -> int:
+def parse_time_ms(text: str, option: str) -> int:
     """An instant as epoch milliseconds: an integer is epoch ms, anything else ISO 8601
     (a time without a zone is UTC); either within years 1 to 9999."""
     text = text.strip()
@@ -90,6 +120,11 @@ def parse_time_ms(text: str, option: str = "--now") -> int:
     if not _MIN_TIME_MS <= ms <= MAX_DELIVER_MS:  # a zone pushing year 1 or 9999 over the edge
         raise UsageError(f"{option}: an instant between years 1 and 9999, found {text!r}")
     return ms
+
+
+def clock_ms(now: str | None) -> int:
+    """The instant a command judges by: ``--now`` when given, else the wall clock."""
+    return parse_time_ms(now, "--now") if now else time.time_ns() // 1_000_000
 
 
 def int_option(option: str, text: str) -> int:
@@ -119,30 +154,6 @@ def writable_directory(path: Path, option: str) -> None:
         if isinstance(exc, FileExistsError) or (path.exists() and not path.is_dir()):
             reason = "it is a file"
         raise UsageError(f"{option} {path}: a directory to write into ({reason})") from None
-
-
-def format_time_ms(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    moment = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
-    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d}Z"
-
-
-def format_duration_ms(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    sign = "-" if ms < 0 else ""
-    ms = abs(ms)
-    if ms < 1000:
-        return f"{sign}{ms}ms"
-    seconds = ms / 1000
-    if seconds < 60:
-        return f"{sign}{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{sign}{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{sign}{hours}h{minutes:02d}m"
 
 
 @contextlib.contextmanager

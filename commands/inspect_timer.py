@@ -7,25 +7,29 @@ not load them (tests/test_startup.py)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.table import Table
 from rich.text import Text
 from rmqdelay.formats.javahash import java_string_hash
 
 from rmqdelay.errors import EXIT_PROBLEMS, StoreError, UsageError
 
+from . import options
 from .common import (
+    clock_ms,
     console,
     emit_json,
+    format_date_ms,
     format_duration_ms,
     format_time_ms,
+    format_when_ms,
     parse_time_ms,
     progress,
 )
+from .render import print_problems
+from .tables import Column, hidden_note, print_table
 
 if TYPE_CHECKING:
     from rmqdelay.formats.timerprops import TimerInfo
@@ -35,42 +39,46 @@ if TYPE_CHECKING:
 
 # By the bucket names of rmqdelay.timer.status (BUCKETS, then LATER).
 _BUCKET_WORDS = {"dueNow": "due now (overdue included)", "nextMinute": "in the next minute",
-                 "nextHour": "in the next hour", "nextDay": "in the next day", "later": "later"}
+                 "nextHour": "in the next hour", "nextDay": "in the next day", "later": "later (within the window)"}
 _CANCEL_WORDS = {
-    "honoured": "honoured (its slot was read with the target in it)",
-    "will-be-honoured": "will be honoured (target in the same pending slot)",
-    "missed": "MISSED (slot read without its target: the target was delivered or never existed)",
-    "not-in-slot": "target NOT in its slot yet (delivered anyway unless it arrives there)",
-    "rolled": "rolled (re-put; a later marker carries on)",
-    "rolling": "rolling (tried when it reaches its own slot)",
-    "queued": "not enqueued yet, its target parked at the same time (dropped with it in that slot)",
-    "queued-no-target": "not enqueued yet, NO parked target at its time (dropped at its slot, target delivered)",
+    "honoured": "honoured", "will-be-honoured": "will be honoured (target in the same pending slot)",
+    "missed": "missed", "not-in-slot": "target not in its slot", "rolled": "rolled (re-put)",
+    "rolling": "rolling (tried at its own slot)", "queued": "not enqueued yet, target parked at its time",
+    "queued-no-target": "not enqueued yet, no target",
 }
-_MAX_PROBLEM_LINES = 200
+_CANCEL_WARNINGS = {
+    "missed": "MISSED: their slot was read without the target (delivered, or never existed)",
+    "not-in-slot": "have no target in their slot yet: the target is delivered unless it arrives there",
+    "queued-no-target": "not enqueued yet have no parked target at their time: the target is delivered",
+}
 
 
 def inspect_timer(
-    store_dir: Path = typer.Argument(..., help="The broker store directory (storePathRootDir).", show_default=False),
-    now: Optional[str] = typer.Option(None, "--now", help="The instant to judge 'due' and 'behind' by (ISO 8601 or "
-                                                          "epoch ms; default: now)."),
-    broker_config: Optional[Path] = typer.Option(None, "--broker-config",
-                                                 help="Read the timer settings (timerPrecisionMs, timerRollWindowSlot, "
-                                                      "timerCongestNumEachSlot, ...) from this broker.conf."),
-    hot: int = typer.Option(10, "--hot", metavar="N", help="How many of the fullest pending slots to show."),
+    store_dir: Path = options.store(),
+    now: Optional[str] = options.now("'due' and 'behind' are judged at"),
+    broker_config: Optional[Path] = options.broker_config("the timer settings (timerPrecisionMs, "
+                                                          "timerRollWindowSlot, timerCongestNumEachSlot, ...)"),
+    hot: str = typer.Option("10", "--hot", metavar="N", help="How many of the fullest pending slots to show."),
     slots: bool = typer.Option(False, "--slots", help="List the non-empty wheel slots instead."),
     units: bool = typer.Option(False, "--units", help="List the timer log units (decoded) instead."),
-    start: Optional[str] = typer.Option(None, "--from", help="With --slots/--units: slot times from this instant."),
-    end: Optional[str] = typer.Option(None, "--to", help="With --slots/--units: slot times before this instant."),
-    topic: Optional[str] = typer.Option(None, "--topic", help="With --units: only units of this real topic."),
-    key: Optional[str] = typer.Option(None, "--key", help="With --units: only units whose message has this UNIQ_KEY."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="With --slots/--units: at most this many rows."),
+    since: Optional[str] = options.since("slots (with --slots or --units: slot times)"),
+    until: Optional[str] = options.until("slots"),
+    topic: Optional[str] = typer.Option(None, "--topic", metavar="TOPIC", show_default=False,
+                                        help="With --units: only units of this real topic."),
+    key: Optional[str] = typer.Option(None, "--key", metavar="UNIQ_KEY", show_default=False,
+                                      help="With --units: only units whose message has this UNIQ_KEY."),
+    limit: Optional[str] = options.limit("rows (with --slots or --units)"),
     verify: bool = typer.Option(False, "--verify", help="Check the timer store against itself and the commit log; "
                                                         "one line per problem, exit 1 when there is one."),
-    json_out: bool = typer.Option(False, "--json", help="JSON for scripts (docs/json-output.md)."),
+    json_out: bool = options.json_out(),
+    wide: bool = options.wide(),
 ) -> None:
-    """The timer wheel of a 5.x store: checkpoint and how far dequeue and enqueue are behind,
-    pending messages by due time, hot slots, rolls, cancellations, what a late restart would
-    skip, and the metrics against the true counts."""
+    """The timer wheel of a 5.x store: what is pending and when it falls due, how far dequeue and
+    enqueue are behind, hot slots, rolls, cancellations, what a late restart would skip, and the
+    metrics against the true counts. Exit 1 when a restart would skip pending messages.
+
+    Example: `rmqdelay inspect timer STORE --units --topic TimerTopic --since 2026-11-23T16:00:00Z --limit 20`
+    """
     from rmqdelay.store import Store
     from rmqdelay.store.kind import timer_files_present
     from rmqdelay.store.topics import validate_topic
@@ -82,19 +90,17 @@ def inspect_timer(
     if verify and (slots or units):
         raise UsageError("--verify checks the whole timer store; it takes no --slots or --units")
     listing = slots or units
-    if not listing and any(v is not None for v in (start, end, topic, key, limit)):
-        raise UsageError("--from, --to, --topic, --key and --limit go with --slots or --units")
+    if not listing and any(v is not None for v in (since, until, topic, key, limit)):
+        raise UsageError("--since, --until, --topic, --key and --limit go with --slots or --units")
     if slots and (topic is not None or key is not None):
         raise UsageError("--topic and --key go with --units")
     if topic is not None:
         validate_topic(topic)
-    if limit is not None and limit < 0:
-        raise UsageError(f"--limit: a count >= 0, found {limit}")
-    if hot < 0:
-        raise UsageError(f"--hot: a count >= 0, found {hot}")
-    now_ms = parse_time_ms(now) if now else time.time_ns() // 1_000_000
-    from_ms = parse_time_ms(start) if start else None
-    to_ms = parse_time_ms(end) if end else None
+    count = options.parse_count(limit, "--limit")
+    hot_n = options.parse_count(hot, "--hot")
+    now_ms = clock_ms(now)
+    from_ms = parse_time_ms(since, "--since") if since else None
+    to_ms = parse_time_ms(until, "--until") if until else None
     with Store(store_dir) as store:
         if not timer_files_present(store.path):
             raise StoreError(store.path, None, "a 5.x store with a timer store (timerlog/, timerwheel, "
@@ -103,131 +109,139 @@ def inspect_timer(
             if verify:
                 _verify(ts, now_ms, json_out)
             elif slots:
-                _list_slots(ts, now_ms, from_ms, to_ms, limit, json_out)
+                _list_slots(ts, now_ms, from_ms, to_ms, count, json_out, wide)
             elif units:
-                _list_units(ts, from_ms, to_ms, topic, key, limit, json_out)
+                _list_units(ts, now_ms, from_ms, to_ms, topic, key, count, json_out, wide)
             else:
                 with progress("reading timer log", ts.log.size) as advance:
-                    status = timer_status(ts, now_ms, hot=hot, advance=advance)
+                    status = timer_status(ts, now_ms, hot=hot_n, advance=advance)
                 if json_out:
                     emit_json(status.as_json())
                 else:
-                    _print_status(status)
+                    _print_status(status, wide)
+                if status.horizon["skipped"]:
+                    raise typer.Exit(EXIT_PROBLEMS)
 
 
 # -- the one screen ------------------------------------------------------------------------------
-def _when(ms: int | None, now_ms: int) -> str:
-    if ms is None:
-        return "-"
-    delta = ms - now_ms
-    rel = f"in {format_duration_ms(delta)}" if delta > 0 else f"{format_duration_ms(-delta)} ago"
-    return f"{format_time_ms(ms)} ({rel})"
-
-
-def _print_status(s: TimerStatus) -> None:
+def _print_status(s: TimerStatus, wide: bool) -> None:
+    """Headline first (the figures the tables below add up to), the details after, warnings last."""
     from rmqdelay.timer.status import BUCKETS, CANCEL_STATES, LATER
 
-    cfg = s.config
-    line = lambda text, style=None: console.print(Text(text, style=style), soft_wrap=True)  # noqa: E731
-    line(f"timer store of {s.store} at {format_time_ms(s.nowMs)}", "bold")
+    cfg, p, now = s.config, s.pending, s.nowMs
+    line = lambda text, style=None: console.print(Text(text, style=style))  # noqa: E731
+    warnings: list[str] = []
+    total = p.units + p.notEnqueued
+    due = p.buckets["dueNow"] + p.notEnqueuedBuckets["dueNow"]
+    soon = p.buckets["nextMinute"] + p.notEnqueuedBuckets["nextMinute"]
+    line(f"timer wheel of {s.store} at {format_time_ms(now)}", "bold")
+    counts = s.cancellation_counts()
+    dropped = counts["will-be-honoured"]  # analyze backlog's `cancelled`: not delivered, not pending there
+    line(f"pending: {total} timer message(s): {due} due now, {soon} in the next minute, {p.beyondRollWindow} rolling "
+         f"(due beyond the roll window); {p.cancelMarkers + p.notEnqueuedCancels} cancellation marker(s)"
+         + (f", which drop {dropped} of them when their slot is read" if dropped else ""), "bold")
+    d, e, log = s.dequeue, s.enqueue, s.timerLog
+    read = "-" if d["lastReadTimeMs"] is None else format_date_ms(d["lastReadTimeMs"])
+    line(f"dequeue: read up to {read}, {format_duration_ms(d['behindMs'])} behind; enqueue: "
+         + (f"{e['behindMessages']} message(s) of rmq_sys_wheel_timer not in the timer log yet"
+            if e["behindMessages"] else "up to date")
+         + f" (queue offset {e['masterTimerQueueOffset']} of {e['queueMaxOffset']})")
     sources = cfg["sources"]
-    line(f"precision {cfg['timerPrecisionMs']} ms ({sources.get('timerPrecisionMs', 'default')}), wheel "
+    line(f"settings: precision {cfg['timerPrecisionMs']} ms ({sources.get('timerPrecisionMs', 'default')}), wheel "
          f"{cfg['wheelSlots']} slots, roll window {cfg['rollWindowSlots']} slots "
-         f"({sources.get('timerRollWindowSlot', 'default')}), timer log files of {cfg['mappedFileSizeTimerLog']} bytes")
+         f"({sources.get('timerRollWindowSlot', 'default')}); timer log: {log['files']} file(s) of "
+         f"{cfg['mappedFileSizeTimerLog']} bytes, {log['units']} unit(s), offsets [{log['minOffset']}, "
+         f"{log['endOffset']})", "dim")
     if s.rollWindowInFiles is not None and s.rollWindowInFiles != cfg["rollWindowSlots"]:
         line(f"note: the roll units were written with a roll window of {s.rollWindowInFiles} slots "
              f"(timerRollWindowSlot; --broker-config reads the broker's)", "yellow")
     if s.precisionInFiles is not None and s.precisionInFiles != cfg["timerPrecisionMs"]:
-        line(f"warning: the wheel was written with a precision of {s.precisionInFiles} ms, not "
-             f"{cfg['timerPrecisionMs']} ms", "bold red")
+        warnings.append(f"warning: the wheel was written with a precision of {s.precisionInFiles} ms, not "
+                        f"{cfg['timerPrecisionMs']} ms")
     cp = s.checkpoint
     if cp is None:
-        line("checkpoint: none (config/timercheck absent): the broker starts reading at now - 7 days")
+        line("checkpoint: none (config/timercheck absent): the broker starts reading at now - 7 days", "dim")
     else:
-        line(f"checkpoint: lastReadTimeMs {_when(cp.lastReadTimeMs, s.nowMs)}, masterTimerQueueOffset "
-             f"{cp.masterTimerQueueOffset}, lastTimerQueueOffset {cp.lastTimerQueueOffset}, lastTimerLogFlushPos "
-             f"{cp.lastTimerLogFlushPos}, dataVersion {cp.dataVersion.counter}@{format_time_ms(cp.dataVersion.timestamp)}")
-    d, e, log = s.dequeue, s.enqueue, s.timerLog
-    line(f"dequeue: {format_duration_ms(d['behindMs'])} behind now, {d['behindMessages']} unit(s) in the wheel "
-         "from the read position (getAllNum)")
-    line(f"enqueue: {e['behindMessages']} message(s) of rmq_sys_wheel_timer not in the timer log yet "
-         f"(queue max offset {e['queueMaxOffset']}, checkpoint {e['masterTimerQueueOffset']})")
-    line(f"timer log: {log['files']} file(s), {log['units']} unit(s), offsets [{log['minOffset']}, {log['endOffset']})"
-         + ("" if log["flushPosLag"] is None else f", {log['flushPosLag']} bytes past lastTimerLogFlushPos"))
-    p = s.pending
-    line("pending timer messages by due time", "bold")
-    table = Table(show_edge=False, header_style="bold")
-    table.add_column("due")
-    table.add_column("in the wheel", justify="right")
-    table.add_column("not enqueued yet", justify="right")
+        line(f"checkpoint: lastReadTimeMs {cp.lastReadTimeMs}, masterTimerQueueOffset {cp.masterTimerQueueOffset}, "
+             f"lastTimerQueueOffset {cp.lastTimerQueueOffset}, lastTimerLogFlushPos {cp.lastTimerLogFlushPos}"
+             + ("" if log["flushPosLag"] in (None, 0) else f" ({log['flushPosLag']} bytes of timer log after it)")
+             + f", dataVersion {cp.dataVersion.counter}", "dim")
+    rows = []
     for name, _ in (*BUCKETS, (LATER, None)):
-        table.add_row(_BUCKET_WORDS[name], str(p.buckets[name]), str(p.notEnqueuedBuckets[name]))
-    table.add_row("beyond the roll window (rolls at its slot)", str(p.beyondRollWindow), "-")
-    table.add_row(Text("total", style="bold"), str(p.units), str(p.notEnqueued))
-    console.print(table)
-    line(f"oldest pending slot: {_when(p.oldestDueMs, s.nowMs)}; cancellation markers pending: {p.cancelMarkers}"
-         + (f" (+{p.notEnqueuedCancels} not enqueued)" if p.notEnqueuedCancels else ""))
+        a, b = p.buckets[name], p.notEnqueuedBuckets[name]
+        rows.append([_BUCKET_WORDS[name], str(a), str(b), str(a + b)])
+    rows.append(["rolling: due beyond the roll window", str(p.beyondRollWindow), "-", str(p.beyondRollWindow)])
+    rows.append([Text("total", style="bold"), str(p.units), str(p.notEnqueued), Text(str(total), style="bold")])
+    hidden = print_table(console, [Column("pending by due time", "left"), Column("in the wheel"),
+                                   Column("not enqueued yet"), Column("total")], rows, wide=wide)
     if s.hotSlots:
-        line("hot slots (pending)", "bold")
-        hot = Table(show_edge=False, header_style="bold")
-        for name in ("index", "time", "num", "firstPos", "lastPos", "congestion"):
-            hot.add_column(name, justify="left" if name in ("time", "congestion") else "right")
-        for h in s.hotSlots:
-            hot.add_row(str(h.index), _when(h.timeMs, s.nowMs), str(h.num), str(h.firstPos), str(h.lastPos),
-                        Text(h.congestion or "", style="bold red" if h.congestion else None))
-        console.print(hot)
+        line(f"hot slots: the {len(s.hotSlots)} fullest pending slot(s) - the units the timer log holds there: "
+             "messages due then, roll units (re-put from there), cancellation markers", "bold")
+        rows = [[format_when_ms(h.timeMs, now), str(h.messages + h.rolls + h.markers), str(h.messages), str(h.rolls),
+                 str(h.markers), str(h.num), str(h.index), Text(h.congestion or "", style="bold red")]
+                for h in s.hotSlots]
+        columns = [Column("slot time", "left"), Column("units"), Column("messages"), Column("rolls"),
+                   Column("markers"), Column("wheel count", drop=2), Column("index", drop=1),
+                   Column("congestion", "left")]
+        if not any(h.congestion for h in s.hotSlots):  # a column of nothing: left out
+            columns, rows = columns[:-1], [r[:-1] for r in rows]
+        hidden += print_table(console, columns, rows, wide=wide)
         congest = cfg["timerCongestNumEachSlot"]
         if congest < 2**31 - 1:
             line(f"timerCongestNumEachSlot {congest}: sends to a slot are refused at random above it, always from "
                  f"{2 * congest}", "dim")
-    line(f"rolls: {s.rolls['pending']} pending roll unit(s), {s.rolls['done']} already rolled")
-    counts = s.cancellation_counts()
-    if any(counts.values()):
-        line("cancellation markers", "bold")
-        for state in CANCEL_STATES:
-            if counts[state]:
-                line(f"  {counts[state]:>6}  {_CANCEL_WORDS[state]}",
-                     "red" if state in ("missed", "not-in-slot", "queued-no-target") else None)
-    h = s.horizon
-    if h["skipped"]:
-        line(f"restart: a broker starting at {format_time_ms(h['restartAtMs'])} reads from "
-             f"{format_time_ms(h['readFromMs'])} and SKIPS {h['skipped']} pending message(s) in older slots "
-             f"(the wheel spans {format_duration_ms(h['wheelSpanMs'])})", "bold red")
-    else:
-        line(f"restart: a broker starting now reads from {format_time_ms(h['readFromMs'])}; nothing pending is "
-             "skipped")
+    in_log = p.units + p.cancelMarkers
+    if d["behindMessages"] != in_log:
+        line(f"the wheel's own slot counts add up to {d['behindMessages']} (getAllNum: what the broker reports as "
+             f"dequeue behind); the timer log holds {in_log} pending unit(s) ({p.units} message(s) and "
+             f"{p.cancelMarkers} marker(s)): the broker's recovery does not rebuild slot counts (`timer repair` does)",
+             "dim")
+    words = [f"{counts[state]} {_CANCEL_WORDS[state]}" for state in CANCEL_STATES if counts[state]]
+    line(f"rolls: {s.rolls['pending']} pending roll unit(s), {s.rolls['done']} already rolled; cancellations: "
+         + ("; ".join(words) if words else "none"))
+    for state in ("missed", "not-in-slot", "queued-no-target"):
+        if counts[state]:
+            warnings.append(f"warning: {counts[state]} cancellation marker(s) {_CANCEL_WARNINGS[state]}")
     if s.metrics:
         line("config/timermetrics against the wheel (advisory: 5.3.3 counts drift)"
              if s.metricsFile else "no config/timermetrics; true counts per topic", "bold")
-        table = Table(show_edge=False, header_style="bold")
-        for name in ("topic", "timermetrics", "true count", "drift"):
-            table.add_column(name, justify="left" if name == "topic" else "right")
-        for m in s.metrics:
-            table.add_row(Text(m.topic), "-" if m.count is None else str(m.count), str(m.trueCount),
-                          "-" if m.drift is None else f"{m.drift:+d}")
-        console.print(table)
+        rows = [[Text(m.topic), "-" if m.count is None else str(m.count), str(m.trueCount),
+                 "-" if m.drift is None else f"{m.drift:+d}"] for m in s.metrics]
+        hidden += print_table(console, [Column("topic", "left", fold=True), Column("timermetrics"),
+                                        Column("true count"), Column("drift")], rows, wide=wide)
+    h = s.horizon
+    if h["skipped"]:
+        warnings.append(f"warning: a broker starting now reads from {format_time_ms(h['readFromMs'])} and SKIPS "
+                        f"{h['skipped']} pending message(s) in older slots (the wheel spans "
+                        f"{format_duration_ms(h['wheelSpanMs'])}): they are never delivered")
+    else:
+        line(f"restart: a broker starting now reads from {format_date_ms(h['readFromMs'])}; nothing pending is skipped")
+    note = hidden_note(hidden)
+    if note:
+        line(note, "dim")
+    for warning in warnings:
+        line(warning, "bold red")
 
 
 # -- listings -----------------------------------------------------------------------------------
-def _list_slots(ts: TimerStore, now_ms: int, from_ms, to_ms, limit, json_out: bool) -> None:
+def _list_slots(ts: TimerStore, now_ms: int, from_ms, to_ms, limit, json_out: bool, wide: bool) -> None:
     from rmqdelay.timer.listing import slot_rows
 
-    rows = slot_rows(ts, from_ms, to_ms, limit)
+    rows, total = slot_rows(ts, from_ms, to_ms, limit)
     if json_out:
         for row in rows:
             emit_json(row)
         return
-    table = Table(show_edge=False, header_style="bold")
-    for name in ("index", "time", "firstPos", "lastPos", "num", "magic", "state"):
-        table.add_column(name, justify="left" if name in ("time", "state") else "right", no_wrap=True)
-    for r in rows:
-        table.add_row(str(r["index"]), _when(r["timeMs"], now_ms), str(r["firstPos"]), str(r["lastPos"]),
-                      str(r["num"]), str(r["magic"]), r["state"])
-    console.print(table)
-    console.print(Text(f"{len(rows)} slot(s)", style="dim"))
+    columns = [Column("index"), Column("slot time", "left"), Column("first pos", drop=2), Column("last pos", drop=2),
+               Column("num"), Column("magic", drop=1), Column("state", "left")]
+    cells = [[str(r["index"]), format_when_ms(r["timeMs"], now_ms), str(r["firstPos"]), str(r["lastPos"]),
+              str(r["num"]), str(r["magic"]), r["state"]] for r in rows]
+    note = hidden_note(print_table(console, columns, cells, wide=wide))
+    more = f" of {total} (--limit for more)" if total > len(rows) else ""
+    console.print(Text(f"{len(rows)} slot(s){more}" + (f"; {note}" if note else ""), style="dim"))
 
 
-def _list_units(ts: TimerStore, from_ms, to_ms, topic, key, limit, json_out: bool) -> None:
+def _list_units(ts: TimerStore, now_ms: int, from_ms, to_ms, topic, key, limit, json_out: bool, wide: bool) -> None:
     from rmqdelay.timer.listing import unit_rows
 
     topic_hash = java_string_hash(topic) if topic is not None else None
@@ -249,25 +263,27 @@ def _list_units(ts: TimerStore, from_ms, to_ms, topic, key, limit, json_out: boo
                 shown.append(row)
     if json_out:
         return
-    table = Table(show_edge=False, header_style="bold")
-    for name in ("offset", "prevPos", "magic", "currWriteTime", "slot time", "offsetPy", "sizePy", "realTopic",
-                 "uniqKey", "TIMER_OUT_MS"):
-        table.add_column(name, justify="right" if name in ("offset", "prevPos", "offsetPy", "sizePy") else "left",
-                         no_wrap=True)
+    columns = [Column("offset"), Column("prev pos", drop=4), Column("kind", "left"), Column("written", "left", drop=3),
+               Column("slot time", "left"), Column("offsetPy", drop=2), Column("sizePy", drop=5),
+               Column("real topic", "left", fold=True), Column("UNIQ_KEY", "left", drop=1),
+               Column("TIMER_OUT_MS", "left", drop=6)]
+    cells = []
     for r in shown:
         m = r["message"] or {}
-        magic = f"{r['magic']}" + (" roll" if r["roll"] else "") + (" delete" if r["delete"] else "")
-        table.add_row(str(r["offset"]), str(r["prevPos"]), magic, format_time_ms(r["currWriteTime"]),
-                      format_time_ms(r["slotTimeMs"]), str(r["offsetPy"]), str(r["sizePy"]),
+        kind = ("roll" if r["roll"] else "") + (" delete" if r["delete"] else "") or "unit"
+        cells.append([str(r["offset"]), str(r["prevPos"]), kind.strip(), format_date_ms(r["currWriteTime"]),
+                      format_when_ms(r["slotTimeMs"], now_ms), str(r["offsetPy"]), str(r["sizePy"]),
                       Text(str(m.get("realTopic", "?"))), Text(str(m.get("uniqKey", "?"))),
-                      format_time_ms(m.get("timerOutMs")))
-    console.print(table)
-    console.print(Text(f"{len(shown)} unit(s)", style="dim"))
+                      format_date_ms(m.get("timerOutMs"))])
+    note = hidden_note(print_table(console, columns, cells, wide=wide))
+    console.print(Text(f"{len(shown)} unit(s)" + (f"; {note}" if note else ""), style="dim"))
 
 
 # -- verify -------------------------------------------------------------------------------------
 def _verify(ts: TimerStore, now_ms: int, json_out: bool) -> None:
     from rmqdelay.timer.verify import TimerVerifyCounts, iter_timer_problems
+
+    from .inspect_records import verify_summary
 
     counts = TimerVerifyCounts()
     problems = []
@@ -277,19 +293,13 @@ def _verify(ts: TimerStore, now_ms: int, json_out: bool) -> None:
                 emit_json(problem.as_json())
             problems.append(problem)
     faults = [p for p in problems if not p.advisory]
-    if not json_out:
-        for problem in problems[:_MAX_PROBLEM_LINES]:
-            style = "yellow" if problem.advisory else None
-            console.print(Text(f"{problem.kind}: {problem}", style=style), soft_wrap=True)
-        if len(problems) > _MAX_PROBLEM_LINES:
-            console.print(Text(f"... and {len(problems) - _MAX_PROBLEM_LINES} more (--json lists them all)"))
-        summary = (f"checked {counts.files} timer log file(s), {counts.units} unit(s), {counts.slots} slot(s), "
-                   f"{counts.messages} timer message(s): ")
-        summary += f"{len(faults)} problem(s)" if faults else "no problems"
-        advisories = len(problems) - len(faults)
-        if advisories:
-            summary += f", {advisories} advisory note(s) (timermetrics drift; not a fault)"
-        console.print(Text(summary, style="bold red" if faults else "bold green"), soft_wrap=True)
+    if json_out:
+        emit_json(verify_summary({"timerLogFiles": counts.files, "units": counts.units, "slots": counts.slots,
+                                  "timerMessages": counts.messages}, len(faults), len(problems) - len(faults)))
+    else:
+        print_problems(problems, f"{counts.files} timer log file(s), {counts.units} unit(s), {counts.slots} slot(s), "
+                                 f"{counts.messages} timer message(s)", console,
+                       advisories=len(problems) - len(faults))
     if faults:
         raise typer.Exit(EXIT_PROBLEMS)
 
@@ -301,14 +311,14 @@ def print_features(features: dict) -> None:
 
     f = StoreFeatures(**features)
     console.print(Text(f"kind: {f.version} store" + (": " + "; ".join(f.signs) if f.signs else
-                                                     " (no 5.x feature found)")), soft_wrap=True)
+                                                     " (no 5.x feature found)")))
     if f.timer is not None:
         t = f.timer
         precision = t["timerPrecisionMs"]
         console.print(Text(f"timer: precision {precision} ms ({t['sources'].get('timerPrecisionMs', 'default')}), "
-                           f"wheel {t['wheelFileSize']} bytes = {t['wheelFileSize'] // 32} slots, "
+                           f"wheel {t['wheelFileSize'] // 32} slots ({t['wheelFileSize']} bytes), "
                            f"timer log {t['timerLogFiles']} file(s) of {t['mappedFileSizeTimerLog']} bytes, "
-                           f"roll window {t['rollWindowSlots']} slots"), soft_wrap=True)
+                           f"roll window {t['rollWindowSlots']} slots"))
 
 
 def timer_rows(info: TimerInfo) -> list[tuple[str, str]]:
@@ -363,6 +373,6 @@ def message_units(store: Store, msg) -> list[dict] | None:
 def unit_lines(units: list[dict], now_ms: int) -> list[tuple[str, str]]:
     if not units:
         return [("timer log", "no unit points at it (not enqueued yet, or delivered without one)")]
-    return [("timer log unit", f"offset {u['offset']}, slot {_when(u['slotTimeMs'], now_ms)}"
+    return [("timer log unit", f"offset {u['offset']}, slot {format_when_ms(u['slotTimeMs'], now_ms)}"
              + (", roll" if u["roll"] else "") + (", delete" if u["delete"] else "")
              + f" ({u['state']})") for u in units]

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import typer
 from typer import _click
-from typer._click.exceptions import NoArgsIsHelpError
-from typer.core import TyperCommand, TyperGroup, TyperOption
+from typer._click.exceptions import BadParameter, MissingParameter, NoArgsIsHelpError, NoSuchOption
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 import rmqdelay
-from rmqdelay.errors import EXIT_BAD_INPUT, ConfigFallbackWarning, RmqDelayError
+from rmqdelay.errors import EXIT_BAD_INPUT, ConfigFallbackWarning, RmqDelayError, UsageError
 
 from .streams import configure_streams
 
@@ -43,8 +43,8 @@ COMMANDS = {
     "send": LazyCommand("send", "send",
                         "Put messages into STORE as a producer and the broker would (UNIQ_KEY, CLUSTER, the delay "
                         "rewrite into SCHEDULE_TOPIC_XXXX, on a 5.x store the timer rewrite into "
-                        "rmq_sys_wheel_timer); creates the store if missing; adds the topic to config/topics.json. "
-                        "Refused while a broker holds STORE/lock."),
+                        "rmq_sys_wheel_timer); adds the topic to config/topics.json; a new store only with "
+                        "--create. Refused while a broker holds STORE/lock."),
     "inspect": LazyCommand("inspect", "app", "Read-only views of a broker store."),
     "offsets": LazyCommand("offsets", "app", "Read and move the delay offsets (config/delayOffset.json)."),
     "samples": LazyCommand("samples", "app", "Sample stores."),
@@ -57,11 +57,22 @@ class _Unloaded(TyperCommand):
     the shell completion of command names read."""
 
 
+class _Invocation:
+    """What this run of the CLI was asked: the command's path (``inspect cq``) once resolved,
+    and the old option spellings it used ({new: old}), for the one-line messages of main()."""
+
+    command = ""
+    renamed: dict[str, str] = {}
+
+
 class Group(TyperGroup):
     """A command group whose flags left unset are False, as a flag means. Typer (0.29) leaves
     them None, and turns None into None only after building the flag's pydantic adapter:
     importing pydantic for the --help and completion flags of the groups a command passes
-    through would be the slowest part of `rmqdelay inspect delay --help`."""
+    through would be the slowest part of `rmqdelay inspect delay --help`.
+
+    It also resolves the command given: records its path, and rewrites the old spellings of
+    its options (aliases.py) with a note on stderr, before the command parses them."""
 
     def get_params(self, ctx: _click.Context) -> list[_click.Parameter]:
         params = super().get_params(ctx)
@@ -69,6 +80,23 @@ class Group(TyperGroup):
             if getattr(param, "is_flag", False) and param.default is None:
                 param.default = False
         return params
+
+    def resolve_command(self, ctx: _click.Context,
+                        args: list[str]) -> tuple[str | None, _click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None and not isinstance(command, TyperGroup) and not ctx.resilient_parsing:
+            from . import aliases
+
+            path = f"{ctx.command_path} {name}".partition(" ")[2]
+            _Invocation.command = path
+            rest, used = aliases.rewrite(path, rest)
+            for new, old in used.items():
+                if new not in _Invocation.renamed:
+                    _say(aliases.note(old, new))
+            _Invocation.renamed.update(used)
+        elif command is not None:
+            _Invocation.command = f"{ctx.command_path} {name}".partition(" ")[2]
+        return name, command, rest
 
 
 class LazyGroup(Group):
@@ -109,8 +137,12 @@ def _no_options() -> None:
 app = typer.Typer(
     name="rmqdelay",
     cls=LazyGroup,
-    help="Inspect and operate the delay machinery of a RocketMQ broker store, offline.",
+    help="Inspect and operate the delay machinery of a RocketMQ broker store, offline.\n\n"
+         "Example: `rmqdelay inspect delay /data/broker-a/store`; every command has an example in its -h, and "
+         "docs/cli.md is the contract they all follow.",
     no_args_is_help=True,
+    # -h as --help, in every command (a context inherits its parent's help option names).
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
     # Markdown: a docstring's single line breaks join into one paragraph, so help text flows
     # to the terminal's width instead of keeping the source's wrapping.
@@ -134,14 +166,83 @@ def _root(version_flag: bool = typer.Option(
 
 _flag_type = TyperOption.display_type_rich
 
+# What an option's value is, in the help, when the option names no metavar of its own: words
+# an operator reads, never Python's type names.
+_VALUE_WORDS = {"<str>": "TEXT", "<int>": "N", "<integer>": "N", "<float>": "NUMBER", "<path>": "PATH",
+                "<bool>": None}
 
-def _flag_type_hidden(self: TyperOption, ctx) -> str | None:
+
+def _option_value_hint(self: TyperOption, ctx) -> str | None:
     # Typer shows a flag's type as "<bool>"; a flag takes no value, so it shows none.
-    return None if self.is_flag else _flag_type(self, ctx)
+    if self.is_flag:
+        return None
+    if self.metavar is not None:
+        return self.metavar
+    shown = _flag_type(self, ctx)
+    if shown is None:
+        return None
+    repeat = shown.endswith("...")
+    shown = shown.removesuffix("...")
+    if shown.startswith("<list[") and shown.endswith("]>"):
+        shown, repeat = "<" + shown[6:-2] + ">", True
+    word = _VALUE_WORDS.get(shown, shown.strip("<>").upper().replace("|", "|"))
+    return None if word is None else word + ("..." if repeat else "")
+
+
+def _argument_usage(self: TyperArgument) -> str:
+    # Typer 0.29 writes a required argument as {STORE} in the usage line; the convention every
+    # other tool follows is STORE, and [STORE] when it may be left out.
+    name = self.metavar or self.name.upper()
+    name = name if self.required else f"[{name}]"
+    return name + ("..." if self.nargs != 1 else "")
+
+
+def _argument_type(self: TyperArgument, ctx) -> str | None:
+    return None  # an argument's metavar says what it is; its help says the rest
 
 
 def _one_line(message: str) -> str:
     return " ".join(message.split())
+
+
+def _typed(name: str) -> str:
+    """An option's name as the user typed it (an old spelling when one was used)."""
+    return _Invocation.renamed.get(name, name)
+
+
+def _usage_message(exc: Exception) -> str:
+    """A usage error as rmqdelay says every one: ``OPTION: what it takes, found what was
+    given``, naming the option as typed; never a library's wording."""
+    if isinstance(exc, NoSuchOption):
+        maybe = sorted(exc.possibilities or ())
+        return f"{exc.option_name}: no such option" + (f"; did you mean {' or '.join(maybe)}?" if maybe else "")
+    param = getattr(exc, "param", None)
+    if param is not None:
+        name = _typed(param.opts[0]) if isinstance(param, TyperOption) else (param.metavar or param.name.upper())
+        if isinstance(exc, MissingParameter):
+            return f"{name}: required"
+        if isinstance(exc, BadParameter):
+            cause = exc.__cause__
+            errors = cause.errors() if hasattr(cause, "errors") else []
+            if errors:
+                return f"{name}: {_expected(errors[0], param)}, found {errors[0].get('input')!r}"
+            return f"{name}: {_one_line(exc.message)}"
+    return _one_line(exc.format_message())
+
+
+def _expected(error: dict, param) -> str:
+    """What a value had to be, from the parameter and the validation error Typer's coercion raised."""
+    desc = getattr(param, "type_descriptor", None)
+    if desc is not None and desc.is_choice and desc.choices:
+        return "one of " + "|".join(str(getattr(c, "value", c)) for c in desc.choices)
+    kind = error.get("type", "")
+    if kind.startswith("int_") or kind == "int_type":
+        return "an integer"
+    if kind.startswith("float_"):
+        return "a number"
+    if kind.startswith("bool_"):
+        return "true or false"
+    return "a valid value"
 
 
 def _say(line: str) -> None:
@@ -162,24 +263,41 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 _default_show_warning = warnings.showwarning
 
 
+def _in_command(message: str, hint: bool = True) -> str:
+    """An error of the command given: its path first, and (a usage error) where to read its help."""
+    command = _Invocation.command
+    for new, old in _Invocation.renamed.items():
+        message = message.replace(f"{new}:", f"{old}:").replace(f"{new} ", f"{old} ")
+    if not command:
+        return f"rmqdelay: {message}"
+    return f"rmqdelay: {command}: {message}" + (f" (see 'rmqdelay {command} --help')" if hint else "")
+
+
 def main() -> None:
     configure_streams()
-    TyperOption.display_type_rich = _flag_type_hidden
+    TyperOption.display_type_rich = _option_value_hint
+    TyperArgument._usage_display_name = _argument_usage
+    TyperArgument.display_type_rich = _argument_type
     warnings.showwarning = _show_warning
+    _Invocation.command, _Invocation.renamed = "", {}
     try:
         code = app(prog_name="rmqdelay", standalone_mode=False)
     except NoArgsIsHelpError:
         code = EXIT_BAD_INPUT  # the help was shown; no command was given
     except typer.TyperException as exc:  # a usage error: one line, and where to look
         ctx = getattr(exc, "ctx", None)
-        command = ctx.command_path.partition(" ")[2] if ctx is not None else ""
+        command = ctx.command_path.partition(" ")[2] if ctx is not None else _Invocation.command
         hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-        _say(f"rmqdelay: {command + ': ' if command else ''}{_one_line(exc.format_message())}{hint}")
+        _say(f"rmqdelay: {command + ': ' if command else ''}{_usage_message(exc)}{hint}")
         code = exc.exit_code
     except typer.Abort:
         code = 1
+    except UsageError as exc:
+        _say(_in_command(str(exc)))
+        code = exc.exit_code
     except RmqDelayError as exc:
-        _say(f"rmqdelay: {exc}")
+        # A store's error names its file; one of the command's own setting (Spark's) the command.
+        _say(_in_command(str(exc), hint=False) if getattr(exc, "in_command", False) else f"rmqdelay: {exc}")
         code = exc.exit_code
     except BrokenPipeError:
         sys.stderr.close()  # a pipe reader went away (| head): not an error

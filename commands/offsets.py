@@ -9,71 +9,55 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.table import Table
+from rich.text import Text
+from rmqdelay.formats.javanum import java_parse_long
 
 from rmqdelay.errors import UsageError
 
-from .common import (
-    console,
-    emit_json,
-    err_console,
-    format_duration_ms,
-    format_time_ms,
-    parse_time_ms,
-)
-from .render import offset_cell, offset_notes
-from .run import parse_levels, resolve_delay_levels
+from . import options
+from .common import clock_ms, console, emit_json, err_console, format_time_ms, parse_time_ms
+from .render import print_levels
+from .tables import Column, hidden_note, print_table
 
 if TYPE_CHECKING:
     from rmqdelay.schedule.reset import ResetTarget
 
-app = typer.Typer(help="Read and move the delay offsets (config/delayOffset.json).", no_args_is_help=True)
-
-
-def _last_persisted_ms(store: Path) -> int | None:
-    from rmqdelay.schedule.offsets import delay_offset_path
-
-    try:
-        return delay_offset_path(store).stat().st_mtime_ns // 1_000_000
-    except OSError:  # absent, or no file to stat (a symlink loop): the broker reads the .bak then
-        return None
+app = typer.Typer(help="Read and move the delay offsets (config/delayOffset.json).\n\n"
+                       "Example: `rmqdelay offsets reset STORE --levels 4 --to-latest`", no_args_is_help=True)
 
 
 @app.command("show")
 def show(
-    store: Path = typer.Argument(..., metavar="STORE", help="The broker store directory."),
-    levels: str | None = typer.Option(None, "--levels", help="Only these levels, e.g. 1,3,5."),
-    now: str | None = typer.Option(None, "--now", help="The instant 'due now' is judged at (ISO 8601 or epoch ms)."),
-    delay_levels: str | None = typer.Option(None, "--delay-levels", help='messageDelayLevel, e.g. "1s 5s 10s".'),
-    broker_config: Path | None = typer.Option(None, "--broker-config", help="Read messageDelayLevel from broker.conf."),
-    json_out: bool = typer.Option(False, "--json", help="One JSON object per level."),
+    store: Path = options.store(),
+    levels: list[str] = options.levels(),
+    now: str | None = options.now(),
+    message_delay_level: str | None = options.message_delay_level(),
+    broker_config: Path | None = options.broker_config(),
+    json_out: bool = options.json_out(),
+    wide: bool = options.wide(),
 ) -> None:
-    """Per level: delay, offset, min, max, pending, due now, next due time, last persisted time."""
-    from rmqdelay.schedule.scheduler import wall_clock_ms
+    """Per level: delay, offset, min and max offset, pending, due now, when the next message is due.
+
+    Example: `rmqdelay offsets show STORE --levels 1-3`
+    """
     from rmqdelay.schedule.status import level_statuses
     from rmqdelay.store import Store
 
-    table_levels = resolve_delay_levels(delay_levels, broker_config)
-    chosen = _check_levels(parse_levels(levels), table_levels)
-    now_ms = parse_time_ms(now) if now else wall_clock_ms()
+    table_levels = options.delay_level_table(message_delay_level, broker_config)
+    chosen = _check_levels(options.parse_levels(levels), table_levels)
+    now_ms = clock_ms(now)
     with Store(store) as s:
         statuses = level_statuses(s, table_levels, now_ms, chosen)
-    persisted_ms = _last_persisted_ms(store)
+        offsets = s.delay_offsets()
+    version = offsets.dataVersion if offsets is not None else None
     if json_out:
         for st in statuses:
-            emit_json({**st.as_json(), "lastPersistedTimestamp": persisted_ms})
+            emit_json(st.as_json())
         return
-    # The heading on a line of its own: a long store path must not wrap it to the table's width.
-    console.print(f"delay offsets of {store} (last persisted {format_time_ms(persisted_ms)})",
-                  soft_wrap=True, highlight=False)
-    table = Table("level", "delay", "offset", "min", "max", "pending", "due now", "next due")
-    for st in statuses:
-        table.add_row(str(st.level), format_duration_ms(st.delayMs), offset_cell(st),
-                      str(st.minOffset), str(st.maxOffset), str(st.pending), str(st.dueNow),
-                      format_time_ms(st.nextDueTimestamp))
-    console.print(table)
-    for note in offset_notes(statuses):
-        console.print(note, soft_wrap=True, highlight=False, markup=False)
+    # delayOffset.json keeps no time of its own on 4.x; a 5.x broker's has a dataVersion whose
+    # timestamp is when the offsets last moved (the file's mtime is not: a copy changes it).
+    moved = f" (dataVersion {version.counter}, {format_time_ms(version.timestamp)})" if version is not None else ""
+    print_levels(f"delay offsets of {store}{moved}", statuses, now_ms, wide, with_min=True)
 
 
 def _check_levels(chosen: list[int] | None, table: dict[int, int]) -> list[int] | None:
@@ -83,8 +67,8 @@ def _check_levels(chosen: list[int] | None, table: dict[int, int]) -> list[int] 
     return chosen
 
 
-def _target(to_earliest: bool, to_latest: bool, to_offset: int | None, to_datetime: str | None,
-            by_duration: str | None, shift_by: int | None) -> ResetTarget:
+def _target(to_earliest: bool, to_latest: bool, to_offset: str | None, to_datetime: str | None,
+            by_duration: str | None, shift_by: str | None) -> ResetTarget:
     from rmqdelay.schedule.reset import ResetTarget, parse_iso_duration_ms
 
     given = [(name, value) for name, value in (
@@ -100,47 +84,58 @@ def _target(to_earliest: bool, to_latest: bool, to_offset: int | None, to_dateti
         return ResetTarget(kind, parse_iso_duration_ms(value))
     if kind in ("to-earliest", "to-latest"):
         return ResetTarget(kind)
-    return ResetTarget(kind, int(value))
+    if kind == "to-offset":
+        return ResetTarget(kind, options.parse_count(value, "--to-offset"))
+    number = java_parse_long(value.strip())
+    if number is None:
+        raise UsageError(f"--shift-by: an integer (negative: back), found {value!r}")
+    return ResetTarget(kind, number)
 
 
 @app.command("reset")
 def reset(
-    store: Path = typer.Argument(..., metavar="STORE", help="The broker store directory."),
-    level: list[int] = typer.Option([], "--level", help="A level to move (repeat for more)."),
+    store: Path = options.store(),
+    levels: list[str] = options.levels("The levels to move: 4, or 1,3,5, or 3-18 (repeatable)."),
     all_levels: bool = typer.Option(False, "--all-levels", help="Move every level."),
     to_earliest: bool = typer.Option(False, "--to-earliest", help="The first unit still in the queue."),
     to_latest: bool = typer.Option(False, "--to-latest", help="The end of the queue: nothing pending."),
-    to_offset: int | None = typer.Option(None, "--to-offset", help="This unit offset."),
-    to_datetime: str | None = typer.Option(None, "--to-datetime",
-                                           help="The first unit whose deliver time is >= this instant "
+    to_offset: str | None = typer.Option(None, "--to-offset", metavar="N", show_default=False,
+                                         help="This unit offset."),
+    to_datetime: str | None = typer.Option(None, "--to-datetime", metavar=options.TIME, show_default=False,
+                                           help="The first unit whose deliver time is at or after this instant "
                                                 "(ISO 8601 or epoch ms)."),
-    by_duration: str | None = typer.Option(None, "--by-duration",
+    by_duration: str | None = typer.Option(None, "--by-duration", metavar="DURATION", show_default=False,
                                            help="ISO 8601 duration D (PT30M, P1DT2H): the first unit whose "
-                                                "deliver time is >= now - D."),
-    shift_by: int | None = typer.Option(None, "--shift-by", help="Move by N units (negative: back)."),
-    execute: bool = typer.Option(False, "--execute", help="Write the new offsets (the default is a dry run)."),
-    now: str | None = typer.Option(None, "--now", help="The instant --by-duration counts back from."),
-    delay_levels: str | None = typer.Option(None, "--delay-levels", help='messageDelayLevel, e.g. "1s 5s 10s".'),
-    broker_config: Path | None = typer.Option(None, "--broker-config", help="Read messageDelayLevel from broker.conf."),
-    json_out: bool = typer.Option(False, "--json", help="One JSON object per level."),
+                                                "deliver time is at or after now - D."),
+    shift_by: str | None = typer.Option(None, "--shift-by", metavar="N", show_default=False,
+                                        help="Move by N units (negative: back)."),
+    execute: bool = typer.Option(False, "--execute", help="Write the new offsets. Default: a dry run."),
+    now: str | None = options.now("--by-duration counts back from"),
+    message_delay_level: str | None = options.message_delay_level(),
+    broker_config: Path | None = options.broker_config(),
+    json_out: bool = options.json_out(),
+    wide: bool = options.wide(),
 ) -> None:
     """Move the delay offsets of some levels. A dry run by default: shows before/after and how
     many messages would be delivered again or skipped; --execute writes delayOffset.json
     (temp file, fsync, rename, .bak) under the store lock. Targets outside a queue are
-    clamped with a warning, as the broker's correctDelayOffset would."""
+    clamped with a warning, as the broker's correctDelayOffset would.
+
+    Example: `rmqdelay offsets reset STORE --levels 4 --to-datetime 2026-11-22T12:30:00Z --execute`
+    """
     from rmqdelay.schedule.offsets import OffsetPublisher
     from rmqdelay.schedule.replay import exact_offsets
     from rmqdelay.schedule.reset import plan_reset
-    from rmqdelay.schedule.scheduler import wall_clock_ms
     from rmqdelay.store import Store
     from rmqdelay.store.lock import BrokerLock
 
-    table_levels = resolve_delay_levels(delay_levels, broker_config)
-    if bool(level) == all_levels:
-        raise UsageError("give --level L (one or more) or --all-levels")
-    chosen = sorted(set(_check_levels(level, table_levels) or table_levels))
+    table_levels = options.delay_level_table(message_delay_level, broker_config)
+    named = options.parse_levels(levels)
+    if bool(named) == all_levels:
+        raise UsageError("give --levels LIST or --all-levels")
+    chosen = sorted(set(_check_levels(named, table_levels) or table_levels))
     target = _target(to_earliest, to_latest, to_offset, to_datetime, by_duration, shift_by)
-    now_ms = parse_time_ms(now) if now else wall_clock_ms()
+    now_ms = clock_ms(now)
     lock = BrokerLock(store) if execute else None
     if lock is not None:
         if not Path(store).is_dir():
@@ -167,14 +162,15 @@ def reset(
         for row in plan:
             emit_json({**row.as_json(), "executed": execute})
         return
-    table = Table("level", "before", "after", "min", "max", "delivered again", "skipped",
-                  title=f"reset {target.kind} ({'executed' if execute else 'dry run: nothing written; add --execute'})",
-                  title_justify="left")
-    for row in plan:
-        table.add_row(str(row.level), str(row.before), str(row.after), str(row.minOffset), str(row.maxOffset),
-                      str(row.redelivered), str(row.skipped))
-    console.print(table)
-    console.print(f"{sum(r.redelivered for r in plan)} messages would be delivered again, "
-                  f"{sum(r.skipped for r in plan)} skipped" if not execute else
-                  f"{sum(r.redelivered for r in plan)} messages will be delivered again, "
-                  f"{sum(r.skipped for r in plan)} skipped")
+    again, skipped = sum(r.redelivered for r in plan), sum(r.skipped for r in plan)
+    verb = "will be" if execute else "would be"
+    console.print(Text(f"reset {target.kind} of {len(plan)} level(s): {again} message(s) {verb} delivered again, "
+                       f"{skipped} skipped " + ("(executed: delayOffset.json written)" if execute
+                                                else "(dry run: nothing written; add --execute)"), style="bold"))
+    rows = [[str(r.level), str(r.before), str(r.after), str(r.minOffset), str(r.maxOffset), str(r.redelivered),
+             str(r.skipped)] for r in plan]
+    note = hidden_note(print_table(console, [Column("level"), Column("before"), Column("after"), Column("min", drop=2),
+                                             Column("max", drop=1), Column("delivered again"), Column("skipped")],
+                                   rows, wide=wide))
+    if note:
+        console.print(Text(note, style="dim"))

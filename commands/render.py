@@ -1,4 +1,4 @@
-"""How records look to a user: JSON objects (spec/json-output.md) and rich tables.
+"""How records look to a user: JSON objects (docs/cli.md) and rich tables.
 
 Imported by commands before their arguments are parsed, so it imports no decoder (construct,
 numpy) at the top: the records it renders were decoded by then.
@@ -22,7 +22,8 @@ from rmqdelay.formats.constants import (
     TRANSACTION_TYPE_MASK,
 )
 
-from .common import format_duration_ms, format_time_ms
+from .common import console, format_date_ms, format_duration_ms, format_relative_ms, format_time_ms
+from .tables import Column, hidden_note, print_table
 
 if TYPE_CHECKING:
     from rmqdelay.formats.commitlog import Message
@@ -106,9 +107,7 @@ def unit_note(size: int, tags_code: int, schedule: bool, now_ms: int) -> tuple[s
     if is_ext_address(tags_code):
         return "ConsumeQueueExt address", ""
     if schedule:
-        delta = tags_code - now_ms
-        due = f"in {format_duration_ms(delta)}" if delta > 0 else f"{format_duration_ms(-delta)} ago"
-        return format_time_ms(tags_code), due
+        return format_time_ms(tags_code), format_relative_ms(tags_code, now_ms)
     return "", ""
 
 
@@ -135,35 +134,67 @@ def offset_notes(statuses) -> list[str]:
     return notes
 
 
+def print_levels(title: str, statuses, now_ms: int, wide: bool, *, with_min: bool = False) -> None:
+    """The delay level table of `inspect delay` and `offsets show`: one headline with the
+    totals the rows add up to, then a row per level."""
+    pending = sum(s.pending for s in statuses)
+    due = sum(s.dueNow for s in statuses)
+    console.print(Text(f"{title} at {format_time_ms(now_ms)}: {pending} pending, {due} due now", style="bold"))
+    columns = [Column("level"), Column("delay"), Column("offset"), Column("min", drop=4), Column("max offset"),
+               Column("pending"), Column("due now"), Column("next due"), Column("next due at", "left", drop=3)]
+    if not with_min:
+        columns.pop(3)
+    rows = []
+    for s in statuses:
+        # The head unit: the next message the level delivers, due already or not yet.
+        head = s.nextDueTimestamp
+        cells = [str(s.level), format_duration_ms(s.delayMs), offset_cell(s), str(s.minOffset), str(s.maxOffset),
+                 str(s.pending), str(s.dueNow), format_relative_ms(head, now_ms), format_date_ms(head)]
+        if not with_min:
+            cells.pop(3)
+        rows.append(cells)
+    note = hidden_note(print_table(console, columns, rows, wide=wide))
+    for line in offset_notes(statuses) + ([note] if note else []):
+        console.print(Text(line, style="dim"))
+
+
 # -- tables ----------------------------------------------------------------------------------
 
-def messages_table(messages: list[Message]) -> Table:
-    table = Table(show_edge=False, header_style="bold")
-    for name, justify in (("commitLogOffset", "right"), ("size", "right"), ("topic", "left"),
-                          ("queue", "right"), ("queueOffset", "right"), ("storeTimestamp", "left"),
-                          ("tags", "left"), ("keys", "left"), ("delay", "right"), ("reconsume", "right"),
-                          ("crc", "left")):
-        table.add_column(name, justify=justify, no_wrap=name != "keys")
+def messages_table(messages: list[Message]) -> tuple[list, list]:
+    """The columns and rows of a message listing (tables.print_table fits them): the offset,
+    topic, queue and store time always; keys and tags fold; the rest goes first on a narrow
+    terminal."""
+    columns = [Column("offset"), Column("size", drop=4), Column("topic", "left", fold=True, floor=20), Column("queue"),
+               Column("queue offset", drop=3), Column("stored", "left"), Column("tags", "left", fold=True, drop=2),
+               Column("keys", "left", fold=True, drop=1), Column("delay", drop=5), Column("retry", drop=6),
+               Column("crc", "left")]
+    rows = []
     for msg in messages:
         props = msg.properties
         # Text(), not markup: message data may hold anything, '[' included.
-        table.add_row(*(Text(str(v)) for v in (
-            msg.commitLogOffset, msg.storeSize, msg.topic, msg.queueId, msg.queueOffset,
-            format_time_ms(msg.storeTimestamp), props.get(PROPERTY_TAGS, ""), props.get(PROPERTY_KEYS, ""),
-            props.get(PROPERTY_DELAY_TIME_LEVEL, ""), msg.reconsumeTimes,
-        )), Text("ok") if msg.bodyCrcOk else Text("BAD", style="red"))
-    return table
+        rows.append([str(msg.commitLogOffset), str(msg.storeSize), Text(msg.topic), str(msg.queueId),
+                     str(msg.queueOffset), format_time_ms(msg.storeTimestamp), Text(props.get(PROPERTY_TAGS, "")),
+                     Text(props.get(PROPERTY_KEYS, "")), props.get(PROPERTY_DELAY_TIME_LEVEL, ""),
+                     str(msg.reconsumeTimes), Text("ok") if msg.bodyCrcOk else Text("BAD", style="red")])
+    return columns, rows
 
 
-def print_problems(problems: list, checked: str, console, limit: int = 200) -> None:
-    """`--verify` on a terminal: one line per problem (the first ``limit``), then what was
-    checked and how many problems."""
+PROBLEM_LINES = 40  # a screenful of `--verify` problems; --json lists them all
+
+
+def print_problems(problems: list, checked: str, console, limit: int = PROBLEM_LINES, advisories: int = 0) -> None:
+    """`--verify` on a terminal: what was checked and how many problems first, then one line
+    per problem (the first ``limit``) and how to see the rest."""
+    faults = len(problems) - advisories
+    summary = f"checked {checked}: " + (f"{faults} problem(s)" if faults else "no problems")
+    if advisories:
+        summary += f", {advisories} advisory note(s) (timermetrics drift; not a fault)"
+    console.print(Text(summary, style="bold red" if faults else "bold green"), soft_wrap=True)
     for problem in problems[:limit]:
-        console.print(Text(f"{problem.kind}: {problem}"), soft_wrap=True)
+        console.print(Text(f"{problem.kind}: {problem}", style="yellow" if getattr(problem, "advisory", False)
+                           else None), soft_wrap=True)
     if len(problems) > limit:
-        console.print(Text(f"... and {len(problems) - limit} more (--json lists them all)"))
-    summary = f"checked {checked}: " + (f"{len(problems)} problem(s)" if problems else "no problems")
-    console.print(Text(summary, style="bold red" if problems else "bold green"), soft_wrap=True)
+        console.print(Text(f"... and {len(problems) - limit} more: --json lists them all", style="dim"))
 
 
 def message_tables(msg: Message) -> tuple[Table, Table]:
@@ -171,8 +202,8 @@ def message_tables(msg: Message) -> tuple[Table, Table]:
     from rmqdelay.formats.commitlog import body_crc
 
     fields = Table(show_header=False, show_edge=False, box=None)
-    fields.add_column(style="bold")
-    fields.add_column()
+    fields.add_column(style="bold", no_wrap=True)
+    fields.add_column(overflow="fold")
     magic = "v2 (0xDAA320AB)" if msg.magicCode == MESSAGE_MAGIC_CODE_V2 else "v1 (0xDAA320A7)"
     crc = "ok" if msg.bodyCrcOk else f"MISMATCH: the body's CRC is {body_crc(msg.body)}"
     for name, value in (
@@ -190,8 +221,8 @@ def message_tables(msg: Message) -> tuple[Table, Table]:
     ):
         fields.add_row(name, Text(str(value)))
     props = Table(title="properties", title_justify="left", show_edge=False, header_style="bold")
-    props.add_column("key", no_wrap=True)
-    props.add_column("value")
+    props.add_column("key", overflow="fold")
+    props.add_column("value", overflow="fold")
     for key, value in msg.properties.items():
         props.add_row(Text(key), Text(value))
     return fields, props

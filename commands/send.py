@@ -20,6 +20,7 @@ from rmqdelay.formats.msgid import parse_host
 
 from rmqdelay.errors import UsageError
 
+from . import options
 from .common import (
     emit_json,
     err_console,
@@ -117,13 +118,15 @@ def _line(item: Sent) -> str:
 
 
 def send(
-    store: Path = typer.Argument(..., metavar="STORE", help="Broker store directory (created when it does not exist)."),
-    topic: str = typer.Option(None, "--topic", help="Topic to send to."),
-    queue: str = typer.Option(None, "--queue", metavar="N", help="Queue id (default: round robin over the write queues)."),
-    tags: str = typer.Option(None, "--tags", help="TAGS property."),
-    keys: str = typer.Option(None, "--keys", help="KEYS property (space-separated keys)."),
+    store: Path = options.store("The broker store directory (a new one only with --create)."),
+    topic: str = typer.Option(None, "--topic", metavar="TOPIC", show_default=False, help="Topic to send to."),
+    queue: str = typer.Option(None, "--queue", metavar="N", show_default=False,
+                              help="Queue id. Default: round robin over the topic's write queues."),
+    tags: str = typer.Option(None, "--tags", metavar="TAGS", show_default=False, help="TAGS property."),
+    keys: str = typer.Option(None, "--keys", metavar="KEYS", show_default=False,
+                             help="KEYS property (space-separated keys)."),
     delay_level: str = typer.Option("0", "--delay-level", metavar="N", help="Delay level (0: none; above the maximum: capped)."),
-    deliver_at: str = typer.Option(None, "--deliver-at", metavar="ISO|EPOCH_MS",
+    deliver_at: str = typer.Option(None, "--deliver-at", metavar="TIME",
                                    help="Timer message (5.x store): deliver at this time (TIMER_DELIVER_MS; ISO without a zone is UTC)."),
     delay_sec: str = typer.Option(None, "--delay-sec", metavar="N",
                                   help="Timer message (5.x store): deliver N seconds after the put (TIMER_DELAY_SEC)."),
@@ -131,27 +134,36 @@ def send(
                                  help="Timer message (5.x store): deliver N ms after the put (TIMER_DELAY_MS)."),
     cancel: str = typer.Option(None, "--cancel", metavar="UNIQ_KEY",
                                help="Cancel the parked timer message with this UNIQ_KEY (a recall: TIMER_DEL_UNIQKEY)."),
-    producer_group: str = typer.Option(DEFAULT_PRODUCER_GROUP, "--producer-group",
+    producer_group: str = typer.Option(DEFAULT_PRODUCER_GROUP, "--producer-group", metavar="GROUP",
                                        help="PGROUP of a cancellation (the recalling producer's group)."),
     broker_config: Path = typer.Option(None, "--broker-config", metavar="FILE",
                                        help="broker.conf: timer settings, brokerClusterName, enabledAppendPropCRC."),
-    prop: list[str] = typer.Option([], "--property", help="User property KEY=VALUE (repeatable)."),
-    body: str = typer.Option(None, "--body", help="Body text (UTF-8). Default: 'Hello RocketMQ'."),
-    body_file: Path = typer.Option(None, "--body-file", help="Body bytes from a file."),
+    prop: list[str] = typer.Option([], "--property", metavar="KEY=VALUE", show_default=False,
+                                   help="A user property (repeatable)."),
+    body: str = typer.Option(None, "--body", metavar="TEXT", show_default=False,
+                             help="Body text (UTF-8). Default: 'Hello RocketMQ'."),
+    body_file: Path = typer.Option(None, "--body-file", metavar="FILE", show_default=False,
+                                   help="Body bytes from a file."),
     count: str = typer.Option("1", "--count", metavar="N", help="Number of messages."),
-    store_host: str = typer.Option(None, "--store-host", help="The broker's address (storeHost, msgId). "
-                                   "Default: the store's, from its newest records (127.0.0.1:10911 for a new store)."),
+    store_host: str = typer.Option(None, "--store-host", metavar="IP:PORT", show_default=False,
+                                   help="The broker's address (storeHost, msgId). Default: the store's, from its "
+                                        "newest records (127.0.0.1:10911 for a new store)."),
+    create: bool = typer.Option(False, "--create", help="Make a new store at STORE when there is none (a missing "
+                                                        "or empty directory). Without it such a STORE is refused."),
     commitlog_file_size: str = typer.Option(None, "--commitlog-file-size", metavar="BYTES",
                                             help="Bytes per commit log file, for a new store (default 1 GiB)."),
     cq_file_size: str = typer.Option(None, "--cq-file-size", metavar="BYTES",
                                      help="Bytes per consume queue file, for a new store (default 6,000,000)."),
-    json_out: bool = typer.Option(False, "--json", help="One JSON object per message."),
+    json_out: bool = options.json_out("One JSON object per message (docs/cli.md lists the fields)."),
 ) -> None:
     """Put messages into STORE as a producer and the broker would (UNIQ_KEY, CLUSTER, the delay
     rewrite into SCHEDULE_TOPIC_XXXX, on a 5.x store the timer rewrite into rmq_sys_wheel_timer);
-    creates the store if missing; adds the topic to config/topics.json. Refused while a broker
-    holds STORE/lock."""
-    from rmqdelay.send import SendRequest, send_messages
+    adds the topic to config/topics.json; a new store only with --create. Refused while a broker
+    holds STORE/lock.
+
+    Example: `rmqdelay send STORE --topic TopicTest --tags TagA --delay-level 3 --count 10`
+    """
+    from rmqdelay.send import SendRequest, check_request, send_messages
 
     timer = _timer(deliver_at, delay_sec, delay_ms)
     if cancel is not None:
@@ -171,6 +183,11 @@ def send(
                           delay_level=_int("--delay-level", delay_level), properties=_properties(prop),
                           count=_int("--count", count), store_host=host, timer=timer, cancel=cancel,
                           producer_group=producer_group, broker_config=broker_config)
+    check_request(request)
+    if not create and not (store / "commitlog").is_dir() and not (store.exists() and not store.is_dir()):
+        # A typo must not become a new store: making one is asked for.
+        what = "a directory without commitlog/" if store.is_dir() else "nothing"
+        raise UsageError(f"STORE {store}: a broker store directory, found {what} (--create makes a new store)")
     sizes = {}
     for name, text, default in (("--commitlog-file-size", commitlog_file_size, DEFAULT_COMMITLOG_FILE_SIZE),
                                 ("--cq-file-size", cq_file_size, DEFAULT_CQ_FILE_SIZE)):
@@ -179,10 +196,12 @@ def send(
             raise UsageError(f"{name}: a positive size{' (a multiple of 20)' if name == '--cq-file-size' else ''}, found {value}")
         sizes[name] = value if value is not None else default
     with progress("sending", request.count) as advance:
+        # What the writer's recovery did is worth a line; what the store is, on success, is not.
         sent = send_messages(store, request, commitlog_file_size=sizes["--commitlog-file-size"],
                              cq_file_size=sizes["--cq-file-size"], on_progress=advance,
                              on_notice=lambda text: err_console.print(text, markup=False, highlight=False,
-                                                                      soft_wrap=True))
+                                                                      soft_wrap=True)
+                             if text.startswith("recovery: ") else None)
     for item in sent:
         if json_out:
             emit_json(_json(item))

@@ -1,3 +1,3 @@
 """rmqdelay: the delay machinery of a RocketMQ broker store, offline."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -1,4 +1,4 @@
-"""Errors the commands turn into one line and an exit code (spec/json-output.md), and the one
+"""Errors the commands turn into one line and an exit code (docs/cli.md), and the one
 warning they turn into one line. Light: the CLI imports it before parsing its arguments."""
 
 from __future__ import annotations

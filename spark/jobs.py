@@ -31,6 +31,7 @@ from rmqdelay.analysis import lateness as embedded_lateness
 from rmqdelay.analysis import retries as embedded_retries
 from rmqdelay.analysis import timer as embedded_timer
 from rmqdelay.analysis.common import sort_table
+from rmqdelay.analysis.names import public_name, public_table
 from rmqdelay.store import Store
 
 from . import blocks, source
@@ -46,6 +47,9 @@ def analyze(kind: str, stores: list[StoreRef], at_ms: int, *, delay_levels: dict
     from the executors (result.messages is then empty) instead of collecting it to the driver;
     ``with_messages`` false: compute the summary tables only (no per-message table at all)."""
     levels = checked_request(kind, stores, delay_levels)
+    # Executors open the stores by path, from a working directory of their own: a path the
+    # user typed relative to theirs must reach them whole.
+    stores = [StoreRef(s.name, s.path.absolute()) for s in stores]
     check_stores(stores)  # a bad store fails here, in one line, not in a task on an executor
     spark = spark or get_session(master)
     job = {"backlog": _backlog, "lateness": _lateness, "retries": _retries}[kind]
@@ -67,8 +71,14 @@ def _messages_out(df: DataFrame, schema: pa.Schema, keys: list[str], messages_to
         return schema.empty_table()
     if messages_to is None:
         return _arrow(df, schema, keys)
-    df.select(*schema.names).orderBy(*keys).write.mode("overwrite").parquet(str(messages_to))
+    df.select(*schema.names).orderBy(*keys).select(*_public_columns(schema)).write.mode("overwrite") \
+        .parquet(str(messages_to))
     return schema.empty_table()
+
+
+def _public_columns(schema: pa.Schema) -> list[Column]:
+    """The columns under the names the Parquet files go out with (analysis/names.py)."""
+    return [F.col(name).alias(public_name(name)) for name in schema.names]
 
 
 def _count_if(condition: Column) -> Column:
@@ -125,7 +135,7 @@ def _gather(spark: SparkSession, results: RDD, messages_to: Path | None, schema:
         parts = spark.createDataFrame(results.filter(lambda kv: kv[0] == _MESSAGES).map(lambda kv: (kv[1],)),
                                       "block binary")
         frame = parts.mapInArrow(rows, source.spark_schema(schema))
-        frame.orderBy(*order).write.mode("overwrite").parquet(str(messages_to))
+        frame.orderBy(*order).select(*_public_columns(schema)).write.mode("overwrite").parquet(str(messages_to))
     finally:
         results.unpersist()
     return partials, schema.empty_table()
@@ -148,7 +158,7 @@ def _no_messages(schema: pa.Schema, messages_to: Path | None) -> pa.Table:
     if messages_to not in (None, _NO_MESSAGES):
         import pyarrow.parquet as pq
 
-        pq.write_table(schema.empty_table(), messages_to)
+        pq.write_table(public_table(schema.empty_table()), messages_to)
     return schema.empty_table()
 
 

@@ -1,10 +1,15 @@
-"""The SparkSession the analyses run in: local by default, any master URL Spark takes."""
+"""The SparkSession the analyses run in: local by default, any master URL Spark takes. The
+JVM's own output (its start-up warnings, log4j, the Python workers' stderr) goes to a log
+file, never to the terminal: rmqdelay says what went wrong in one line (errors.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -30,13 +35,47 @@ def under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def get_session(master: str | None = None) -> SparkSession:
+def log_path() -> Path:
+    """Where the JVM's output goes: a file of this process in the temporary directory."""
+    return Path(tempfile.gettempdir()) / f"rmqdelay-spark-{os.getpid()}.log"
+
+
+@contextlib.contextmanager
+def _output_to(log: Path | None) -> Iterator[None]:
+    """The process's stdout and stderr (file descriptors 1 and 2) into ``log`` while the JVM
+    is launched: it inherits them, and so do the Python workers it starts."""
+    if log is None:
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    target = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.dup2(target, 1)
+        os.dup2(target, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, target):
+            os.close(fd)
+
+
+def get_session(master: str | None = None, log: Path | None = None) -> SparkSession:
     """A session for ``master`` (``local[*]``, ``local[2]``, ``local-cluster[2,1,1024]``,
     ``spark://host:port``); ``None``: the master spark-submit gave, else ``local[*]``.
+    ``log``: where the JVM's output goes (None: this process's stdout and stderr).
 
-    Executors run this interpreter, so they import the same rmqdelay; the UI is off and the
-    driver binds to loopback unless the master says otherwise.
+    Java and the master are checked first (errors.check_java, check_master). Executors run
+    this interpreter, so they import the same rmqdelay; the UI is off and the driver binds to
+    loopback unless the master says otherwise.
     """
+    from .errors import check_java, check_master
+
+    if not under_spark_submit():
+        check_java()
+        check_master(master)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName("rmqdelay analyze")
@@ -59,7 +98,8 @@ def get_session(master: str | None = None) -> SparkSession:
         log_config = os.path.join(tmp, "log4j2.properties")
         with open(log_config, "w") as fh:
             fh.write(_LOG4J2)
-        session = _configured(builder, log_config).getOrCreate()
+        with _output_to(log):
+            session = _configured(builder, log_config).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
 

@@ -69,6 +69,15 @@ def assert_one_line(proc: subprocess.CompletedProcess, code: int, *fragments: st
         assert fragment in proc.stderr, (fragment, proc.stderr)
 
 
+def problems_of(stdout: str) -> list[dict]:
+    """The problems of a `--verify --json`: every line but the last, the summary, which must
+    be there and count them (docs/cli.md: a clean store prints the summary alone)."""
+    *problems, summary = [json.loads(line) for line in stdout.splitlines() if line.strip()]
+    assert summary["kind"] == "summary", summary
+    assert summary["problems"] + summary["advisories"] == len(problems), summary
+    return problems
+
+
 @dataclass
 class CliResult:
     code: int
@@ -77,6 +86,9 @@ class CliResult:
 
     def json_lines(self) -> list[dict]:
         return [json.loads(line) for line in self.out.splitlines() if line.strip()]
+
+    def problems(self) -> list[dict]:
+        return problems_of(self.out)
 
 
 def run_cli(capsys, *args: str) -> CliResult:

@@ -224,5 +224,5 @@ def test_a_bad_timer_wheel_stops_the_run_in_one_line_before_any_work(store_copy,
     path = store_copy("timer-fresh")
     with open(path / "timerwheel", "r+b") as fh:
         fh.truncate(1000)
-    result = run_cli(capsys, "analyze", "backlog", str(path), "--at", str(PARTIAL_END))
+    result = run_cli(capsys, "analyze", "backlog", str(path), "--now", str(PARTIAL_END))
     assert result.code == 2 and "timerwheel" in result.err and len(result.err.strip().splitlines()) == 1

@@ -10,6 +10,7 @@ from conftest import SAMPLES, load_expected
 from test_analysis import corrupt
 
 from rmqdelay.analysis import StoreRef, analyze
+from rmqdelay.analysis.names import public_table
 
 RETRY = SAMPLES / "retry" / "store"
 PARTIAL = SAMPLES / "delay-partial" / "store"
@@ -17,7 +18,7 @@ AT = str(max(m["storeTimestamp"] for m in load_expected("retry")["msg"]) + 5_000
 
 
 def test_json_lines_carry_every_row_of_every_table(capsys):
-    result = run_cli(capsys, "analyze", "retries", f"r={RETRY}", "--at", AT, "--json")
+    result = run_cli(capsys, "analyze", "retries", f"r={RETRY}", "--now", AT, "--json")
     assert result.code == 0, result.err
     rows = result.json_lines()
     groups = [r for r in rows if r["table"] == "groups"]
@@ -30,11 +31,14 @@ def test_json_lines_carry_every_row_of_every_table(capsys):
 
 def test_output_writes_each_table_and_the_messages_as_parquet(tmp_path, capsys):
     out = tmp_path / "out"
-    result = run_cli(capsys, "analyze", "all", str(RETRY), str(PARTIAL), "--at", AT, "--output", out)
+    result = run_cli(capsys, "analyze", "all", str(RETRY), str(PARTIAL), "--now", AT, "--output", out)
     assert result.code == 0, result.err
     expected = analyze("backlog", [StoreRef("retry", RETRY), StoreRef("delay-partial", PARTIAL)], int(AT))
-    assert pq.read_table(out / "backlog_levels.parquet").equals(expected.tables["levels"])
-    assert pq.read_table(out / "backlog_messages.parquet").equals(expected.messages)
+    # The engines' tables under the names docs/cli.md gives them (analysis/names.py).
+    assert pq.read_table(out / "backlog_levels.parquet").equals(public_table(expected.tables["levels"]))
+    assert pq.read_table(out / "backlog_messages.parquet").equals(public_table(expected.messages))
+    assert pq.read_table(out / "backlog_levels.parquet").column_names[:5] == ["store", "level", "delayMs", "offset",
+                                                                             "maxOffset"]
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(["backlog_drain.parquet", "backlog_levels.parquet", "backlog_messages.parquet",
                             "backlog_retry_lag.parquet", "lateness_levels.parquet", "lateness_messages.parquet",
@@ -51,14 +55,16 @@ def test_output_writes_each_table_and_the_messages_as_parquet(tmp_path, capsys):
 
 def test_report_is_one_self_contained_page_with_the_three_charts(tmp_path, capsys):
     page = tmp_path / "report.html"
-    result = run_cli(capsys, "analyze", "all", str(RETRY), str(PARTIAL), "--at", AT, "--report", page)
+    result = run_cli(capsys, "analyze", "all", str(RETRY), str(PARTIAL), "--now", AT, "--report", page)
     assert result.code == 0, result.err
     text = page.read_text(encoding="utf-8")
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text)
     assert "<script" not in text and "<link" not in text and "@import" not in text
-    for heading in ("Lateness per level", "Backlog drain curve", "Retry funnel"):
+    for heading in ("Lateness per level", "Backlog drain", "Retry funnel"):
         assert heading in text
-    assert text.count("<svg") == 3
+    # Two stores: the charts of both together, then each store's own (no chain of delay-partial
+    # entered the retry path: no funnel in its section).
+    assert text.count("<svg") == 3 + 3 + 2 and 'id="store-retry"' in text and 'id="store-delay-partial"' in text
     # The funnel: every one of the 90 chains reached attempt 1, 10 reached attempt 16 and the DLQ.
     assert re.search(r">attempt 1</text>.*?>90</text>", text)
     assert re.search(r">attempt 16</text>.*?>10</text>", text)
@@ -68,11 +74,11 @@ def test_report_is_one_self_contained_page_with_the_three_charts(tmp_path, capsy
 def test_a_corrupt_file_is_one_line_and_keep_going_says_what_it_skipped(store_copy, capsys):
     path = store_copy("retry")
     target, offset = corrupt(path, 1, 5)
-    failed = run_cli(capsys, "analyze", "lateness", str(PARTIAL), f"bad={path}", "--at", AT)
+    failed = run_cli(capsys, "analyze", "lateness", str(PARTIAL), f"bad={path}", "--now", AT)
     assert failed.code == 2 and failed.out == ""
     assert failed.err.strip() == failed.err.strip().splitlines()[0]
     assert f"{target} at byte {offset}" in failed.err and "Traceback" not in failed.err
-    kept = run_cli(capsys, "analyze", "lateness", str(PARTIAL), f"bad={path}", "--at", AT, "--keep-going", "--json")
+    kept = run_cli(capsys, "analyze", "lateness", str(PARTIAL), f"bad={path}", "--now", AT, "--keep-going", "--json")
     assert kept.code == 1
     size = target.stat().st_size
     assert f"skipped {size - offset} bytes in 1 file(s)" in kept.err
@@ -91,20 +97,21 @@ def test_timer_tables_of_a_5x_store_in_json_parquet_and_the_report(tmp_path, cap
     store = sample_store("timer-partial")
     at = str(max(m["storeTimestamp"] for m in load_expected("timer-partial")["msg"]))
     out, page = tmp_path / "out", tmp_path / "report.html"
-    result = run_cli(capsys, "analyze", "all", f"partial={store}", "--at", at, "--json", "--output", out,
+    result = run_cli(capsys, "analyze", "all", f"partial={store}", "--now", at, "--json", "--output", out,
                      "--report", page)
     assert result.code == 0, result.err
     rows = result.json_lines()
     timer = [r for r in rows if r["table"] == "timer"]
-    assert len(timer) == 1 and timer[0]["analysis"] == "backlog" and timer[0]["read_ms"] == 1795450329000
+    assert len(timer) == 1 and timer[0]["analysis"] == "backlog" and timer[0]["lastReadTimeMs"] == 1795450329000
     topics = [r for r in rows if r["table"] == "timer_topics"]
-    assert sorted(r["real_topic"] for r in topics) == ["OrderTopic", "TimerTopic", "TopicTest"]
+    assert sorted(r["realTopic"] for r in topics) == ["OrderTopic", "TimerTopic", "TopicTest"]
     assert sum(r["delivered"] for r in topics) == 317
     embedded = analyze("lateness", [StoreRef("partial", store)], int(at))
-    assert pq.read_table(out / "lateness_timer_messages.parquet").equals(embedded.timer_messages)
-    assert pq.read_table(out / "lateness_timer_topics.parquet").equals(embedded.tables["timer_topics"])
+    assert pq.read_table(out / "lateness_timer_messages.parquet").equals(public_table(embedded.timer_messages))
+    assert pq.read_table(out / "lateness_timer_topics.parquet").equals(public_table(embedded.tables["timer_topics"]))
     text = page.read_text(encoding="utf-8")
-    assert "<h2>Timer messages</h2>" in text and "lateness: timer_cancellations" in text
+    assert re.search(r"<h2[^>]*>Timer messages</h2>", text) and "lateness: timer_cancellations" in text
     for chart in ("lateness-chart", "timer-lateness-chart", "timer-outcomes", "drain-chart", "retry-funnel"):
         assert f'<svg id="{chart}"' in text
+    assert '<div class="card" data-store="partial">' in text  # the summary band
     assert re.search(r">cancel honoured</text>.*?>15</text>", text)

@@ -161,7 +161,7 @@ def test_unreadable_commit_log_file(capsys, store_copy, monkeypatch):
     assert message.code == 2 and victim in message.err
     verify = run_cli(capsys, "inspect", "commitlog", store, "--verify", "--json")
     assert verify.code == 1
-    assert verify.json_lines()[0] == {"kind": "unreadable", "file": victim, "offset": None,
+    assert verify.problems()[0] == {"kind": "unreadable", "file": victim, "offset": None,
                                       "expected": "a readable file (Permission denied)", "physicalOffset": None}
 
 

@@ -20,13 +20,18 @@ STORE = SAMPLES / "delay-partial" / "store"
 
 
 @pytest.mark.parametrize("args,fragments", [
-    (["inspect", "cq", STORE, "--topic", "TopicTest", "--queue", "x"], ["rmqdelay: inspect cq: ", "'--queue'",
-                                                                        "(see 'rmqdelay inspect cq --help')"]),
-    (["inspect", "cq"], ["rmqdelay: inspect cq: Missing argument 'STORE'"]),
+    (["inspect", "cq", STORE, "--topic", "TopicTest", "--queue", "x"],
+     ["rmqdelay: inspect cq: --queue: an integer >= 0, found 'x' (see 'rmqdelay inspect cq --help')"]),
+    (["inspect", "cq"], ["rmqdelay: inspect cq: STORE: required"]),
     (["inspect", "bogus"], ["rmqdelay: inspect: No such command 'bogus'"]),
-    (["run", STORE, "--no-such-flag"], ["rmqdelay: run: No such option: --no-such-flag"]),
-    (["analyze", "sideways", STORE], ["rmqdelay: analyze: ", "'sideways'"]),
-    (["inspect", "delay", STORE, "--format", "xml"], ["rmqdelay: inspect delay: ", "--format"]),
+    (["run", STORE, "--no-such-flag"], ["rmqdelay: run: --no-such-flag: no such option"]),
+    (["analyze", "sideways", STORE], ["rmqdelay: analyze: KIND: one of backlog|lateness|retries|all, found 'sideways'"]),
+    (["inspect", "delay", STORE, "--format", "xml"],
+     ["rmqdelay: inspect delay: --format: one of table|json|prometheus, found 'xml'"]),
+    (["run", STORE, "--flush-interval", "soon"], ["rmqdelay: run: --flush-interval: a number, found 'soon'"]),
+    (["offsets", "reset", STORE, "--levels", "4", "--shift-by", "x"], ["rmqdelay: offsets reset: --shift-by: an integer"]),
+    (["inspect", "timer", STORE, "--units", "--since", "yesterday"],
+     ["rmqdelay: inspect timer: --since: a time as ISO 8601 or epoch milliseconds, found 'yesterday'"]),
 ])
 def test_usage_errors_are_one_line(args, fragments):
     assert_one_line(console(*args, env={"COLUMNS": "80"}), 2, *fragments)
@@ -77,7 +82,7 @@ def test_a_batch_size_of_zero_is_refused():
 def test_send_shows_progress_on_a_terminal(tmp_path):
     main, secondary = pty.openpty()
     store = tmp_path / "s"
-    proc = subprocess.Popen([CONSOLE_SCRIPT, "send", str(store), "--topic", "TopicTest", "--count", "3000",
+    proc = subprocess.Popen([CONSOLE_SCRIPT, "send", str(store), "--create", "--topic", "TopicTest", "--count", "3000",
                              "--commitlog-file-size", str(1 << 22)], stdout=subprocess.DEVNULL, stderr=secondary,
                             env=dict(os.environ, COLUMNS="100", TERM="xterm"))
     os.close(secondary)
@@ -99,6 +104,6 @@ def test_send_shows_progress_on_a_terminal(tmp_path):
 
 
 def test_send_prints_nothing_extra_in_a_pipe(tmp_path):
-    proc = console("send", tmp_path / "s", "--topic", "TopicTest", "--count", "5")
+    proc = console("send", tmp_path / "s", "--create", "--topic", "TopicTest", "--count", "5")
     assert proc.returncode == 0 and proc.stderr == "" and len(proc.stdout.splitlines()) == 5
     assert Path(tmp_path / "s" / "commitlog").is_dir()

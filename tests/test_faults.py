@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from clirun import CONSOLE_SCRIPT, in_process
+from clirun import CONSOLE_SCRIPT, in_process, problems_of
 from conftest import SAMPLES
 from rmqdelay.formats.commitlog import Blank
 
@@ -91,7 +91,7 @@ def assert_records_kept(store: Path, before: bytes) -> None:
 
 def assert_verified(store: Path, *allowed: str) -> None:
     result = cli("inspect", "commitlog", store, "--verify", "--json")
-    kinds = [json.loads(line)["kind"] for line in result.out.splitlines() if line.strip()]
+    kinds = [p["kind"] for p in problems_of(result.out)]
     assert sorted(kinds) == sorted(allowed) and result.code == (1 if allowed else 0), result.out + result.err
 
 
@@ -344,7 +344,7 @@ def kill_mid_delivery(store: Path, *extra: str) -> None:
     assert proc.returncode == -signal.SIGKILL, out.read_text()[-2000:]
 
 
-@pytest.mark.parametrize("other", [["--delay-levels", "1s 5s"], ["--broker-config", "CONF"]])
+@pytest.mark.parametrize("other", [["--message-delay-level", "1s 5s"], ["--broker-config", "CONF"]])
 def test_a_replay_under_other_delay_levels_is_exact(tmp_path, other):
     store = copy_sample(tmp_path, "delay-fresh")
     if other[0] == "--broker-config":
@@ -457,7 +457,7 @@ def test_a_read_only_file_system_is_one_line_for_every_writer(tmp_path, small_di
         pytest.skip(f"cannot remount read-only: {done.stderr.strip()}")
     assert_one_line(run(store), "Read-only file system")
     assert_one_line(cli("send", store, "--topic", "TopicTest", "--body", "x"), "Read-only file system")
-    assert_one_line(cli("offsets", "reset", store, "--level", "4", "--to-latest", "--execute"),
+    assert_one_line(cli("offsets", "reset", store, "--levels", "4", "--to-latest", "--execute"),
                     "Read-only file system")
     assert cli("inspect", "store", store).code == 0
     subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=True)

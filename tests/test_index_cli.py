@@ -128,8 +128,9 @@ def test_an_index_left_behind_is_completed_by_the_next_run(store_copy, capsys, t
     result = run_cli(capsys, "inspect", "index", store, "--key", msg.properties["UNIQ_KEY"], "--topic", msg.topic)
     assert result.code == 1 and "messages after it are not indexed" in result.err
     verify = run_cli(capsys, "inspect", "index", store, "--verify", "--json")
-    assert verify.code == 1 and {p["kind"] for p in verify.json_lines()} == {"index-missing"}
-    assert len(verify.json_lines()) == 166
+    *problems, summary = verify.json_lines()
+    assert verify.code == 1 and {p["kind"] for p in problems} == {"index-missing"}
+    assert len(problems) == 166 and summary["kind"] == "summary" and summary["problems"] == 166
     # The next run indexes what the index lacks before it delivers anything.
     events = drain(capsys, store)
     assert any(e["event"] == "notice" and e.get("kind") == "index" for e in events), events[:3]
@@ -143,10 +144,10 @@ def test_time_windows_and_limits_are_the_brokers(capsys):
         msg = next(m for m in s.commitlog.records() if m.topic == "TopicTest" and " " not in m.properties.get("KEYS", " "))
     key, ts = msg.properties["KEYS"], msg.storeTimestamp
     inside = run_cli(capsys, "inspect", "index", store, "--key", key, "--topic", "TopicTest",
-                     "--begin", str(ts - 5000), "--end", str(ts + 5000), "--json")
+                     "--since", str(ts - 5000), "--until", str(ts + 5000), "--json")
     assert [m["commitLogOffset"] for m in inside.json_lines()] == [msg.commitLogOffset]
     later = run_cli(capsys, "inspect", "index", store, "--key", key, "--topic", "TopicTest",
-                    "--begin", str(ts + 10_000))
+                    "--since", str(ts + 10_000))
     assert later.code == 1 and "no message with key" in later.err
 
 
@@ -175,8 +176,8 @@ def test_verify_reports_one_line_per_problem_and_exits_1(store_copy, capsys):
 
 @pytest.mark.parametrize("args, expected", [
     (("--key", "a", "--verify"), "give one of"),
-    (("--begin", "0"), "go with --key"),
-    (("--key", "a", "--max", "0"), "--max: at least 1"),
+    (("--since", "0"), "go with --key"),
+    (("--key", "a", "--limit", "0"), "--limit: an integer >= 1"),
     (("--key", "a", "--topic", "bad topic!"), "topic"),
     (("--key", "a b"), "without spaces"),
 ])

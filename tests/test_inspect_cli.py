@@ -42,14 +42,14 @@ def test_commitlog_from_limit_topic_select_messages(capsys):
     expected = load_expected("delay-partial")["msg"]
     third = expected[3]["commitLogOffset"]
     result = run_cli(capsys, "inspect", "commitlog", store("delay-partial"), "--json",
-                     "--from", third, "--limit", 5, "--topic", "TopicTest")
+                     "--offset", third, "--limit", 5, "--topic", "TopicTest")
     want = [m for m in expected if m["commitLogOffset"] >= third and m["topic"] == "TopicTest"][:5]
     assert [m["commitLogOffset"] for m in result.json_lines()] == [m["commitLogOffset"] for m in want]
     assert all("body" not in m for m in result.json_lines())
 
 
 def test_commitlog_from_the_middle_of_a_record_is_a_clear_error(capsys):
-    result = run_cli(capsys, "inspect", "commitlog", store("delay-partial"), "--from", 3, "--json")
+    result = run_cli(capsys, "inspect", "commitlog", store("delay-partial"), "--offset", 3, "--json")
     assert result.code == 2
     assert result.out == ""
     assert result.err.count("\n") == 1 and "00000000000000000000 at byte 7: magic code" in result.err
@@ -94,7 +94,7 @@ def test_cq_json_is_the_queue_as_the_broker_read_it(capsys, topic, queue):
 
 def test_cq_from_and_limit(capsys):
     result = run_cli(capsys, "inspect", "cq", store("retry"), "--topic", "TopicPay", "--queue", 0,
-                     "--from", 10, "--limit", 4, "--json")
+                     "--offset", 10, "--limit", 4, "--json")
     assert [u["cqOffset"] for u in result.json_lines()] == [10, 11, 12, 13]
 
 
@@ -107,7 +107,7 @@ def test_cq_table_shows_the_deliver_time_of_schedule_units(capsys):
     assert result.code == 0
     from rmqdelay.commands.common import format_time_ms
     assert format_time_ms(unit["tagsCode"]) in result.out
-    assert "in 30.0s" in result.out
+    assert "in 30 s" in result.out
     assert "delay level 5" in result.out
 
 
@@ -124,7 +124,7 @@ def test_cq_shows_pre_blank_units(capsys, tmp_path):
     cq_file.write_bytes(blank * 3 + data[:20] + data[80:])
     with Store(path) as s:
         assert s.consume_queue("TopicA", 0).min_offset == 3
-    result = run_cli(capsys, "inspect", "cq", path, "--topic", "TopicA", "--queue", 0, "--from", 0)
+    result = run_cli(capsys, "inspect", "cq", path, "--topic", "TopicA", "--queue", 0, "--offset", 0)
     assert result.code == 0
     assert result.out.count("pre-blank") == 3
 
@@ -166,11 +166,13 @@ def test_message_table_shows_every_field_and_properties(capsys):
         assert key in result.out
 
 
-def test_message_id_of_another_host_is_refused(capsys):
+def test_message_id_of_another_host_finds_nothing_and_says_why(capsys):
+    # Not this store's msgId, and no message has it as its UNIQ_KEY either: exit 1, both said.
     m = load_expected("retry")["msg"][5]
     other = "7F000001" + m["msgId"][8:]
     result = run_cli(capsys, "inspect", "message", store("retry"), other)
-    assert result.code == 2 and "stored by" in result.err
+    assert result.code == 1 and result.err.count("\n") == 1
+    assert "stored by" in result.err and "as a UNIQ_KEY" in result.err
 
 
 def test_message_key_not_found_exits_1(capsys):
@@ -212,18 +214,18 @@ def test_delay_json_per_level(capsys):
 def test_delay_levels_from_option_and_broker_config(capsys, tmp_path):
     conf = tmp_path / "broker.conf"
     conf.write_text("brokerName=b\nmessageDelayLevel=2s 4s\n")
-    a = run_cli(capsys, "inspect", "delay", store("delay-partial"), "--json", "--delay-levels", "2s 4s", "--now", 0)
+    a = run_cli(capsys, "inspect", "delay", store("delay-partial"), "--json", "--message-delay-level", "2s 4s", "--now", 0)
     b = run_cli(capsys, "inspect", "delay", store("delay-partial"), "--json", "--broker-config", conf, "--now", 0)
     assert a.json_lines() == b.json_lines()
     assert [lv["delayMs"] for lv in a.json_lines()] == [2000, 4000]
-    bad = run_cli(capsys, "inspect", "delay", store("delay-partial"), "--delay-levels", "1x")
+    bad = run_cli(capsys, "inspect", "delay", store("delay-partial"), "--message-delay-level", "1x")
     assert bad.code == 2 and "1x" in bad.err
 
 
 def test_delay_table(capsys):
     result = run_cli(capsys, "inspect", "delay", store("delay-partial"), "--now", "2000-01-01T00:00:00Z")
     assert result.code == 0
-    assert "SCHEDULE_TOPIC_XXXX at 2000-01-01 00:00:00.000Z" in result.out
+    assert "at 2000-01-01 00:00:00.000Z: 1251 pending, 1251 due now" in result.out
     assert "not in delayOffset.json" in result.out
 
 
@@ -277,7 +279,8 @@ def test_store_table(capsys):
     result = run_cli(capsys, "inspect", "store", store("delay-partial"))
     assert result.code == 0
     for text in ("lock: free", "abort: absent", "00000000000002097152", "SCHEDULE_TOPIC_XXXX",
-                 "delay offsets (config/delayOffset.json)", "physical offsets [0, 2231268)"):
+                 "delay offsets (config/delayOffset.json, level:offset): 1:83  2:83  3:83",
+                 "physical offsets [0, 2231268)"):
         assert text in result.out
 
 

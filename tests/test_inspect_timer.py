@@ -17,8 +17,9 @@ DAY = 86_400_000
 
 def status(capsys, path, now_ms, *extra):
     result = run_cli(capsys, "inspect", "timer", path, "--now", str(now_ms), "--json", *extra)
-    assert result.code == 0, result.err
     (obj,) = result.json_lines()
+    # A restart that would skip pending messages is a problem found: exit 1.
+    assert result.code == (1 if obj["horizon"]["skipped"] else 0), result.err
     return obj
 
 
@@ -193,7 +194,7 @@ def test_units_filters_by_slot_time_topic_key_and_limit(timer_sample, capsys):
     name, path, expected = timer_sample
     units = expected["timerlog"]
     lo, hi = units[10]["delayedTimeMs"], units[10]["delayedTimeMs"] + 5000
-    result = run_cli(capsys, "inspect", "timer", path, "--units", "--json", "--from", str(lo), "--to", str(hi),
+    result = run_cli(capsys, "inspect", "timer", path, "--units", "--json", "--since", str(lo), "--until", str(hi),
                      "--topic", "TopicTest")
     assert [r["offset"] for r in result.json_lines()] == \
         [u["offset"] for u in units if lo <= u["delayedTimeMs"] < hi and u["message"]["realTopic"] == "TopicTest"]
@@ -221,9 +222,33 @@ def test_the_screen_names_what_an_operator_acts_on(capsys, sample_store):
     path = sample_store("timer-fresh")
     result = run_cli(capsys, "inspect", "timer", path, "--now", "1795450330000")
     assert result.code == 0, result.err
-    for text in ("dequeue: 40.0s behind now", "enqueue: 30 message(s)", "pending timer messages by due time",
-                 "hot slots", "cancellation markers", "timermetrics", "roll window of 60 slots"):
-        assert text in result.out, text
+    for text in ("pending: 1160 timer message(s)", "dequeue: read up to", "40 s behind",
+                 "enqueue: 30 message(s)", "pending by due time", "hot slots", "cancellations:", "timermetrics",
+                 "roll window of 60 slots"):
+        assert text in " ".join(result.out.split()), text
+
+
+def test_the_headline_counts_what_the_tables_show(capsys, sample_store):
+    # The pending total of the headline is the total row of the table under it; each hot slot's
+    # units are its messages, rolls and markers; the wheel's own counts are named as such.
+    path = sample_store("timer-partial")
+    got = status(capsys, path, 1795450329969)
+    p = got["pending"]
+    total = p["units"] + p["notEnqueued"]
+    screen = " ".join(run_cli(capsys, "inspect", "timer", path, "--now", "1795450329969", "--wide").out.split())
+    assert f"pending: {total} timer message(s)" in screen
+    assert f"total {p['units']} {p['notEnqueued']} {total}" in screen.replace("│", "").replace("  ", " ")
+    for h in got["hotSlots"]:
+        assert h["messages"] + h["rolls"] + h["markers"] > 0
+    assert f"the wheel's own slot counts add up to {got['dequeue']['behindMessages']}" in screen
+
+
+def test_a_restart_that_would_skip_messages_is_the_last_line_and_exit_1(capsys, sample_store):
+    path = sample_store("timer-partial")
+    result = run_cli(capsys, "inspect", "timer", path, "--now", str(1795450329969 + 8 * DAY))
+    assert result.code == 1
+    last = result.out.strip().splitlines()[-1]
+    assert "SKIPS" in last or "never delivered" in last
 
 
 def test_a_4x_store_has_no_timer_store_to_inspect(capsys, sample_store):
@@ -233,7 +258,7 @@ def test_a_4x_store_has_no_timer_store_to_inspect(capsys, sample_store):
 
 @pytest.mark.parametrize("args", [["--slots", "--units"], ["--topic", "TopicTest"], ["--slots", "--key", "K"],
                                   ["--verify", "--units"], ["--units", "--limit", "-1"], ["--hot", "-2"],
-                                  ["--units", "--from", "yesterday"]])
+                                  ["--units", "--since", "yesterday"]])
 def test_usage_errors_are_one_line(capsys, sample_store, args):
     result = run_cli(capsys, "inspect", "timer", sample_store("timer-fresh"), *args)
     assert result.code == 2 and len(result.err.strip().splitlines()) == 1, result.err

@@ -1,5 +1,6 @@
 """`rmqdelay offsets show|reset`: read and move the delay offsets, safely."""
 
+import os
 
 import numpy as np
 import pytest
@@ -19,41 +20,48 @@ def delay_offsets_text(path):
     return (path / "config" / "delayOffset.json").read_text()
 
 
-def test_show_reports_every_level_with_last_persisted_time(store_copy, capsys):
+def test_show_reports_every_level_as_inspect_delay_does(store_copy, capsys):
     path = store_copy("delay-partial")
     result = run_cli(capsys, "offsets", "show", path, "--json", "--now", str(FAR_AHEAD))
     assert result.code == 0, result.err
     rows = result.json_lines()
     assert [r["level"] for r in rows] == list(range(1, 19))
     assert rows[0] == {"level": 1, "delayMs": 1000, "offset": 83, "storedOffset": 83, "minOffset": 0,
-                       "maxOffset": 83, "pending": 0,
-                       "dueNow": 0, "nextDueTimestamp": None,
-                       "lastPersistedTimestamp": (path / "config" / "delayOffset.json").stat().st_mtime_ns // 1_000_000}
+                       "maxOffset": 83, "pending": 0, "dueNow": 0, "nextDueTimestamp": None}
     assert rows[3]["pending"] == 83 and rows[3]["dueNow"] == 83 and rows[3]["offset"] == 0
     assert rows[17]["maxOffset"] == 89
+    assert run_cli(capsys, "inspect", "delay", path, "--json", "--now", str(FAR_AHEAD)).json_lines() == rows
     text = run_cli(capsys, "offsets", "show", path).out
-    assert "last persisted" in text and "not in delayOffset.json" in text
+    assert "not in delayOffset.json" in text
 
 
-def test_show_on_a_store_without_config_says_never_persisted(store_copy, capsys):
+def test_show_says_no_time_a_copy_of_the_file_would_change(store_copy, capsys):
+    # A 4.x delayOffset.json keeps no time: nothing like the file's mtime (which a cp moves) is shown.
+    path = store_copy("delay-partial")
+    os.utime(path / "config" / "delayOffset.json", (0, 0))
+    text = run_cli(capsys, "offsets", "show", path).out
+    assert "1970" not in text and "persisted" not in text
+
+
+def test_show_on_a_store_without_config_starts_every_level_at_0(store_copy, capsys):
     path = store_copy("delay-fresh")
     rows = run_cli(capsys, "offsets", "show", path, "--json").json_lines()
-    assert all(r["offset"] == 0 and r["lastPersistedTimestamp"] is None for r in rows)
+    assert all(r["offset"] == 0 and r["storedOffset"] is None for r in rows)
 
 
 def test_reset_is_a_dry_run_by_default_and_changes_no_byte(store_copy, capsys):
     path = store_copy("delay-partial")
     before = {p: p.read_bytes() for p in path.rglob("*") if p.is_file()}
-    result = run_cli(capsys, "offsets", "reset", path, "--level", "1", "--level", "2", "--to-earliest")
+    result = run_cli(capsys, "offsets", "reset", path, "--levels", "1", "--levels", "2", "--to-earliest")
     assert result.code == 0, result.err
-    assert "166 messages would be delivered again" in result.out and "dry run" in result.out
+    assert "166 message(s) would be delivered again" in " ".join(result.out.split()) and "dry run" in result.out
     assert {p: p.read_bytes() for p in path.rglob("*") if p.is_file()} == before
 
 
 def test_reset_execute_writes_like_the_broker_keeps_bak_and_other_levels(store_copy, capsys):
     path = store_copy("delay-partial")
     old = delay_offsets_text(path)
-    result = run_cli(capsys, "offsets", "reset", path, "--level", "2", "--to-offset", "10", "--execute", "--json")
+    result = run_cli(capsys, "offsets", "reset", path, "--levels", "2", "--to-offset", "10", "--execute", "--json")
     assert result.code == 0, result.err
     assert result.json_lines() == [{"level": 2, "before": 83, "after": 10, "requested": 10, "minOffset": 0,
                                     "maxOffset": 83, "redelivered": 73, "skipped": 0, "warning": None,
@@ -70,10 +78,10 @@ def test_reset_execute_writes_like_the_broker_keeps_bak_and_other_levels(store_c
 
 def test_out_of_range_targets_are_clamped_with_a_warning(store_copy, capsys):
     path = store_copy("delay-partial")
-    result = run_cli(capsys, "offsets", "reset", path, "--level", "3", "--to-offset", "500", "--execute")
+    result = run_cli(capsys, "offsets", "reset", path, "--levels", "3", "--to-offset", "500", "--execute")
     assert result.code == 0
     assert "clamped to 83" in result.err and "correctDelayOffset" in result.err
-    result = run_cli(capsys, "offsets", "reset", path, "--level", "3", "--shift-by", "-1000", "--json")
+    result = run_cli(capsys, "offsets", "reset", path, "--levels", "3", "--shift-by", "-1000", "--json")
     row = result.json_lines()[0]
     assert (row["requested"], row["after"], row["redelivered"]) == (83 - 1000, 0, 83)
     assert "before minOffset" in result.err
@@ -86,10 +94,10 @@ def test_to_datetime_is_the_first_unit_due_at_or_after_it(store_copy, capsys):
     for k in (0, 1, 40, 82):
         target = times[k]
         expect = next(i for i, t in enumerate(times) if t >= target)
-        rows = run_cli(capsys, "offsets", "reset", path, "--level", "6", "--to-datetime", str(target),
+        rows = run_cli(capsys, "offsets", "reset", path, "--levels", "6", "--to-datetime", str(target),
                        "--json").json_lines()
         assert rows[0]["after"] == expect
-    rows = run_cli(capsys, "offsets", "reset", path, "--level", "6", "--to-datetime", "2100-01-01",
+    rows = run_cli(capsys, "offsets", "reset", path, "--levels", "6", "--to-datetime", "2100-01-01",
                    "--json").json_lines()
     assert rows[0]["after"] == len(times)
 
@@ -99,7 +107,7 @@ def test_by_duration_rewinds_to_the_first_unit_due_after_now_minus_it(store_copy
     with Store(path) as store:
         times = [int(t) for t in store.schedule_queue(18).units()["tagsCode"]]
     now = times[50] + 30 * 60_000
-    rows = run_cli(capsys, "offsets", "reset", path, "--level", "18", "--by-duration", "PT30M", "--now", str(now),
+    rows = run_cli(capsys, "offsets", "reset", path, "--levels", "18", "--by-duration", "PT30M", "--now", str(now),
                    "--json").json_lines()
     assert rows[0]["after"] == next(i for i, t in enumerate(times) if t >= times[50])
 
@@ -118,7 +126,7 @@ def test_reset_keeps_and_bumps_a_5x_data_version(store_copy, capsys):
     (path / "config" / "delayOffset.json").write_text(
         '{\n\t"dataVersion":{\n\t\t"counter":7,\n\t\t"stateVersion":2,\n\t\t"timestamp":1700000000000\n\t},\n'
         '\t"offsetTable":{1:83,2:83,3:83\n\t}\n}')
-    assert run_cli(capsys, "offsets", "reset", path, "--level", "1", "--to-offset", "5", "--execute").code == 0
+    assert run_cli(capsys, "offsets", "reset", path, "--levels", "1", "--to-offset", "5", "--execute").code == 0
     parsed = parse_delay_offsets(delay_offsets_text(path))
     assert parsed.offsetTable == {1: 5, 2: 83, 3: 83}
     assert (parsed.dataVersion.counter, parsed.dataVersion.stateVersion) == (8, 2)
@@ -133,7 +141,7 @@ def test_reset_counts_deliveries_a_crashed_run_never_persisted(store_copy, capsy
             snap = {p.name: p.read_bytes() for p in (path / "config").iterdir()}
     for name, data in snap.items():  # as if killed before the next publish
         (path / "config" / name).write_bytes(data)
-    rows = run_cli(capsys, "offsets", "reset", path, "--level", "5", "--to-latest", "--execute",
+    rows = run_cli(capsys, "offsets", "reset", path, "--levels", "5", "--to-latest", "--execute",
                    "--json").json_lines()
     assert rows[0]["after"] == 83
     table = parse_delay_offsets(delay_offsets_text(path)).offsetTable
@@ -146,19 +154,19 @@ def test_reset_execute_refuses_while_the_store_is_locked(store_copy, capsys):
     path = store_copy("delay-partial")
     with broker_holding_lock(path):
         before = delay_offsets_text(path)
-        result = run_cli(capsys, "offsets", "reset", path, "--level", "1", "--to-earliest", "--execute")
+        result = run_cli(capsys, "offsets", "reset", path, "--levels", "1", "--to-earliest", "--execute")
         assert result.code == 3 and len(result.err.strip().splitlines()) == 1
         assert delay_offsets_text(path) == before
         # A dry run only reads: it works while the broker runs.
-        assert run_cli(capsys, "offsets", "reset", path, "--level", "1", "--to-earliest").code == 0
+        assert run_cli(capsys, "offsets", "reset", path, "--levels", "1", "--to-earliest").code == 0
 
 
 @pytest.mark.parametrize("args", [
-    ["--level", "1"],  # no target
-    ["--level", "1", "--to-earliest", "--to-latest"],
+    ["--levels", "1"],  # no target
+    ["--levels", "1", "--to-earliest", "--to-latest"],
     ["--to-earliest"],  # no levels
-    ["--level", "19", "--to-earliest"],
-    ["--level", "1", "--by-duration", "30 minutes"],
+    ["--levels", "19", "--to-earliest"],
+    ["--levels", "1", "--by-duration", "30 minutes"],
 ])
 def test_bad_reset_arguments_are_one_line_and_exit_2(store_copy, capsys, args):
     path = store_copy("delay-partial")

@@ -8,16 +8,20 @@ import re
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401 (pa.compute)
 import pytest
 from conftest import SAMPLES, TIMER_SAMPLES
 
 from rmqdelay.analysis import StoreRef, analyze
 from rmqdelay.analysis.report import (
     BANDS,
+    THRESHOLDS,
     drain_curve,
     lateness_bands,
     render_report,
     retry_funnel,
+    store_summary,
     timer_outcomes,
 )
 
@@ -50,8 +54,8 @@ def test_the_page_needs_no_network_and_holds_the_three_charts(generated, plan):
     assert not re.search(r"https?:|//[\w.-]+\.\w", page)
     assert not re.search(r"<(script|link|img|iframe|object|embed)\b|@import|url\(", page)
     assert set(charts(page)) == {"lateness-chart", "drain-chart", "retry-funnel"}
-    for heading in ("Lateness per level", "Backlog drain curve", "Retry funnel"):
-        assert f"<h2>{heading}</h2>" in page
+    for heading in ("Lateness per level", "Backlog drain", "Retry funnel"):
+        assert re.search(rf"<h2[^>]*>{heading}</h2>", page)
 
 
 def test_lateness_chart_counts_every_delivered_message_in_the_band_of_its_lateness(generated, plan):
@@ -75,16 +79,46 @@ def test_lateness_chart_counts_every_delivered_message_in_the_band_of_its_latene
                                                            if plan["levels"][str(n)]["lateness"]["count"]]
 
 
+def drain_figures(page: str, chart: str = "drain-chart") -> dict[str, int]:
+    """The figures beside a drain chart: due now and later than the chart."""
+    block = page[page.rindex('<div class="drain">', 0, page.index(f'id="{chart}"')):]
+    return {key: int(value) for key, value in
+            re.findall(r'<div class="dfig ([\w-]+)".*?<div class="figure"[^>]*>(\d+)</div>', block)[:2]}
+
+
+def bar_values(svg: ET.Element, wheel: bool = False) -> list[int]:
+    return [int(r.find("title").text.rsplit(": ", 1)[1]) for r in svg.iter("rect")
+            if r.find("title") is not None and (r.get("class") == "wheel") == wheel]
+
+
 def test_drain_curve_holds_every_pending_message_once(generated, plan):
     due = drain_curve(generated["backlog"].tables["drain"])
     assert sum(due) == sum(level["pending"] for level in plan["levels"].values())
     # Nothing can fall due later than the longest delay ahead of the analysis time.
     longest = max(level["delay_ms"] for level in plan["levels"].values())
-    assert len(due) - 1 <= -(-longest // 60_000)
-    svg = charts(render_report(generated, ["g"], plan["at_ms"]))["drain-chart"]
-    bars = [r for r in svg.iter("rect")]
-    assert [int(r.find("title").text.rsplit(": ", 1)[1]) for r in bars] == due
-    assert "now" in texts(svg)
+    assert max(m for m, n in enumerate(due) if n) <= -(-longest // 60_000)
+    page = render_report(generated, ["g"], plan["at_ms"])
+    svg = charts(page)["drain-chart"]
+    # Each minute ahead is a bar on one axis; due now and the far tail are figures beside it.
+    assert bar_values(svg) == [n for n in due[1:-1] if n]
+    assert drain_figures(page) == {"due-now": due[0], "later": due[-1]}
+    ticks = [int(t) for t in texts(svg) if t.isdigit()]
+    assert ticks[0] == 0 and ticks[-1] >= max(due[1:-1])  # the axis reaches the tallest bar, no further than a step
+
+
+def test_a_due_now_pile_never_flattens_the_minutes_ahead():
+    # 12,432 due now and a tail past three hours: both are figures; the bars keep their own scale.
+    drain = pa.table({"store": ["s"] * 4, "level": [1] * 4, "minute": [0, 1, 2, 400], "due": [12432, 3, 7, 50]})
+    from rmqdelay.analysis.report_svg import drain_svg
+
+    html = drain_svg(drain_curve(drain))
+    svg = charts(html)["drain-chart"]
+    assert bar_values(svg) == [3, 7]
+    assert drain_figures(html) == {"due-now": 12432, "later": 50}
+    heights = [float(r.get("height")) for r in svg.iter("rect")]
+    assert max(heights) > 150  # the tallest minute fills the plot: a readable scale
+    everything_overdue = drain_svg(drain_curve(drain.slice(0, 1)))
+    assert "nothing falls due in the next 3 hours" in everything_overdue
 
 
 def test_retry_funnel_follows_the_plan_from_attempt_1_to_the_dlq(generated, plan):
@@ -130,14 +164,54 @@ def timer_results(sample_store) -> tuple[dict, int]:
 
 def test_the_drain_curve_stacks_the_wheel_on_the_delay_levels(timer_results):
     results, at_ms = timer_results
-    svg = charts(render_report(results, list(TIMER_SAMPLES), at_ms))["drain-chart"]
-    wheel = [int(r.find("title").text.rsplit(": ", 1)[1]) for r in svg.iter("rect") if r.get("class") == "wheel"]
-    bars = [int(r.find("title").text.rsplit(": ", 1)[1]) for r in svg.iter("rect")
-            if r.find("title") is not None and r.get("class") is None]
+    page = render_report(results, list(TIMER_SAMPLES), at_ms)
+    svg = charts(page)["drain-chart"]
     backlog = results["backlog"]
+    wheel = drain_curve(backlog.tables["timer_drain"])
+    due = [a + b for a, b in zip(drain_curve(backlog.tables["drain"]), wheel)]
+    assert bar_values(svg, wheel=True) == [n for n in wheel[1:-1] if n]
+    assert bar_values(svg) == [n for n in due[1:-1] if n]
+    assert drain_figures(page) == {"due-now": due[0], "later": due[-1]}
     assert sum(wheel) == sum(backlog.tables["timer"].column("pending").to_pylist())
-    assert sum(bars) == sum(wheel) + sum(backlog.tables["levels"].column("pending").to_pylist())
+    assert sum(due) == sum(wheel) + sum(backlog.tables["levels"].column("pending").to_pylist())
     assert "timer wheel" in texts(svg)
+
+
+def test_the_summary_band_counts_each_store_and_colours_it_by_the_documented_thresholds(timer_results, plan):
+    results, at_ms = timer_results
+    page = render_report(results, list(TIMER_SAMPLES), at_ms)
+    for name in TIMER_SAMPLES:
+        s = store_summary(results, name, at_ms, None)
+        levels = results["backlog"].tables["levels"].filter(pa.compute.equal(results["backlog"].tables["levels"]
+                                                                             .column("store"), name))
+        timer = results["backlog"].tables["timer"].filter(pa.compute.equal(results["backlog"].tables["timer"]
+                                                                           .column("store"), name))
+        assert s["pending"] == sum(levels.column("pending").to_pylist()) + sum(timer.column("pending").to_pylist())
+        card = re.search(rf'<div class="card" data-store="{name}">(.*?)</div></div></div>', page, re.S).group(1)
+        assert f'<div class="v">{s["pending"]}</div>' in card
+        amber, red = THRESHOLDS["timerBehindMs"]
+        level = "bad" if s["timerBehindMs"] >= red else "warn" if s["timerBehindMs"] >= amber else "ok"
+        assert f'<div class="fig {level}" data-figure="timerBehindMs">' in card
+    # The retry sample: every chain's deliveries came early (1 s levels): p99 by its size; 10 of 90 in the DLQ.
+    retry = {"retries": analyze("retries", [StoreRef("retry", RETRY)], 1_900_000_000_000)}
+    s = store_summary(retry, "retry", 1_900_000_000_000, None)
+    assert s["dlqRate"] == 10 / 90 and s["problems"] == 0
+    card = render_report(retry, ["retry"], 1_900_000_000_000)
+    assert '<div class="fig bad" data-figure="dlqRate"><div class="k">DLQ rate</div><div class="v">11.1%</div>' in card
+
+
+def test_a_fleet_report_has_a_section_per_store_and_wide_tables_scroll(timer_results):
+    results, at_ms = timer_results
+    page = render_report(results, list(TIMER_SAMPLES), at_ms)
+    for name in TIMER_SAMPLES:
+        section = re.search(rf'<section class="store" id="store-{name}">(.*?)</section>', page, re.S).group(1)
+        assert f'id="drain-chart-{name}"' in section and f'id="timer-outcomes-{name}"' in section
+        for other in TIMER_SAMPLES:
+            if other != name:
+                assert f">{other}<" not in section  # its tables hold its own rows only
+    assert 'href="#store-timer-fresh"' in page
+    # Every table sits in a container that scrolls sideways instead of running off the page.
+    assert page.count("<table>") == page.count('<div class="scroll"><table>') > 0
 
 
 def test_timer_charts_count_every_delivered_timer_message_and_every_cancellation(timer_results):
@@ -145,7 +219,9 @@ def test_timer_charts_count_every_delivered_timer_message_and_every_cancellation
     lateness = results["lateness"]
     page = render_report({"lateness": lateness}, list(TIMER_SAMPLES), at_ms)
     found = charts(page)
-    assert set(found) == {"lateness-chart", "timer-lateness-chart", "timer-outcomes"}
+    # All stores together, then each store's own (its name after the chart's).
+    assert {c for c in found if not c.endswith(tuple(TIMER_SAMPLES))} == {"lateness-chart", "timer-lateness-chart",
+                                                                           "timer-outcomes"}
     heat = texts(found["timer-lateness-chart"])
     topics = {}
     for row in lateness.tables["timer_topics"].to_pylist():

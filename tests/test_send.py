@@ -29,7 +29,7 @@ def tree_digest(path: Path) -> dict[str, str]:
 
 
 def send(capsys, store: Path, *args: str):
-    return run_cli(capsys, "send", store, "--commitlog-file-size", "65536", "--cq-file-size", "1280", *args)
+    return run_cli(capsys, "send", store, "--create", "--commitlog-file-size", "65536", "--cq-file-size", "1280", *args)
 
 
 def test_sent_messages_decode_back_field_by_field(tmp_path, capsys):

@@ -138,9 +138,9 @@ def test_cli_on_spark_writes_parquet_from_the_executors(spark, tmp_path, capsys)
     out = tmp_path / "out"
     store = SAMPLES / "delay-partial" / "store"
     at = str(at_end_of("delay-partial"))
-    on_spark = run_cli(capsys, "analyze", "lateness", str(store), "--at", at, "--spark", "--master", "local[2]",
+    on_spark = run_cli(capsys, "analyze", "lateness", str(store), "--now", at, "--spark", "--master", "local[2]",
                        "--output", out, "--json", "--report", tmp_path / "r.html")
-    embedded = run_cli(capsys, "analyze", "lateness", str(store), "--at", at, "--json")
+    embedded = run_cli(capsys, "analyze", "lateness", str(store), "--now", at, "--json")
     assert on_spark.code == embedded.code == 0
     assert on_spark.json_lines() == embedded.json_lines()
     messages = pq.read_table(out / "lateness_messages.parquet")
@@ -160,10 +160,10 @@ def test_spark_submit_on_a_local_cluster_gives_the_embedded_result(capsys):
            "SPARK_LOCAL_IP": "127.0.0.1"}
     done = subprocess.run([str(spark_submit), "--master", "local-cluster[2,1,1024]",
                            "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.host=127.0.0.1",
-                           submit.__file__, "retries", f"retry={store}", "--at", at, "--json"],
+                           submit.__file__, "retries", f"retry={store}", "--now", at, "--json"],
                           capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    embedded = run_cli(capsys, "analyze", "retries", f"retry={store}", "--at", at, "--json")
+    embedded = run_cli(capsys, "analyze", "retries", f"retry={store}", "--now", at, "--json")
     assert embedded.code == 0
     assert [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")] == embedded.json_lines()
 
@@ -183,3 +183,31 @@ def test_a_hole_in_the_log_stops_spark_where_it_stops_the_embedded_engine(spark,
         assert info.value.offset == 425 and "found zeros with more data after them" in info.value.expected
         kept = engine("lateness", refs, 1_900_000_000_000, keep_going=True)
         assert [(s.offset, s.bytes) for s in kept.skipped] == [(425, 262144 - 425)]
+
+
+def test_an_error_raised_in_a_task_is_one_line_naming_the_file_and_byte(spark, tmp_path):
+    from rmqdelay.spark.errors import SparkFailure, one_line_errors
+
+    path = str(tmp_path / "commitlog" / "00000000000000000000")
+
+    def fail(_):
+        raise StoreError(path, 4096, "magic code 0xDAA320A7 or 0xCBD43194, found 0x00000000")
+
+    with pytest.raises(SparkFailure) as info, one_line_errors(tmp_path / "spark.log"):
+        spark.sparkContext.parallelize([1], 1).map(fail).collect()
+    message = str(info.value)
+    assert "\n" not in message and message.startswith("--spark: a task failed on an executor: ")
+    assert f"{path} at byte 4096: magic code" in message
+
+
+def test_the_progress_follows_the_tasks_of_the_job(spark):
+    import time
+
+    from rmqdelay.spark.progress import task_progress
+
+    seen = []
+    with task_progress(spark, lambda done, total: seen.append((done, total)), every_s=0.05):
+        spark.sparkContext.parallelize(range(6), 6).map(lambda x: (time.sleep(0.3), x)[1]).collect()
+        time.sleep(0.3)  # the last tick after the job
+    assert seen and seen[-1] == (6, 6)
+    assert all(done <= total for done, total in seen) and any(done < 6 for done, _ in seen)

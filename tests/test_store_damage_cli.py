@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from clirun import CONSOLE_SCRIPT, assert_one_line, broker_holding_lock, console
+from clirun import CONSOLE_SCRIPT, assert_one_line, broker_holding_lock, console, problems_of
 from conftest import load_expected
 from test_bad_input import first_log, patch, snapshot
 
@@ -93,7 +93,7 @@ def test_data_in_the_next_file_after_the_end_of_the_data(store_copy):
     proc = read_only("inspect", "commitlog", store, "--json")
     assert_one_line(proc, 2, f"{victim} at byte {blank['filePos']}", "in the next file 00000000000000524288")
     verify = read_only("inspect", "commitlog", store, "--verify", "--json")
-    problems = [json.loads(line) for line in verify.stdout.splitlines()]
+    problems = problems_of(verify.stdout)
     assert verify.returncode == 1 and problems[0]["kind"] == "missing-blank" and problems[0]["file"] == str(victim)
 
 
@@ -106,7 +106,7 @@ def test_gap_in_the_commit_log(store_copy):
     for args in (["inspect", "commitlog", store], ["inspect", "delay", store], ["analyze", "backlog", store]):
         assert_one_line(read_only(*args), 2, str(after), "bytes [524288, 786432) of the queue are missing")
     verify = read_only("inspect", "commitlog", store, "--verify", "--json")
-    problems = [json.loads(line) for line in verify.stdout.splitlines()]
+    problems = problems_of(verify.stdout)
     assert verify.returncode == 1 and problems[0]["kind"] == "gap" and problems[0]["file"] == str(after)
     # ... and went on: the files after the gap were read and their messages checked.
     later = [m for m in EXPECTED["msg"] if m["commitLogOffset"] >= 786432]
@@ -122,7 +122,7 @@ def test_gap_in_a_consume_queue(store_copy):
     assert_one_line(read_only("inspect", "cq", store, "--topic", "TopicTest", "--queue", 2), 2,
                     str(queue / "00000000000000002560"), "missing")
     verify = read_only("inspect", "commitlog", store, "--verify", "--json")
-    problems = [json.loads(line) for line in verify.stdout.splitlines()]
+    problems = problems_of(verify.stdout)
     assert verify.returncode == 1 and problems[0]["kind"] == "gap"
     # The units of the file after the gap are checked at their own offsets: none is misjudged.
     assert not [p for p in problems if p["kind"] in ("cq-queue-offset", "cq-no-message")]
@@ -137,7 +137,7 @@ def test_stray_file_far_beyond_the_log(store_copy):
     shutil.copy(store / "commitlog" / "00000000000000262144", stray)
     assert_one_line(read_only("inspect", "delay", store), 2, str(stray), "a file lost, or a stray one")
     verify = read_only("inspect", "commitlog", store, "--verify", "--json")
-    problems = [json.loads(line) for line in verify.stdout.splitlines()]
+    problems = problems_of(verify.stdout)
     assert verify.returncode == 1 and problems[0] == {
         "kind": "gap", "file": str(stray), "offset": None, "physicalOffset": None,
         "expected": "a file starting at 2359296, where 00000000000002097152 ends; found one starting at 99999999: "
@@ -185,11 +185,11 @@ def test_verify_judges_a_preallocated_file_as_the_broker_does(store_copy):
     assert str(spare) not in verify.stdout
     with broker_holding_lock(store):
         live = read_only("inspect", "commitlog", store, "--verify", "--json")
-    assert live.returncode == 0 and live.stdout == ""
+    assert live.returncode == 0 and problems_of(live.stdout) == []
     assert live.stderr.startswith(f"rmqdelay: note: {store / 'lock'} is held by") and "the store is live" in live.stderr
     # Once a later file holds data, the zeros are a hole: the missing BLANK is reported.
     shutil.copy(store / "commitlog" / "00000000000000262144", spare.with_name(f"{int(spare.name) + 262144:020d}"))
-    problems = [json.loads(x) for x in read_only("inspect", "commitlog", store, "--verify", "--json").stdout.splitlines()]
+    problems = problems_of(read_only("inspect", "commitlog", store, "--verify", "--json").stdout)
     assert problems[0]["kind"] == "missing-blank" and problems[0]["file"] == str(sorted(
         (store / "commitlog").iterdir())[-3])
 
@@ -231,7 +231,7 @@ def test_an_offset_outside_the_queue_is_corrected_everywhere_alike(store_copy):
     show = {r["level"]: r for r in map(json.loads, read_only("offsets", "show", store, "--json",
                                                           "--now", 0).stdout.splitlines())}
     backlog = {r["level"]: r for r in map(json.loads, read_only("analyze", "backlog", store, "--json",
-                                                             "--at", 0).stdout.splitlines()) if r["table"] == "levels"}
+                                                             "--now", 0).stdout.splitlines()) if r["table"] == "levels"}
     for level in (1, 2, 3, 4):
         assert delay[level]["pending"] == show[level]["pending"] == backlog[level]["pending"], level
         assert delay[level]["offset"] == show[level]["offset"] == backlog[level]["offset"], level
@@ -250,7 +250,7 @@ def test_the_lock_error_names_another_rmqdelay(store_copy):
         while lock_holder(store / "lock") != holder.pid:
             assert time.monotonic() < deadline and holder.poll() is None
             time.sleep(0.05)
-        proc = console("offsets", "reset", store, "--level", 1, "--to-latest", "--execute")
+        proc = console("offsets", "reset", store, "--levels", 1, "--to-latest", "--execute")
         assert_one_line(proc, 3, f"held by another rmqdelay (pid {holder.pid}: ", f"rmqdelay run {store}",
                         "wait for it to finish, or stop it")
         info = json.loads(console("inspect", "store", store, "--json").stdout)
@@ -280,7 +280,7 @@ def test_the_lock_holder_is_told_from_its_command_line(tmp_path):
 def test_run_on_a_regular_file_says_it_is_no_directory(tmp_path):
     plain = tmp_path / "plain"
     plain.write_text("x")
-    for args in (["run", plain], ["run", plain, "--dry-run"], ["offsets", "reset", plain, "--level", 1,
+    for args in (["run", plain], ["run", plain, "--dry-run"], ["offsets", "reset", plain, "--levels", 1,
                                                              "--to-latest", "--execute"], ["send", plain, "--topic", "T"]):
         assert_one_line(console(*args), 2, f"{plain}: a broker store directory (this is a file, not a directory)")
     assert plain.read_text() == "x" and sorted(os.listdir(tmp_path)) == ["plain"]

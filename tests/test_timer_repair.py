@@ -45,7 +45,7 @@ def wheel_pos(slot: dict, field: int) -> int:
 
 def faults(capsys, store: Path, now: int = NOW) -> list[dict]:
     result = run_cli(capsys, "inspect", "timer", store, "--verify", "--json", "--now", str(now))
-    found = [p for p in result.json_lines() if not p["advisory"]]
+    found = [p for p in result.problems() if not p["advisory"]]
     assert result.code == (1 if found else 0), result.out[-2000:]
     return found
 
@@ -111,7 +111,7 @@ def test_metrics_drift_alone_is_rewritten_only_when_asked(capsys, store_copy):
     assert text["dataVersion"]["counter"] == json.loads(old)["dataVersion"]["counter"] + 1
     assert (store / "config" / "timermetrics.bak").read_bytes() == old
     assert [p for p in run_cli(capsys, "inspect", "timer", store, "--verify", "--json", "--now", str(NOW))
-            .json_lines() if p["kind"] == "metrics-drift"] == []
+            .problems() if p["kind"] == "metrics-drift"] == []
 
 
 # -- units against the commit log ------------------------------------------------------------------

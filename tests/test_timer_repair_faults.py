@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from clirun import assert_one_line, broker_holding_lock, console
+from clirun import assert_one_line, broker_holding_lock, console, problems_of
 from conftest import SAMPLES, load_expected
 from test_bad_input import snapshot
 from test_faults import assert_one_line as one_line
@@ -69,7 +69,7 @@ def reference(tmp_path_factory) -> tuple[dict[str, bytes], dict[str, object]]:
 
 def assert_verified(store: Path) -> None:
     result = cli("inspect", "timer", store, "--verify", "--json", "--now", NOW)
-    found = [json.loads(line) for line in result.out.splitlines() if line.strip()]
+    found = problems_of(result.out)
     assert [p for p in found if not p["advisory"]] == [] and result.code == 0, result.out[-2000:] + result.err
 
 

@@ -35,7 +35,7 @@ def patch(path: Path, pos: int, data: bytes) -> None:
 
 def verify(capsys, store: Path, now: int = NOW):
     result = run_cli(capsys, "inspect", "timer", store, "--verify", "--json", "--now", str(now))
-    return result.code, result.json_lines(), result
+    return result.code, result.problems(), result
 
 
 def faults(lines: list[dict]) -> list[dict]:
@@ -326,13 +326,13 @@ def crc_store(root: Path, count: int = 3) -> tuple[Path, list[int]]:
 def test_records_sealed_with_the_crc_property_verify_clean_and_a_changed_byte_is_found(capsys, tmp_path):
     store, positions = crc_store(tmp_path / "crc")
     result = run_cli(capsys, "inspect", "commitlog", store, "--verify", "--json")
-    assert result.code == 0 and result.json_lines() == [], result.out
+    assert result.code == 0 and result.problems() == [], result.out
     features = json.loads(run_cli(capsys, "inspect", "store", store, "--json").out)["features"]
     assert features["propCrc"] and features["version"] == "5.x"
     # A changed store timestamp keeps the body CRC right but not the record's.
     patch(store / "commitlog" / f"{0:020d}", positions[1] + 56, b"\x7f")
     result = run_cli(capsys, "inspect", "commitlog", store, "--verify", "--json")
-    (p,) = result.json_lines()
+    (p,) = result.problems()
     record = (store / "commitlog" / f"{0:020d}").read_bytes()[positions[1]:positions[2]]
     assert p["kind"] == "prop-crc" and p["offset"] == positions[2] - propcrc.CRC32_RESERVED_LEN
     assert str(propcrc.record_crc(record)) in p["expected"] and result.code == 1

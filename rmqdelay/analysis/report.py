@@ -1,52 +1,78 @@
-"""One self-contained HTML page of the analyses: inline SVG charts and the result tables.
+"""One self-contained HTML page of the analyses, read in ten seconds: a summary band at the top
+(per store: pending, overdue and the oldest overdue, lateness p99, DLQ rate, timer backlog,
+problems found; coloured by the thresholds of docs/analyze.md), then the charts of all stores
+together, then a section per store with its charts and tables. Charts (report_svg.py):
+lateness per level (delivered messages by lateness band), the drain chart (pending messages
+by the minute they fall due, due now and the far tail as figures beside it), the retry funnel
+(chains reaching attempt 1..16, then the DLQ); for 5.x stores the timer messages' lateness per
+real topic and their rolls and cancellations.
 
 Nothing is fetched to view it (no scripts, no fonts, no links off the page), so it can be
-mailed or attached to a ticket. Charts: lateness distribution per level (count of delivered
-messages per lateness band), backlog drain curve (messages falling due per minute ahead, the
-timer wheel's pending messages stacked on the delay levels') and the retry funnel (chains
-reaching attempt 1..16, then the DLQ); for 5.x stores the timer messages' lateness per real
-topic and their rolls and cancellations.
+mailed or attached to a ticket. Wide tables scroll inside the page instead of being cut.
 """
 
 from __future__ import annotations
 
 import html
-from datetime import datetime, timezone
+import math
+import re
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rmqdelay.analysis import AnalysisResult
+from rmqdelay.units import format_date_ms, format_duration_ms
 
-# Lateness bands (ms, upper bound exclusive) and their labels.
-BANDS = [(0, "early"), (10, "0–10 ms"), (100, "10–100 ms"), (1_000, "0.1–1 s"), (10_000, "1–10 s"),
-         (60_000, "10 s–1 min"), (600_000, "1–10 min"), (None, "≥ 10 min")]
-MAX_DRAIN_MINUTES = 180
+from .names import DURATION, INSTANT, RATE, TEXT, VIEWS
+from .report_svg import BANDS, MAX_DRAIN_MINUTES, drain_svg, funnel_svg, heat_svg
+
+__all__ = ["BANDS", "THRESHOLDS", "drain_curve", "lateness_bands", "render_report", "retry_funnel", "store_summary",
+           "timer_outcomes"]
+
 RETRY_ATTEMPTS = 16
+TABLE_ROWS = 200  # rows of a table on the page; --json and --output have them all
+
+# The summary band's colours (docs/analyze.md, "The report"): (amber from, red from).
+THRESHOLDS = {
+    "oldestOverdueMs": (60_000, 600_000),  # the oldest message due and not delivered: 1 min, 10 min
+    "latenessP99Ms": (1_000, 10_000),  # delivered delay messages: 1 s, 10 s
+    "dlqRate": (0.01, 0.05),  # retried chains that ended in the DLQ: 1 %, 5 %
+    "timerBehindMs": (10_000, 60_000),  # the timer's read position behind the analysis time: 10 s, 1 min
+    "problems": (1, 1),  # any problem found is red
+}
 
 _STYLE = """
-body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#1d2733;max-width:1100px}
+*{box-sizing:border-box}
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0 auto;padding:16px;color:#1d2733;
+max-width:1280px}
 h1{font-size:22px;margin:0 0 4px}h3{font-size:13px;margin:14px 0 4px;color:#3a4654}
 h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #d8dee6;padding-bottom:4px}
+section.store>h2{font-size:19px;border-bottom:2px solid #1f5f99}
 p.meta{color:#5b6878;margin:0 0 12px;font-size:13px}
+nav{font-size:13px;margin:6px 0 0}nav a{margin-right:12px}
+.band{display:flex;flex-wrap:wrap;gap:12px;margin:12px 0 8px}
+.card{flex:1 1 360px;border:1px solid #d8dee6;border-radius:8px;padding:10px 12px;background:#fbfcfd}
+.card h3{margin:0 0 8px;font-size:15px;color:#1d2733}
+.figs{display:grid;grid-template-columns:repeat(auto-fit,minmax(110px,1fr));gap:8px}
+.fig{border-radius:6px;padding:6px 8px;background:#eef1f5}
+.fig .k{font-size:11px;color:#5b6878}.fig .v{font-size:18px;font-weight:600}.fig .s{font-size:11px;color:#3a4654}
+.fig.ok{background:#e3f4e8}.fig.warn{background:#fdf1d8}.fig.bad{background:#fbe0dd}
+.scroll{overflow-x:auto;max-width:100%}
+.drain{display:flex;flex-wrap:wrap;gap:12px;align-items:stretch}.drain .plot{flex:1 1 560px;min-width:0}
+.dfig{flex:0 0 150px;border:2px solid;border-radius:8px;background:#f4f6f9;padding:10px;text-align:center;
+display:flex;flex-direction:column;justify-content:center}
+.dfig .k{font-size:12px}.dfig .figure{font-size:28px;font-weight:600}.dfig .s{font-size:11px;color:#3a4654}
+@media (max-width:700px){.dfig{flex:1 1 40%}.drain .plot{order:3;flex-basis:100%}}
 table{border-collapse:collapse;font-size:12px;margin:6px 0 14px}
-th,td{border:1px solid #d8dee6;padding:3px 7px;text-align:right}th{background:#f1f4f8}
-td.t,th.t{text-align:left;white-space:nowrap}
+th,td{border:1px solid #d8dee6;padding:3px 7px;text-align:right;white-space:nowrap}th{background:#f1f4f8}
+td.t,th.t{text-align:left}
 svg text{font-size:11px;fill:#1d2733}
 .note{color:#5b6878;font-size:12px}
 """
 
 
-# Columns holding epoch milliseconds: shown as UTC times.
-TIME_COLUMNS = frozenset({"oldest_due_ms", "oldest_undelivered_ms", "first_failure_ms", "last_attempt_ms", "dlq_ms",
-                          "deliver_ms", "effective_ms", "intended_ms", "actual_ms", "read_ms", "slot_ms", "due_ms",
-                          "out_ms", "dequeue_ms"})
-
-
-def _fmt_time(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
+# -- the figures the charts and the band show ---------------------------------------------------
 def lateness_bands(levels: np.ndarray, lateness: np.ndarray) -> dict:
     """Per level (or any key: the timer's real topics), how many delivered messages fall in
     each band of BANDS."""
@@ -61,12 +87,10 @@ def lateness_bands(levels: np.ndarray, lateness: np.ndarray) -> dict:
 
 def drain_curve(drain: pa.Table) -> list[int]:
     """Messages due per minute ahead (0 = due now), summed over stores and levels; the last
-    bar holds everything beyond MAX_DRAIN_MINUTES."""
+    entry holds everything beyond MAX_DRAIN_MINUTES."""
     due = [0] * (MAX_DRAIN_MINUTES + 2)
     for minute, count in zip(drain.column("minute").to_pylist(), drain.column("due").to_pylist()):
         due[min(minute, MAX_DRAIN_MINUTES + 1)] += count
-    while len(due) > 1 and due[-1] == 0:
-        due.pop()
     return due
 
 
@@ -94,213 +118,239 @@ def retry_funnel(attempts: pa.Table, groups: pa.Table) -> list[tuple[str, int]]:
     return funnel
 
 
-# -- SVG -------------------------------------------------------------------------------------
-def _heat_svg(rows: dict, svg_id: str = "lateness-chart", label: str = "level {}") -> str:
-    cell_w, cell_h, top = 96, 20, 24
-    names = {key: label.format(key) for key in rows}
-    left = max(70, 7 * max((len(n) for n in names.values()), default=0) + 12)
-    peak = max((c for counts in rows.values() for c in counts), default=0) or 1
-    width = left + cell_w * len(BANDS) + 70
-    height = top + cell_h * len(rows) + 10
-    parts = [f'<svg id="{svg_id}" width="{width}" height="{height}" role="img">']
-    for i, (_, label) in enumerate(BANDS):
-        parts.append(f'<text x="{left + i * cell_w + cell_w / 2}" y="16" text-anchor="middle">{html.escape(label)}</text>')
-    parts.append(f'<text x="{left + cell_w * len(BANDS) + 8}" y="16">n</text>')
-    for r, (level, counts) in enumerate(sorted(rows.items())):
-        y = top + r * cell_h
-        parts.append(f'<text x="{left - 8}" y="{y + 14}" text-anchor="end">{html.escape(names[level])}</text>')
-        parts.append(f'<text x="{left + cell_w * len(BANDS) + 8}" y="{y + 14}">{sum(counts)}</text>')
-        for i, count in enumerate(counts):
-            shade = 0.08 + 0.92 * (count / peak) if count else 0
-            fill = f"rgba(214,96,39,{shade:.3f})" if i == 0 else f"rgba(40,110,180,{shade:.3f})"
-            x = left + i * cell_w
-            parts.append(f'<rect x="{x}" y="{y}" width="{cell_w - 2}" height="{cell_h - 2}" fill="{fill}" stroke="#d8dee6"/>')
-            if count:
-                ink = ' style="fill:#fff"' if shade > 0.6 else ""
-                parts.append(f'<text x="{x + cell_w / 2}" y="{y + 14}" text-anchor="middle"{ink}>{count}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+def _of(table: pa.Table | None, store: str | None) -> pa.Table | None:
+    if table is None or store is None:
+        return table
+    return table.filter(pc.equal(table.column("store"), store))
 
 
-def _nice_step(count: int, most: int = 12) -> int:
-    """A tick step (1, 2, 5, 10, 15, 30, 60, ...) giving at most ``most`` ticks over ``count``."""
-    for step in (1, 2, 5, 10, 15, 30, 60, 120, 240):
-        if count / step <= most:
-            return step
-    return max(1, count // most)
+def _sum(table: pa.Table | None, column: str) -> int:
+    return 0 if table is None else sum(v for v in table.column(column).to_pylist() if v is not None)
 
 
-def _drain_svg(due: list[int], beyond: bool, wheel: list[int] | None = None) -> str:
-    """Bars: pending messages falling due per minute ahead (bar 0 = due now); ``wheel``: the
-    part of each bar that waits in the timer wheel, drawn at its foot in another colour. A
-    line: what is not yet due after each minute, against the right axis. The minutes ahead
-    set the bars' scale; a "due now" bar taller than that is drawn broken, with its count, so
-    one large overdue pile does not flatten the rest of the curve."""
-    plot_w, plot_h, left, right, top, bottom = 880, 200, 56, 64, 22, 40
-    ahead_peak = max(due[1:], default=0)
-    peak = ahead_peak or due[0] or 1
-    bar_w = plot_w / max(len(due), 1)
-    base = top + plot_h
-    later = sum(due[1:])
-    width, height = left + plot_w + right, top + plot_h + bottom
-    parts = [f'<svg id="drain-chart" width="{width}" height="{height}" role="img">',
-             f'<text x="{left - 6}" y="{top + 4}" text-anchor="end">{peak}</text>',
-             f'<text x="{left - 6}" y="{base + 4}" text-anchor="end">0</text>',
-             f'<text x="{left + plot_w + 6}" y="{top + 4}">{later}</text>',
-             f'<text x="{left + plot_w + 6}" y="{base + 4}">0</text>',
-             f'<text x="14" y="{top + plot_h / 2}" transform="rotate(-90 14 {top + plot_h / 2})" '
-             f'text-anchor="middle">due in the minute</text>',
-             f'<text x="{left + plot_w + 50}" y="{top + plot_h / 2}" '
-             f'transform="rotate(90 {left + plot_w + 50} {top + plot_h / 2})" text-anchor="middle" '
-             f'fill="#c0392b">not yet due</text>',
-             f'<line x1="{left}" y1="{base}" x2="{left + plot_w}" y2="{base}" stroke="#8795a6"/>',
-             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{base}" stroke="#8795a6"/>']
-    step = _nice_step(len(due))
-    for minute, value in enumerate(due):
-        x = left + minute * bar_w
-        label = "now" if minute == 0 else (f">{MAX_DRAIN_MINUTES}m" if beyond and minute == len(due) - 1
-                                           else f"+{minute}m")
-        broken = value > peak
-        h = plot_h if broken else plot_h * value / peak
-        fill = "#1f5f99" if minute == 0 else "#5b9bd5"
-        parts.append(f'<rect x="{x + 0.5:.1f}" y="{base - h:.1f}" width="{max(bar_w - 1, 1):.1f}" height="{h:.1f}" '
-                     f'fill="{fill}"><title>{html.escape(label)}: {value}</title></rect>')
-        if wheel and wheel[minute]:
-            wh = h * wheel[minute] / value
-            parts.append(f'<rect class="wheel" x="{x + 0.5:.1f}" y="{base - wh:.1f}" width="{max(bar_w - 1, 1):.1f}" '
-                         f'height="{wh:.1f}" fill="#e08e0b"><title>{html.escape(label)} in the timer wheel: '
-                         f'{wheel[minute]}</title></rect>')
-        if broken:
-            # Two white slashes across the bar: its height is not to scale.
-            y = top + plot_h * 0.3
-            parts.append(f'<path d="M{x - 2:.1f} {y + 6:.1f} L{x + bar_w + 2:.1f} {y:.1f} M{x - 2:.1f} {y + 12:.1f} '
-                         f'L{x + bar_w + 2:.1f} {y + 6:.1f}" stroke="#fff" stroke-width="3"/>')
-            parts.append(f'<text x="{x + 2:.1f}" y="{top - 6}">{value} due now</text>')
-        last = beyond and minute == len(due) - 1
-        crowded = beyond and not last and len(due) - 1 - minute < step  # its label would overlap the last one
-        if (minute % step == 0 and not crowded) or last:
-            parts.append(f'<text x="{x + bar_w / 2:.1f}" y="{base + 16}" text-anchor="middle">{html.escape(label)}</text>')
-    remaining, points = later, []
-    for minute, value in enumerate(due[1:], start=1):
-        remaining -= value
-        points.append(f"{left + (minute + 1) * bar_w:.1f},{base - plot_h * remaining / (later or 1):.1f}")
-    if later:
-        parts.append(f'<polyline points="{left + bar_w:.1f},{top} {" ".join(points)}" fill="none" stroke="#c0392b" '
-                     f'stroke-width="2"/>')
-    if wheel and any(wheel):
-        parts.append(f'<rect x="{left + plot_w - 210}" y="{top}" width="10" height="10" fill="#5b9bd5"/>'
-                     f'<text x="{left + plot_w - 196}" y="{top + 9}">delay levels</text>'
-                     f'<rect x="{left + plot_w - 110}" y="{top}" width="10" height="10" fill="#e08e0b"/>'
-                     f'<text x="{left + plot_w - 96}" y="{top + 9}">timer wheel</text>')
-    parts.append(f'<text x="{left + plot_w / 2}" y="{base + 34}" text-anchor="middle">minutes ahead of the analysis time</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+def _least(*columns: list) -> int | None:
+    values = [v for column in columns for v in column if v is not None]
+    return min(values) if values else None
 
 
-def _funnel_svg(funnel: list[tuple[str, int]], svg_id: str = "retry-funnel") -> str:
-    bar_h, left, width = 18, 130, 720
-    peak = max((n for _, n in funnel), default=0) or 1
-    height = bar_h * len(funnel) + 10
-    parts = [f'<svg id="{svg_id}" width="{left + width + 60}" height="{height}" role="img">']
-    for i, (label, value) in enumerate(funnel):
-        y = 4 + i * bar_h
-        w = width * value / peak
-        fill = "#b03a2e" if label == "DLQ" or label.startswith("cancel") else "#7a4fb0"
-        parts.append(f'<text x="{left - 8}" y="{y + 13}" text-anchor="end">{html.escape(label)}</text>')
-        parts.append(f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar_h - 4}" fill="{fill}"/>')
-        parts.append(f'<text x="{left + w + 6:.1f}" y="{y + 13}">{value}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+def _p99(values: np.ndarray) -> int | None:
+    """Nearest rank, as every percentile of the analyses (docs/analyze.md)."""
+    if not len(values):
+        return None
+    return int(np.sort(values)[math.ceil(99 * len(values) / 100) - 1])
 
 
-def _table_html(caption: str, table: pa.Table, limit: int = 200) -> str:
+def store_summary(results: dict[str, AnalysisResult], store: str, at_ms: int,
+                  lateness_values: pa.Table | None) -> dict:
+    """The band's figures of one store, under the names docs/analyze.md gives them (None: the
+    analysis that has it did not run, or the store has none)."""
+    backlog, lateness, retries = results.get("backlog"), results.get("lateness"), results.get("retries")
+    out: dict = {"store": store}
+    if backlog is not None:
+        levels, timer = _of(backlog.tables["levels"], store), _of(backlog.tables.get("timer"), store)
+        has_timer = timer is not None and timer.num_rows > 0
+        oldest = _least(levels.column("oldest_due_ms").to_pylist(),
+                        timer.column("oldest_due_ms").to_pylist() if has_timer else [])
+        out.update(pending=_sum(levels, "pending") + _sum(timer, "pending"), timerPending=_sum(timer, "pending")
+                   if has_timer else None, overdue=_sum(levels, "due_now") + _sum(timer, "due_now"),
+                   oldestOverdueMs=None if oldest is None else max(at_ms - oldest, 0),
+                   timerBehindMs=max(timer.column("behind_ms").to_pylist()) if has_timer else None)
+    if lateness is not None:
+        values = lateness_values if lateness_values is not None else lateness.messages
+        values = _of(values.filter(values.column("lateness_ms").is_valid()), store)
+        out["latenessP99Ms"] = _p99(values.column("lateness_ms").to_numpy())
+        out["duplicates"] = _sum(_of(lateness.tables["levels"], store), "duplicates")
+        cancels = _of(lateness.tables.get("timer_cancellations"), store)
+        out["missedCancellations"] = 0 if cancels is None else _sum(
+            cancels.filter(pc.equal(cancels.column("state"), "missed")), "cancellations")
+    if retries is not None:
+        groups = _of(retries.tables["groups"], store)
+        chains = _sum(groups, "messages")
+        out["dlqRate"] = _sum(groups, "dlq") / chains if chains else None
+        out["anomalies"] = _of(retries.tables["anomalies"], store).num_rows
+    skipped = {s.file for r in results.values() for s in r.skipped if s.store == store}
+    out["skippedFiles"] = len(skipped)
+    out["problems"] = sum(out.get(k) or 0 for k in ("skippedFiles", "anomalies", "duplicates", "missedCancellations"))
+    return out
+
+
+def _level(key: str, value) -> str:
+    """ok, warn or bad by THRESHOLDS; a lateness by its size, early (negative) or late."""
+    if value is None or key not in THRESHOLDS:
+        return ""
+    amber, red = THRESHOLDS[key]
+    value = abs(value)
+    return "bad" if value >= red else "warn" if value >= amber else "ok"
+
+
+# -- HTML ---------------------------------------------------------------------------------------
+def _fig(label: str, value: str, key: str | None = None, raw=None, sub: str = "") -> str:
+    level = _level(key, raw) if key else ""
+    return (f'<div class="fig {level}" data-figure="{key or label}"><div class="k">{html.escape(label)}</div>'
+            f'<div class="v">{html.escape(value)}</div><div class="s">{html.escape(sub)}</div></div>')
+
+
+def _card(s: dict) -> str:
+    figs = []
+    if "pending" in s:
+        figs.append(_fig("pending", str(s["pending"]), sub=f"{s['timerPending']} in the timer wheel"
+                         if s.get("timerPending") else "delay levels"))
+        oldest = s["oldestOverdueMs"]
+        figs.append(_fig("overdue", str(s["overdue"]), "oldestOverdueMs", oldest,
+                         f"oldest {format_duration_ms(oldest)}" if oldest is not None else "none"))
+    if "latenessP99Ms" in s:
+        p99 = s["latenessP99Ms"]
+        figs.append(_fig("lateness p99", format_duration_ms(p99) if p99 is not None else "-", "latenessP99Ms", p99,
+                         "delivered delay messages"))
+    if "dlqRate" in s:
+        rate = s["dlqRate"]
+        figs.append(_fig("DLQ rate", f"{100 * rate:.1f}%" if rate is not None else "-", "dlqRate", rate,
+                         "of retried chains"))
+    if s.get("timerBehindMs") is not None:
+        figs.append(_fig("timer backlog", str(s["timerPending"]), "timerBehindMs", s["timerBehindMs"],
+                         f"read {format_duration_ms(s['timerBehindMs'])} behind"))
+    what = [f"{s[k]} {w}" for k, w in (("skippedFiles", "file(s) skipped"), ("anomalies", "retry anomalies"),
+                                      ("duplicates", "duplicate deliveries"),
+                                      ("missedCancellations", "missed cancellations")) if s.get(k)]
+    figs.append(_fig("problems", str(s["problems"]), "problems", s["problems"], "; ".join(what) or "none found"))
+    name = html.escape(s["store"])
+    return f'<div class="card" data-store="{name}"><h3>{name}</h3><div class="figs">{"".join(figs)}</div></div>'
+
+
+def _cell(name: str, value) -> str:
+    view = VIEWS.get(name)
+    if value is None:
+        return "–"
+    kind = view.kind if view else ""
+    if kind == DURATION:
+        return format_duration_ms(value)
+    if kind == INSTANT:
+        return format_date_ms(value).replace("Z", " UTC")
+    if kind == RATE:
+        return f"{100 * value:.1f}%"
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def _table_html(caption: str, table: pa.Table | None, drop_store: bool = False) -> str:
     title = f"<h3>{html.escape(caption)}</h3>"
-    if table.num_rows == 0:
+    if table is None or table.num_rows == 0:
         return title + '<p class="note">no rows</p>'
-    names = table.column_names
-    text_cols = {f.name for f in table.schema if pa.types.is_string(f.type)}
-    head = "".join(f'<th class="{"t" if n in text_cols else ""}">{html.escape(n)}</th>' for n in names)
+    names = [n for n in table.column_names if not (drop_store and n == "store")]
+    text_cols = {n for n in names if VIEWS.get(n) is not None and VIEWS[n].kind == TEXT}
+    head = "".join(f'<th class="{"t" if n in text_cols else ""}">{html.escape(VIEWS[n].header if n in VIEWS else n)}'
+                   f'</th>' for n in names)
     body = []
-    for row in table.slice(0, limit).to_pylist():
-        cells = []
-        for n in names:
-            v = row[n]
-            if v is None:
-                text = "–"
-            elif n in TIME_COLUMNS:
-                text = _fmt_time(v)
-            else:
-                text = f"{v:.4f}" if isinstance(v, float) else str(v)
-            cells.append(f'<td class="{"t" if n in text_cols else ""}">{html.escape(text)}</td>')
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    more = f'<p class="note">{table.num_rows - limit} more rows in --output / --json</p>' if table.num_rows > limit else ""
-    return f"{title}<table><tr>{head}</tr>{''.join(body)}</table>{more}"
+    for row in table.slice(0, TABLE_ROWS).to_pylist():
+        body.append("<tr>" + "".join(f'<td class="{"t" if n in text_cols else ""}">{html.escape(_cell(n, row[n]))}</td>'
+                                     for n in names) + "</tr>")
+    more = (f'<p class="note">the first {TABLE_ROWS} of {table.num_rows} rows; --json and --output have them all</p>'
+            if table.num_rows > TABLE_ROWS else "")
+    return f'{title}<div class="scroll"><table><tr>{head}</tr>{"".join(body)}</table></div>{more}'
 
 
-def _timer_section(result: AnalysisResult, timer_values: pa.Table | None) -> str:
-    values = timer_values if timer_values is not None else result.timer_messages.select(["real_topic", "lateness_ms"])
-    values = values.filter(values.column("lateness_ms").is_valid())
-    topics = np.array(values.column("real_topic").to_pylist(), dtype=object)
-    bands = lateness_bands(topics, values.column("lateness_ms").to_numpy()) if values.num_rows else {}
-    heat = (_heat_svg(bands, "timer-lateness-chart", "{}") if bands
-            else '<p class="note">no delivered timer message</p>')
-    outcomes = timer_outcomes(result.tables["timer_rolls"], result.tables["timer_cancellations"])
-    return ("<h2>Timer messages</h2><p class=\"note\">Delivered timer messages by lateness (store time of "
-            "the delivered copy − its TIMER_OUT_MS) per real topic, all stores together; early ones in "
-            "orange.</p>" + heat
-            + "<p class=\"note\">Timer messages by how often the wheel rolled them, and the cancellations by "
-            "what became of them.</p>" + _funnel_svg(outcomes, "timer-outcomes")
-            + _table_html("lateness: timer_topics", result.tables["timer_topics"])
-            + _table_html("lateness: timer_rolls", result.tables["timer_rolls"])
-            + _table_html("lateness: timer_cancellations", result.tables["timer_cancellations"]))
+def _anchor(store: str) -> str:
+    return "store-" + re.sub(r"[^A-Za-z0-9_-]", "_", store)
 
 
-# -- the page --------------------------------------------------------------------------------
-def render_report(results: dict[str, AnalysisResult], stores: list[str], at_ms: int,
-                  lateness_values: pa.Table | None = None, timer_values: pa.Table | None = None) -> str:
-    """The page for the analyses that ran. ``lateness_values`` (level, lateness_ms) and
-    ``timer_values`` (real_topic, lateness_ms) stand in for the lateness per-message tables
-    when those were written elsewhere."""
+def _charts_and_tables(results: dict[str, AnalysisResult], store: str | None, lateness_values: pa.Table | None,
+                       timer_values: pa.Table | None, tables: bool) -> list[str]:
+    """The sections of one store (or of all together, ``store`` None): its charts, and with
+    ``tables`` its result tables."""
+    key = "" if store is None else "-" + _anchor(store)[6:]
+    own = store is not None
     sections = []
     if "lateness" in results:
         result = results["lateness"]
-        values = lateness_values if lateness_values is not None else result.messages.select(["level", "lateness_ms"])
-        values = values.filter(values.column("lateness_ms").is_valid())
+        values = lateness_values if lateness_values is not None else result.messages.select(["store", "level",
+                                                                                            "lateness_ms"])
+        values = _of(values.filter(values.column("lateness_ms").is_valid()), store)
         bands = lateness_bands(values.column("level").to_numpy(), values.column("lateness_ms").to_numpy())
-        chart = _heat_svg(bands) if bands else '<p class="note">no delivered delay message</p>'
-        sections.append("<h2>Lateness per level</h2><p class=\"note\">Delivered messages by lateness "
-                        "(store time of the delivered copy − deliver time of its schedule unit); "
-                        "all stores together; early deliveries in orange, n = delivered.</p>" + chart
-                        + _table_html("lateness: levels", result.tables["levels"]) + _table_html("lateness: topics", result.tables["topics"]))
-        if result.tables.get("timer_topics") is not None and result.tables["timer_topics"].num_rows:
-            sections.append(_timer_section(result, timer_values))
+        chart = heat_svg(bands, "lateness-chart" + key) if bands else '<p class="note">no delivered delay message</p>'
+        part = (f'<h2 id="lateness{key}">Lateness per level</h2>' "<p class=\"note\">Delivered messages by lateness (store time of the "
+                "delivered copy − deliver time of its schedule unit); early deliveries in orange, n = delivered."
+                "</p>" + chart)
+        if tables:
+            part += (_table_html("lateness: levels", _of(result.tables["levels"], store), own)
+                     + _table_html("lateness: topics", _of(result.tables["topics"], store), own))
+        sections.append(part)
+        timer_topics = _of(result.tables.get("timer_topics"), store)
+        if timer_topics is not None and timer_topics.num_rows:
+            sections.append(_timer_section(result, store, key, timer_values, tables))
     if "backlog" in results:
         result = results["backlog"]
-        due = drain_curve(result.tables["drain"])
-        wheel = None
-        timer = result.tables.get("timer")
-        if timer is not None and timer.num_rows:
-            wheel = drain_curve(result.tables["timer_drain"])
-            wheel += [0] * (len(due) - len(wheel))
-            due = [a + b for a, b in zip(due + [0] * (len(wheel) - len(due)), wheel)]
-        chart = (_drain_svg(due, len(due) > MAX_DRAIN_MINUTES + 1, wheel) if any(due)
-                 else '<p class="note">nothing pending</p>')
-
-        sections.append("<h2>Backlog drain curve</h2><p class=\"note\">Pending delay messages falling due "
-                        "per minute ahead of the analysis time, all stores together (first bar: due now, overdue included); "
-                        "the line: how many of those not yet due are still waiting after each minute.</p>" + chart
-                        + _table_html("backlog: levels", result.tables["levels"]) + _table_html("backlog: retry_lag", result.tables["retry_lag"])
-                        + (_table_html("backlog: timer", timer) if wheel is not None else ""))
+        due = drain_curve(_of(result.tables["drain"], store))
+        timer = _of(result.tables.get("timer"), store)
+        wheel = drain_curve(_of(result.tables["timer_drain"], store)) if timer is not None and timer.num_rows else None
+        if wheel is not None:
+            due = [a + b for a, b in zip(due, wheel)]
+        chart = drain_svg(due, wheel, "drain-chart" + key) if any(due) else '<p class="note">nothing pending</p>'
+        part = (f'<h2 id="drain{key}">Backlog drain</h2>' "<p class=\"note\">Pending messages by when they fall due: each minute ahead "
+                "of the analysis time its bar; what is due now (overdue included) and what falls due later than "
+                f"{MAX_DRAIN_MINUTES // 60} hours beside them.</p>" + chart)
+        if tables:
+            part += (_table_html("backlog: levels", _of(result.tables["levels"], store), own)
+                     + _table_html("backlog: retry_lag", _of(result.tables["retry_lag"], store), own)
+                     + (_table_html("backlog: timer", timer, own) if wheel is not None else ""))
+        sections.append(part)
     if "retries" in results:
         result = results["retries"]
-        funnel = retry_funnel(result.tables["attempts"], result.tables["groups"])
-        chart = (_funnel_svg(funnel) if funnel[0][1] or funnel[-1][1] else '<p class="note">no message entered the retry path</p>')
-        sections.append("<h2>Retry funnel</h2><p class=\"note\">Chains that reached each attempt "
-                        "through %RETRY%group, then the dead-letter queue.</p>" + chart
-                        + _table_html("retries: groups", result.tables["groups"]) + _table_html("retries: anomalies", result.tables["anomalies"]))
-    title = "rmqdelay analysis"
-    meta = f"stores: {html.escape(', '.join(stores))} · as of {_fmt_time(at_ms)}"
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
-            f"<style>{_STYLE}</style></head><body><h1>{title}</h1><p class=\"meta\">{meta}</p>"
-            + "".join(sections) + "</body></html>\n")
+        funnel = retry_funnel(_of(result.tables["attempts"], store), _of(result.tables["groups"], store))
+        chart = (funnel_svg(funnel, "retry-funnel" + key) if funnel[0][1] or funnel[-1][1]
+                 else '<p class="note">no message entered the retry path</p>')
+        part = (f'<h2 id="retries{key}">Retry funnel</h2>' "<p class=\"note\">Chains that reached each attempt through %RETRY%group, "
+                "then the dead-letter queue.</p>" + chart)
+        if tables:
+            part += (_table_html("retries: groups", _of(result.tables["groups"], store), own)
+                     + _table_html("retries: anomalies", _of(result.tables["anomalies"], store), own))
+        sections.append(part)
+    return sections
 
+
+def _timer_section(result: AnalysisResult, store: str | None, key: str, timer_values: pa.Table | None,
+                   tables: bool) -> str:
+    values = timer_values if timer_values is not None else result.timer_messages.select(["store", "real_topic",
+                                                                                        "lateness_ms"])
+    values = _of(values.filter(values.column("lateness_ms").is_valid()), store)
+    topics = np.array(values.column("real_topic").to_pylist(), dtype=object)
+    bands = lateness_bands(topics, values.column("lateness_ms").to_numpy()) if values.num_rows else {}
+    heat = (heat_svg(bands, "timer-lateness-chart" + key, "{}") if bands
+            else '<p class="note">no delivered timer message</p>')
+    outcomes = timer_outcomes(_of(result.tables["timer_rolls"], store), _of(result.tables["timer_cancellations"], store))
+    own = store is not None
+    return (f'<h2 id="timer{key}">Timer messages</h2>' "<p class=\"note\">Delivered timer messages by lateness (store time of the "
+            "delivered copy − its TIMER_OUT_MS) per real topic; early ones in orange.</p>" + heat
+            + "<p class=\"note\">Timer messages by how often the wheel rolled them, and the cancellations by "
+            "what became of them.</p>" + funnel_svg(outcomes, "timer-outcomes" + key)
+            + ((_table_html("lateness: timer_topics", _of(result.tables["timer_topics"], store), own)
+                + _table_html("lateness: timer_rolls", _of(result.tables["timer_rolls"], store), own)
+                + _table_html("lateness: timer_cancellations", _of(result.tables["timer_cancellations"], store), own))
+               if tables else ""))
+
+
+def render_report(results: dict[str, AnalysisResult], stores: list[str], at_ms: int,
+                  lateness_values: pa.Table | None = None, timer_values: pa.Table | None = None) -> str:
+    """The page for the analyses that ran. ``lateness_values`` (store, level, lateness_ms) and
+    ``timer_values`` (store, real_topic, lateness_ms) stand in for the lateness per-message
+    tables when those were written elsewhere."""
+    names = sorted(stores)
+    band = ('<div class="band">' + "".join(_card(store_summary(results, s, at_ms, lateness_values)) for s in names)
+            + "</div>")
+    body = [band]
+    if len(names) > 1:
+        body.append('<nav>Stores: ' + "".join(f'<a href="#{_anchor(s)}">{html.escape(s)}</a>' for s in names)
+                    + "</nav>")
+        body.append('<section class="fleet"><h2>All stores</h2>'
+                    + "".join(_charts_and_tables(results, None, lateness_values, timer_values, tables=False))
+                    + "</section>")
+        for s in names:
+            body.append(f'<section class="store" id="{_anchor(s)}"><h2>Store {html.escape(s)}</h2>'
+                        + "".join(_charts_and_tables(results, s, lateness_values, timer_values, tables=True))
+                        + "</section>")
+    else:
+        body += _charts_and_tables(results, None, lateness_values, timer_values, tables=True)
+    title = "rmqdelay analysis"
+    meta = f"stores: {html.escape(', '.join(names))} · as of {html.escape(format_date_ms(at_ms).replace('Z', ' UTC'))}"
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{title}</title>'
+            f"<style>{_STYLE}</style></head><body><h1>{title}</h1><p class=\"meta\">{meta}</p>"
+            + "".join(body) + "</body></html>\n")

@@ -81,10 +81,11 @@ class KeyLookup:
 
 
 def find_by_key(store: Store, key: str, topic: str | None = None, settings: IndexSettings | None = None,
-                advance: Callable[[int], None] | None = None) -> KeyLookup:
+                advance: Callable[[int], None] | None = None, *, unique: bool = False) -> KeyLookup:
     """Every message whose UNIQ_KEY is ``key`` or whose KEYS hold it (of ``topic`` only,
-    when given), in commit log order."""
+    when given), in commit log order; ``unique``: only those whose UNIQ_KEY it is."""
     advance = advance or (lambda n: None)
+    matches = _has_uniq_key if unique else (lambda msg, k: _has_uniq_key(msg, k) or _has_key(msg, k))
     log = store.commitlog
     log_start = log.min_offset
     log_end = store.end_offset()
@@ -92,7 +93,7 @@ def find_by_key(store: Store, key: str, topic: str | None = None, settings: Inde
         coverage = index.coverage
         found: dict[int, Message] = {}
         if coverage is None:
-            return KeyLookup(list(_scan(store, key, topic, log_start, log_end, advance)), False,
+            return KeyLookup(list(_scan(store, key, topic, log_start, log_end, advance, matches)), False,
                              [(log_start, log_end)] if log_end > log_start else [])
         first, last = coverage
         for name in query_topics(store, topic):
@@ -103,7 +104,7 @@ def find_by_key(store: Store, key: str, topic: str | None = None, settings: Inde
                     msg = store.message_at(offset)
                 except StoreError:
                     continue
-                if msg.topic == name and (_has_uniq_key(msg, key) or _has_key(msg, key)):
+                if msg.topic == name and matches(msg, key):
                     found[offset] = msg
     scanned = []
     if log_start < first:
@@ -112,7 +113,7 @@ def find_by_key(store: Store, key: str, topic: str | None = None, settings: Inde
     if tail is not None and tail < log_end:
         scanned.append((tail, log_end))
     for start, stop in scanned:
-        for msg in _scan(store, key, topic, start, stop, advance):
+        for msg in _scan(store, key, topic, start, stop, advance, matches):
             found[msg.commitLogOffset] = msg
     return KeyLookup([found[o] for o in sorted(found)], True, scanned)
 
@@ -127,12 +128,12 @@ def _after(store: Store, offset: int) -> int | None:
 
 
 def _scan(store: Store, key: str, topic: str | None, start: int, stop: int,
-          advance: Callable[[int], None]) -> Iterator[Message]:
+          advance: Callable[[int], None], matches: Callable[[Message, str], bool]) -> Iterator[Message]:
     done = start
     for msg in store.commitlog.records(start):
         if msg.commitLogOffset >= stop:
             break
         advance(msg.commitLogOffset - done)
         done = msg.commitLogOffset
-        if (topic is None or msg.topic == topic) and (_has_uniq_key(msg, key) or _has_key(msg, key)):
+        if (topic is None or msg.topic == topic) and matches(msg, key):
             yield msg

@@ -26,9 +26,9 @@ def read_position(ts: TimerStore) -> int:
 
 
 def slot_rows(ts: TimerStore, from_ms: int | None = None, to_ms: int | None = None,
-              limit: int | None = None) -> list[dict]:
-    """Non-empty slots in index order: index, storedTime, timeMs, firstPos, lastPos, num,
-    magic, state (done / pending / stale)."""
+              limit: int | None = None) -> tuple[list[dict], int]:
+    """Non-empty slots in index order, the first ``limit``: index, storedTime, timeMs,
+    firstPos, lastPos, num, magic, state (done / pending / stale); and how many there are."""
     slots = ts.wheel.non_empty()
     p = ts.config.precisionMs
     times = slots["timeSlot"].astype(np.int64) * p
@@ -40,13 +40,14 @@ def slot_rows(ts: TimerStore, from_ms: int | None = None, to_ms: int | None = No
     read_ms = read_position(ts)
     live = ts.wheel.live(slots, read_ms)
     rows = []
-    for i in np.flatnonzero(keep)[:limit]:
+    picked = np.flatnonzero(keep)
+    for i in picked[:limit]:
         s = slots[i]
         state = DONE if times[i] < read_ms else PENDING if live[i] else STALE
         rows.append({"index": int(s["index"]), "storedTime": int(s["timeSlot"]), "timeMs": int(times[i]),
                      "firstPos": int(s["firstPos"]), "lastPos": int(s["lastPos"]), "num": int(s["num"]),
                      "magic": int(s["magic"]), "state": state})
-    return rows
+    return rows, len(picked)
 
 
 def unit_message(ts: TimerStore, offset_py: int, size_py: int) -> dict | None:

@@ -68,18 +68,24 @@ class Pending:
                 "notEnqueuedCancels": self.notEnqueuedCancels}
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class HotSlot:
     index: int
     timeMs: int
-    num: int
+    num: int  # the wheel's own count of the slot (what getAllNum sums)
     firstPos: int
     lastPos: int
     congestion: str  # "" | "throttled" (num > timerCongestNumEachSlot) | "rejecting" (>= twice that)
+    # The units the timer log holds at the slot's time: messages due then, roll units (messages
+    # due beyond the roll window, re-put from this slot), cancellation markers.
+    messages: int = 0
+    rolls: int = 0
+    markers: int = 0
 
     def as_json(self) -> dict:
         return {"index": self.index, "timeMs": self.timeMs, "num": self.num, "firstPos": self.firstPos,
-                "lastPos": self.lastPos, "congestion": self.congestion or None}
+                "lastPos": self.lastPos, "congestion": self.congestion or None, "messages": self.messages,
+                "rolls": self.rolls, "markers": self.markers}
 
 
 @dataclass(slots=True, frozen=True)
@@ -182,6 +188,11 @@ def timer_status(ts: TimerStore, now_ms: int, *, hot: int = 10, advance: Advance
     units_total = 0
     skipped = 0
     roll_delays: set[int] = set()
+    slots = ts.wheel.non_empty()
+    live_slots = slots[ts.wheel.live(slots, read_ms)]
+    hot_slots = _hot_slots(live_slots, ts, hot)
+    hot_by_time = {h.timeMs: h for h in hot_slots}
+    hot_times = np.array(sorted(hot_by_time), dtype=np.int64)
     for mf, part in ts.log.iter_columns():
         # Only the columns the figures need, each decoded once: a log of 10 M units is 520 MB.
         units_total += part.count
@@ -208,6 +219,8 @@ def timer_status(ts: TimerStore, now_ms: int, *, hot: int = 10, advance: Advance
         if roll.any():
             roll_delays.update(_distinct(part.column("delayedTime")[roll]).tolist())
         skipped += int(np.count_nonzero(message & (slot < horizon_ms)))
+        if len(hot_times):
+            _count_hot(hot_by_time, slot, live & np.isin(slot, hot_times), delete, roll)
         values, index, first = _hash_index(part.column("hashCodeOfRealTopic"))
         for sign, mask in ((1, message), (-1, live & delete)):
             counts = np.bincount(index[mask], minlength=len(values))
@@ -221,10 +234,7 @@ def timer_status(ts: TimerStore, now_ms: int, *, hot: int = 10, advance: Advance
             deletes += delete_units(part.rows(marked), slot[marked])
         advance(mf.size)
 
-    slots = ts.wheel.non_empty()
-    live_slots = slots[ts.wheel.live(slots, read_ms)]
     behind_messages = int(live_slots["num"].astype(np.int64).sum())
-    hot_slots = _hot_slots(live_slots, ts, hot)
 
     cq = ts.timer_queue()
     queue_max = cq.max_offset if cq is not None else 0
@@ -285,6 +295,17 @@ def _hot_slots(live: np.ndarray, ts: TimerStore, hot: int) -> list[HotSlot]:
         rows.append(HotSlot(int(row["index"]), int(row["timeSlot"]) * ts.config.precisionMs, num,
                             int(row["firstPos"]), int(row["lastPos"]), level))
     return rows
+
+
+def _count_hot(hot: dict[int, HotSlot], slot: np.ndarray, near: np.ndarray, delete: np.ndarray,
+               roll: np.ndarray) -> None:
+    """Add the units at the hot slots' times to their messages, rolls and markers."""
+    for kind, mask in (("markers", near & delete), ("rolls", near & roll & ~delete),
+                       ("messages", near & ~roll & ~delete)):
+        times, counts = np.unique(slot[mask], return_counts=True)
+        for t, n in zip(times.tolist(), counts.tolist()):
+            h = hot[t]
+            setattr(h, kind, getattr(h, kind) + n)
 
 
 def _not_enqueued(ts: TimerStore, cq, start: int, stop: int, now_ms: int, pending: Pending,

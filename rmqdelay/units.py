@@ -1,0 +1,66 @@
+"""How times and durations read to a person (docs/cli.md, "Units"): instants as UTC dates,
+durations in the two largest units. One definition for the terminal and the HTML report;
+JSON and Parquet carry the milliseconds themselves. Light: the CLI imports it at start."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+
+def format_time_ms(ms: int | None) -> str:
+    """An instant in full, to the millisecond: ``2026-11-23 16:12:09.969Z``."""
+    if ms is None:
+        return "-"
+    moment = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def format_date_ms(ms: int | None) -> str:
+    """An instant to the second, for tables: ``2026-11-23 16:12:09Z``."""
+    return "-" if ms is None else format_time_ms(ms)[:19] + "Z"
+
+
+_UNITS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000))
+
+
+def format_duration_ms(ms: int | float | None) -> str:
+    """A duration as a person reads it: ``180 ms``, ``2.6 s``, ``42 s``, ``4m 12s``,
+    ``3h 25m``, ``4d 15h``, ``2h`` (the two largest units, the smaller rounded down and left
+    out when zero)."""
+    if ms is None:
+        return "-"
+    ms = round(ms)
+    sign = "-" if ms < 0 else ""
+    ms = abs(ms)
+    if ms < 1000:
+        return f"{sign}{ms} ms"
+    if ms < 10_000:
+        return f"{sign}{ms // 100 / 10:g} s"
+    if ms < 60_000:
+        return f"{sign}{ms // 1000} s"
+    for i, (name, size) in enumerate(_UNITS[:-1]):
+        if ms >= size:
+            small, small_size = _UNITS[i + 1]
+            rest = ms % size // small_size
+            return f"{sign}{ms // size}{name}" + (f" {rest}{small}" if rest else "")
+    return f"{sign}{ms} ms"  # not reached
+
+
+def format_relative_ms(ms: int | None, now_ms: int) -> str:
+    """An instant against the clock: ``in 4m 12s``, ``3h 25m ago``, ``now``."""
+    if ms is None:
+        return "-"
+    if ms == now_ms:
+        return "now"
+    return f"in {format_duration_ms(ms - now_ms)}" if ms > now_ms else f"{format_duration_ms(now_ms - ms)} ago"
+
+
+def format_when_ms(ms: int | None, now_ms: int) -> str:
+    """An instant and how far it is from the clock: ``2026-11-23 16:12:27Z (in 17 s)``, the
+    date left out when it is the clock's (UTC) day: ``16:12:27Z (in 17 s)``."""
+    if ms is None:
+        return "-"
+    date = format_date_ms(ms)
+    if date[:10] == format_date_ms(now_ms)[:10]:
+        date = date[11:]
+    return f"{date} ({format_relative_ms(ms, now_ms)})"

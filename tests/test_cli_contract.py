@@ -1,0 +1,211 @@
+"""docs/cli.md is the contract: every command's JSON fields are the ones it lists, named in its
+one style; every help reads the same way (an example, defaults, no programming-language
+types, -h); every table fits 80 and 120 columns without a cut or empty column."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from clirun import run_cli
+from conftest import SAMPLES
+
+from rmqdelay.commands import common
+from rmqdelay.commands.main import COMMANDS
+
+CONTRACT = SAMPLES.parent / "docs" / "cli.md"
+DELAY = SAMPLES / "delay-partial" / "store"
+TIMER_AT = "1795450329969"  # the end of timer-partial's run
+FAR = "2100-01-01T00:00:00Z"
+CAMEL = re.compile(r"^[a-z][a-zA-Z0-9]*$")
+# A field about time says its unit (Ms, Timestamp, Sec), unless it is the broker's own name
+# for a field its files hold (docs/cli.md, "Units").
+TIMEISH = {"time", "timestamp", "delay", "delayed", "late", "lateness", "behind", "ago", "age", "since", "until"}
+BROKER_NAMES = {"currWriteTime", "delayedTime", "storedTime", "delayLevel", "rollTimes", "reconsumeTimes",
+                "delayOffsets", "delaySec", "dequeueLatenessMs", "lateness"}
+
+
+def contract() -> dict[str, tuple[list[str], set[str]]]:
+    """output -> (fields in order, the optional ones), from the fields block of docs/cli.md."""
+    block = re.search(r"```fields\n(.*?)```", CONTRACT.read_text(encoding="utf-8"), re.S).group(1)
+    found = {}
+    for line in block.strip().splitlines():
+        name, _, fields = line.partition(": ")
+        names = [f.strip() for f in fields.split(",")]
+        found[name] = ([f.rstrip("?") for f in names], {f.rstrip("?") for f in names if f.endswith("?")})
+    return found
+
+
+CONTRACT_FIELDS = contract()
+
+
+def keys_of(objects: list[dict]) -> list[str]:
+    seen: list[str] = []
+    for obj in objects:
+        seen += [k for k in obj if k not in seen]
+    return seen
+
+
+def check(output: str, objects: list[dict]) -> None:
+    """Every object has the required fields in the documented order; none has another."""
+    assert objects, output
+    fields, optional = CONTRACT_FIELDS[output]
+    for obj in objects:
+        assert [k for k in fields if k in obj] == [k for k in obj], (output, list(obj))
+        assert set(fields) - optional <= set(obj), (output, set(fields) - optional - set(obj))
+
+
+def test_every_documented_field_is_camel_case_and_says_its_unit():
+    for output, (fields, _) in CONTRACT_FIELDS.items():
+        for name in fields:
+            assert CAMEL.match(name), (output, name)
+            words = {w.lower() for w in re.findall(r"[a-z]+|[A-Z][a-z]*", name)}
+            if words & TIMEISH and name not in BROKER_NAMES:
+                assert name.endswith(("Ms", "Timestamp", "Sec")) or name in ("dueNow", "timerDelivered",
+                                                                           "timerRolled", "timerCancelled",
+                                                                           "timerSkipped", "timerLogOffset",
+                                                                           "timerLogEnd", "timer"), (output, name)
+
+
+def jsons(capsys, *args, code: int = 0) -> list[dict]:
+    result = run_cli(capsys, *args)
+    assert result.code == code, result.err
+    return result.json_lines()
+
+
+def test_inspect_json_fields_are_the_contracts(capsys, sample_store, store_copy):
+    tp = sample_store("timer-partial")
+    check("inspect store", jsons(capsys, "inspect", "store", tp, "--json"))
+    check("inspect cq", jsons(capsys, "inspect", "cq", DELAY, "--topic", "SCHEDULE_TOPIC_XXXX", "--queue", 3,
+                              "--limit", 3, "--json")
+          + jsons(capsys, "inspect", "cq", DELAY, "--topic", "TopicTest", "--queue", 0, "--limit", 3, "--json"))
+    check("inspect commitlog", jsons(capsys, "inspect", "commitlog", tp, "--limit", 20, "--json", "--body"))
+    parked = next(m for m in jsons(capsys, "inspect", "commitlog", tp, "--json", "--topic", "rmq_sys_wheel_timer")
+                  if "UNIQ_KEY" in m["properties"])
+    check("inspect message", jsons(capsys, "inspect", "message", tp, parked["commitLogOffset"], "--json")
+          + jsons(capsys, "inspect", "message", DELAY, 0, "--json", "--body"))
+    check("inspect delay", jsons(capsys, "inspect", "delay", DELAY, "--json"))
+    check("offsets show", jsons(capsys, "offsets", "show", DELAY, "--json"))
+    check("offsets reset", jsons(capsys, "offsets", "reset", DELAY, "--levels", "4", "--to-latest", "--json"))
+    check("inspect index", jsons(capsys, "inspect", "index", DELAY, "--json"))
+    key = next(m for m in jsons(capsys, "inspect", "commitlog", DELAY, "--json", "--topic", "TopicTest")
+               if " " not in m["properties"].get("KEYS", " "))["properties"]["KEYS"]
+    check("inspect index --key", jsons(capsys, "inspect", "index", DELAY, "--key", key, "--json"))
+    check("inspect timer", jsons(capsys, "inspect", "timer", tp, "--now", TIMER_AT, "--json"))
+    check("inspect timer --slots", jsons(capsys, "inspect", "timer", tp, "--slots", "--limit", 5, "--json"))
+    check("inspect timer --units", jsons(capsys, "inspect", "timer", tp, "--units", "--limit", 5, "--json"))
+    # --verify: problems, then the summary, which a clean store prints alone.
+    *problems, summary = jsons(capsys, "inspect", "timer", tp, "--verify", "--now", TIMER_AT, "--json")
+    check("inspect timer --verify", problems)  # 5.3.3's metrics drift: advisory problems
+    check("verify summary", [summary] + jsons(capsys, "inspect", "commitlog", DELAY, "--verify", "--json")
+          + jsons(capsys, "inspect", "index", DELAY, "--verify", "--json"))
+    bad = store_copy("delay-partial")
+    victim = bad / "commitlog" / "00000000000000000000"
+    data = bytearray(victim.read_bytes())
+    data[300] ^= 0xFF  # inside the first record's body: a CRC mismatch
+    victim.write_bytes(bytes(data))
+    *problems, _ = jsons(capsys, "inspect", "commitlog", bad, "--verify", "--json", code=1)
+    check("inspect commitlog --verify", problems)
+
+
+def test_writing_commands_json_fields_are_the_contracts(capsys, store_copy, tmp_path):
+    tp = store_copy("timer-partial")
+    check("timer repair", jsons(capsys, "timer", "repair", tp, "--now", TIMER_AT, "--json"))
+    new = tmp_path / "new"
+    sent = jsons(capsys, "send", new, "--create", "--topic", "TopicTest", "--json")
+    sent += jsons(capsys, "send", new, "--topic", "TopicTest", "--delay-level", "3", "--json")
+    sent += jsons(capsys, "send", tp, "--topic", "TimerTopic", "--delay-sec", "600", "--json")
+    sent += jsons(capsys, "send", tp, "--cancel", sent[-1]["uniqKey"], "--json")
+    check("send", sent)
+    check("samples generate", jsons(capsys, "samples", "generate", tmp_path / "gen", "--messages", 300, "--timer",
+                                    "--json"))
+    events = jsons(capsys, "run", store_copy("delay-partial"), "--until-empty", "--now", FAR, "--json")
+    events += jsons(capsys, "run", tp, "--until-empty", "--now", FAR, "--json")
+    kinds = {e["event"] for e in events}
+    assert {"delivered", "persisted", "stopped", "timerDelivered", "timerPersisted"} <= kinds, kinds
+    for kind in kinds:
+        check(f"run {kind}", [e for e in events if e["event"] == kind])
+
+
+def test_analyze_json_and_parquet_fields_are_the_contracts(capsys, sample_store, tmp_path):
+    out = tmp_path / "out"
+    rows = jsons(capsys, "analyze", "all", f"delay={DELAY}", f"timer={sample_store('timer-partial')}",
+                 "--now", TIMER_AT, "--json", "--output", out)
+    tables = {(r["analysis"], r["table"]) for r in rows}
+    assert len(tables) == 12, tables  # every table has rows here but retries' anomalies (none)
+    for analysis, table in tables:
+        check(f"analyze {analysis} {table}", [r for r in rows if (r["analysis"], r["table"]) == (analysis, table)])
+    for output, (fields, _) in CONTRACT_FIELDS.items():
+        if output.startswith("analyze "):
+            _, analysis, table = output.split()
+            assert pq.read_schema(out / f"{analysis}_{table}.parquet").names == fields[2:], output
+    for name in ("backlog_messages", "backlog_timer_messages", "lateness_messages", "lateness_timer_messages",
+                 "retries_messages"):
+        assert pq.read_schema(out / f"{name}.parquet").names == CONTRACT_FIELDS[f"parquet {name}"][0], name
+
+
+# -- help ---------------------------------------------------------------------------------------
+EVERY_COMMAND = [[]] + [[name] for name in COMMANDS] + [
+    ["inspect", c] for c in ("store", "cq", "commitlog", "message", "delay", "index", "timer")] + [
+    ["offsets", "show"], ["offsets", "reset"], ["samples", "generate"], ["samples", "unpack"], ["timer", "repair"]]
+
+
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("command", EVERY_COMMAND, ids=lambda c: " ".join(c) or "rmqdelay")
+def test_help_reads_the_same_way_everywhere(capsys, monkeypatch, command, width):
+    monkeypatch.setenv("COLUMNS", str(width))
+    short = run_cli(capsys, *command, "-h")
+    assert short.code == 0 and short.out == run_cli(capsys, *command, "--help").out
+    text = short.out
+    assert "Example: rmqdelay" in " ".join(text.split()), text
+    assert not re.search(r"<(str|int|integer|float|path|bool|text)>|list\[|\{[A-Za-z_]+\}", text), text
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= width
+    if command and command[-1] not in ("inspect", "offsets", "samples", "timer"):
+        usage = next(line for line in text.splitlines() if "Usage:" in line)
+        assert "[OPTIONS]" in usage and "{" not in usage
+        # Every option that takes a value names it; a default is shown, or said in words.
+        options = re.findall(r"│\s+(?:\*\s+)?(--[a-z-]+)\s+(?:-h\s+)?([A-Z][A-Z_|=.:A-Z0-9]*)?", text)
+        assert options, text
+
+
+# -- tables -------------------------------------------------------------------------------------
+# timer-partial holds a topic of 140 bytes (a 5.x V2 record): the widest name a store can have.
+TABLE_COMMANDS = [
+    ("inspect", "store", "{tp}"),
+    ("inspect", "cq", "{delay}", "--topic", "SCHEDULE_TOPIC_XXXX", "--queue", "3", "--limit", "5", "--now", FAR),
+    ("inspect", "commitlog", "{tp}", "--limit", "20"),
+    ("inspect", "delay", "{delay}", "--now", FAR),
+    ("inspect", "index", "{delay}"),
+    ("inspect", "timer", "{tp}", "--now", TIMER_AT),
+    ("inspect", "timer", "{tp}", "--units", "--limit", "10", "--now", TIMER_AT),
+    ("inspect", "timer", "{tp}", "--slots", "--limit", "10", "--now", TIMER_AT),
+    ("offsets", "show", "{delay}", "--now", FAR),
+    ("offsets", "reset", "{delay}", "--levels", "1-18", "--to-latest"),
+    ("run", "{delay}", "--dry-run", "--now", FAR),
+    ("timer", "repair", "{tp}", "--now", TIMER_AT),
+    ("analyze", "all", "{delay}", "{tp}", "--now", TIMER_AT),
+]
+
+
+@pytest.fixture(scope="module")
+def table_stores(sample_store):
+    return {"tp": sample_store("timer-partial"), "delay": DELAY}
+
+
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("args", TABLE_COMMANDS, ids=lambda a: " ".join(a[:2]))
+def test_tables_fit_the_terminal_with_no_cut_or_empty_column(capsys, monkeypatch, table_stores, args, width):
+    monkeypatch.setattr(common.console, "width", width)
+    result = run_cli(capsys, *(a.format(**table_stores) for a in args))
+    assert result.code in (0, 1), result.err
+    lines = result.out.splitlines()
+    assert lines
+    assert "…" not in result.out  # nothing cut
+    for line in lines:
+        assert len(line.rstrip()) <= width, line
+        if "┃" in line:  # a header row: every column has a name, so none is squeezed to nothing
+            assert all(cell.strip() for cell in line.split("┃")), line

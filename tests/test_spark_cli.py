@@ -1,0 +1,80 @@
+"""`analyze --spark` as an operator meets it: what Spark needs and cannot have (Java, a master)
+is one line and exit 2 before any JVM; on a real standalone cluster (a master and two workers
+from pyspark's own launcher, loopback only) the store paths a user types reach the executors
+whole, the JVM says nothing on the terminal, and a bad record is one line naming its file and
+byte."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+
+import pytest
+from clirun import CONSOLE_SCRIPT, assert_one_line, console
+from conftest import SAMPLES
+from sparkcluster import standalone_cluster
+from test_analysis import corrupt
+
+pytest.importorskip("pyspark")
+
+STORE = SAMPLES / "delay-partial" / "store"
+REPO = SAMPLES.parent
+NOW = "1795450329969"
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again: nothing listens there
+
+
+def test_a_master_url_spark_does_not_take_is_one_line_before_any_work():
+    assert_one_line(console("analyze", "lateness", STORE, "--spark", "--master", "bogus://x"), 2,
+                    "rmqdelay: analyze: --master: a Spark master URL", "found 'bogus://x'")
+
+
+def test_a_master_that_does_not_answer_is_one_line():
+    port = _closed_port()
+    assert_one_line(console("analyze", "lateness", STORE, "--spark", "--master", f"spark://127.0.0.1:{port}"), 2,
+                    f"no Spark master answers at 127.0.0.1:{port}")
+
+
+def test_no_java_is_one_line_saying_which_java_and_how_to_point_java_home(tmp_path):
+    missing = console("analyze", "lateness", STORE, "--spark", env={"JAVA_HOME": str(tmp_path / "nonexistent")})
+    assert_one_line(missing, 2, f"JAVA_HOME={tmp_path / 'nonexistent'} has no bin/java", "Java 17 or later",
+                    "set JAVA_HOME")
+    old = tmp_path / "jdk8"
+    (old / "bin").mkdir(parents=True)
+    (old / "bin" / "java").write_text('#!/bin/sh\necho \'java version "1.8.0_392"\' >&2\n')
+    (old / "bin" / "java").chmod(0o755)
+    assert_one_line(console("analyze", "lateness", STORE, "--spark", env={"JAVA_HOME": str(old)}), 2,
+                    f"JAVA_HOME={old} is 'java version \"1.8.0_392\"'", "Java 17 or later")
+    no_path = console("analyze", "lateness", STORE, "--spark", env={"JAVA_HOME": "", "PATH": str(tmp_path)})
+    assert_one_line(no_path, 2, "no Java (JAVA_HOME is not set and no java is on PATH)")
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_standalone_cluster_gives_the_embedded_result_for_store_paths_as_typed(tmp_path):
+    bad = tmp_path / "bad" / "store"
+    shutil.copytree(SAMPLES / "retry" / "store", bad)
+    target, offset = corrupt(bad, 1, 5)
+    # Relative to the user's directory, which no executor shares (each worker has its own).
+    stores = ["a=samples/delay-partial/store", "b=samples/retry/store"]
+    embedded = subprocess.run([CONSOLE_SCRIPT, "analyze", "lateness", *stores, "--now", NOW, "--json"],
+                              capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert embedded.returncode == 0, embedded.stderr
+    with standalone_cluster(tmp_path / "cluster") as master:
+        on_spark = subprocess.run([CONSOLE_SCRIPT, "analyze", "lateness", *stores, "--now", NOW, "--json",
+                                   "--spark", "--master", master], capture_output=True, text=True, cwd=REPO,
+                                  timeout=900, env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"))
+        assert on_spark.returncode == 0 and on_spark.stderr == "", on_spark.stderr[-3000:]
+        assert [json.loads(x) for x in on_spark.stdout.splitlines()] == \
+            [json.loads(x) for x in embedded.stdout.splitlines()]
+        failed = subprocess.run([CONSOLE_SCRIPT, "analyze", "lateness", f"bad={bad}", "--now", NOW, "--spark",
+                                 "--master", master], capture_output=True, text=True, timeout=900,
+                                env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"))
+        assert_one_line(failed, 2, f"{target} at byte {offset}")
