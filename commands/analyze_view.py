@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from rich.text import Text
 
-from rmqdelay.analysis.names import COUNT, DURATION, INSTANT, RATE, TEXT, VIEWS
+from rmqdelay.analysis.names import DURATION, INSTANT, RATE, TEXT, VIEWS
 
 from .common import console, format_duration_ms, format_relative_ms, format_when_ms
 from .tables import Column, hidden_note, print_table

@@ -271,7 +271,7 @@ def _verify(store: Store, settings: IndexSettings, json_out: bool) -> None:
                 emit_json(problem.as_json())
             problems.append(problem)
     if json_out:
-        from .inspect_records import verify_summary
+        from .render import verify_summary
 
         emit_json(verify_summary({"indexFiles": counts.files, "entries": counts.entries, "messages": counts.messages,
                                   "keys": counts.keys}, len(problems)))

@@ -20,7 +20,7 @@ from rmqdelay.formats.javanum import java_parse_long
 from rmqdelay.errors import EXIT_PROBLEMS, StoreError, UsageError
 
 from . import options
-from .common import clock_ms, console, emit_json, err_console, format_relative_ms, format_time_ms, progress
+from .common import clock_ms, console, emit_json, err_console, progress
 from .inspect_index import find_messages_by_key, parked_note
 from .inspect_timer import message_timer_info, message_units, timer_rows, unit_lines
 from .render import (
@@ -30,6 +30,7 @@ from .render import (
     print_problems,
     unit_json,
     unit_note,
+    verify_summary,
 )
 from .tables import Column, hidden_note, print_table
 
@@ -196,12 +197,6 @@ def _verify(store_dir: Path, json_out: bool) -> None:
                                  f"{counts.queues} consume queue(s), {counts.units} unit(s)", console)
     if problems:
         _exit_problems()
-
-
-def verify_summary(checked: dict, problems: int, advisories: int = 0) -> dict:
-    """The last line of every `--verify --json`: what was checked and how many problems, so a
-    clean store prints one line too (docs/cli.md)."""
-    return {"kind": "summary", "problems": problems, "advisories": advisories, "checked": checked}
 
 
 # -- inspect message -------------------------------------------------------------------------

@@ -283,7 +283,7 @@ def _list_units(ts: TimerStore, now_ms: int, from_ms, to_ms, topic, key, limit, 
 def _verify(ts: TimerStore, now_ms: int, json_out: bool) -> None:
     from rmqdelay.timer.verify import TimerVerifyCounts, iter_timer_problems
 
-    from .inspect_records import verify_summary
+    from .render import verify_summary
 
     counts = TimerVerifyCounts()
     problems = []

@@ -182,6 +182,12 @@ def messages_table(messages: list[Message]) -> tuple[list, list]:
 PROBLEM_LINES = 40  # a screenful of `--verify` problems; --json lists them all
 
 
+def verify_summary(checked: dict, problems: int, advisories: int = 0) -> dict:
+    """The last line of every `--verify --json`: what was checked and how many problems, so a
+    clean store prints one line too (docs/cli.md)."""
+    return {"kind": "summary", "problems": problems, "advisories": advisories, "checked": checked}
+
+
 def print_problems(problems: list, checked: str, console, limit: int = PROBLEM_LINES, advisories: int = 0) -> None:
     """`--verify` on a terminal: what was checked and how many problems first, then one line
     per problem (the first ``limit``) and how to see the rest."""

@@ -4,10 +4,7 @@ types, -h); every table fits 80 and 120 columns without a cut or empty column.""
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
