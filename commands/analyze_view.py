@@ -146,4 +146,4 @@ def headline(kind: str, tables: dict[str, pa.Table], now_ms: int) -> str:
     chains, dlq = _sum(g, "messages"), _sum(g, "dlq")
     rate = f" ({100 * dlq / chains:.1f}%)" if chains else ""
     return (f"retries: {chains} chain(s) in {g.num_rows} group(s), {dlq} in the DLQ{rate}, {_sum(g, 'pending')} "
-            f"pending, {t['anomalies'].num_rows} anomalie(s)")
+            f"pending, {t['anomalies'].num_rows} anomal{'y' if t['anomalies'].num_rows == 1 else 'ies'}")
