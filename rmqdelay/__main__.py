@@ -1,4 +1,4 @@
-from rmqdelay.commands.main import main
+from rmqdelay.commands.entry import main
 
 if __name__ == "__main__":
     main()
