@@ -6,6 +6,7 @@ from __future__ import annotations
 import filecmp
 import os
 
+import pytest
 from clirun import run_cli
 from conftest import SAMPLES, TIMER_SAMPLES
 
@@ -36,6 +37,7 @@ def test_unpack_gives_the_store_back_with_the_wheel_sparse(tmp_path, capsys, sam
     assert wheel.st_blocks * 512 < 2_000_000  # the zero runs are holes
 
 
+@pytest.mark.slow  # byte identity on a store of real size: CI runs it, the quick loop does not
 def test_packing_is_deterministic_and_round_trips(tmp_path, sample_store):
     store = sample_store("timer-fresh")
     pack(store, tmp_path / "a.tar.xz")

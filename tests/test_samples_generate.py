@@ -80,6 +80,7 @@ def test_every_record_decodes_back_to_what_the_generator_put(tmp_path, capsys):
     assert verify.code == 0, verify.out + verify.err
 
 
+@pytest.mark.slow  # byte identity on a store of real size: CI runs it, the quick loop does not
 def test_the_fast_paths_write_what_the_producer_and_the_writers_put_write(tmp_path):
     """Producer messages come from templates and send-backs are appended without put();
     watched through ``on_put`` every message goes through the producer code and the writer's

@@ -4,10 +4,6 @@ input is named and skipped the same way; the CLI runs on Spark."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -23,7 +19,7 @@ from rmqdelay.store.scan import commitlog_files
 from rmqdelay.store.writer import StoreWriter
 
 pytest.importorskip("pyspark")
-from rmqdelay.spark import source, submit  # noqa: E402
+from rmqdelay.spark import source  # noqa: E402
 from rmqdelay.spark.jobs import analyze as spark_analyze  # noqa: E402
 from rmqdelay.spark.session import get_session  # noqa: E402
 
@@ -146,26 +142,6 @@ def test_cli_on_spark_writes_parquet_from_the_executors(spark, tmp_path, capsys)
     messages = pq.read_table(out / "lateness_messages.parquet")
     assert messages.num_rows == analyze("lateness", [StoreRef("delay-partial", store)], int(at)).messages.num_rows
     assert "<svg" in (tmp_path / "r.html").read_text()
-
-
-def test_spark_submit_on_a_local_cluster_gives_the_embedded_result(capsys):
-    """Through spark-submit, on a cluster of two executor processes: spark-submit picks the
-    master, the executors run the same Python, and the rows are the embedded engine's."""
-    spark_submit = Path(sys.executable).parent / "spark-submit"
-    if not spark_submit.exists():
-        pytest.skip("pyspark's spark-submit is not beside this Python")
-    store = SAMPLES / "retry" / "store"
-    at = str(at_end_of("retry"))
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-           "SPARK_LOCAL_IP": "127.0.0.1"}
-    done = subprocess.run([str(spark_submit), "--master", "local-cluster[2,1,1024]",
-                           "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.host=127.0.0.1",
-                           submit.__file__, "retries", f"retry={store}", "--now", at, "--json"],
-                          capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    embedded = run_cli(capsys, "analyze", "retries", f"retry={store}", "--now", at, "--json")
-    assert embedded.code == 0
-    assert [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")] == embedded.json_lines()
 
 
 def test_a_hole_in_the_log_stops_spark_where_it_stops_the_embedded_engine(spark, tmp_path):

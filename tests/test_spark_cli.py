@@ -2,7 +2,7 @@
 is one line and exit 2 before any JVM; on a real standalone cluster (a master and two workers
 from pyspark's own launcher, loopback only) the store paths a user types reach the executors
 whole, the JVM says nothing on the terminal, and a bad record is one line naming its file and
-byte."""
+byte; spark-submit, pointed at that master, gives the embedded engine's rows."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from clirun import CONSOLE_SCRIPT, assert_one_line, console
@@ -19,6 +21,8 @@ from sparkcluster import standalone_cluster
 from test_analysis import corrupt
 
 pytest.importorskip("pyspark")
+
+from rmqdelay.spark import submit  # noqa: E402
 
 STORE = SAMPLES / "delay-partial" / "store"
 REPO = SAMPLES.parent
@@ -74,6 +78,18 @@ def test_a_standalone_cluster_gives_the_embedded_result_for_store_paths_as_typed
         assert on_spark.returncode == 0 and on_spark.stderr == "", on_spark.stderr[-3000:]
         assert [json.loads(x) for x in on_spark.stdout.splitlines()] == \
             [json.loads(x) for x in embedded.stdout.splitlines()]
+        # spark-submit picks the master and runs the same jobs: the rows are the embedded engine's.
+        retries = subprocess.run([CONSOLE_SCRIPT, "analyze", "retries", stores[1], "--now", NOW, "--json"],
+                                 capture_output=True, text=True, cwd=REPO, timeout=600)
+        submitted = subprocess.run([str(Path(sys.executable).parent / "spark-submit"), "--master", master,
+                                    "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.host=127.0.0.1",
+                                    submit.__file__, "retries", stores[1], "--now", NOW, "--json"],
+                                   capture_output=True, text=True, cwd=REPO, timeout=900,
+                                   env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
+                                            PYSPARK_DRIVER_PYTHON=sys.executable))
+        assert retries.returncode == 0 and submitted.returncode == 0, submitted.stderr[-3000:]
+        assert [json.loads(x) for x in submitted.stdout.splitlines() if x.startswith("{")] == \
+            [json.loads(x) for x in retries.stdout.splitlines()]
         failed = subprocess.run([CONSOLE_SCRIPT, "analyze", "lateness", f"bad={bad}", "--now", NOW, "--spark",
                                  "--master", master], capture_output=True, text=True, timeout=900,
                                 env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"))

@@ -26,6 +26,7 @@ def tree_digest(path: Path) -> dict[str, str]:
             for p in sorted(path.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow  # byte identity on a store of real size: CI runs it, the quick loop does not
 @pytest.mark.parametrize("make", [generate, generate_timer], ids=["4.x", "5.x-timer"])
 def test_a_generated_store_is_the_same_bytes_whichever_process_writes_it(tmp_path, make):
     """Small files: records roll over to new commit log files (BLANK ends) and units to new
