@@ -19,7 +19,9 @@ from rich.text import Text
 from rmqdelay.errors import EXIT_PROBLEMS, StoreError, UsageError
 
 from . import options
-from .common import clock_ms, console, emit_json, format_time_ms
+from .checks import crossed, fail_if_overdue_option, parse_duration_ms
+from .common import clock_ms, console, emit_json, format_date_ms, format_duration_ms, format_time_ms
+from .inspect_groups import inspect_consumers, inspect_dlq
 from .inspect_index import inspect_index
 from .inspect_records import inspect_commitlog, inspect_cq, inspect_message
 from .inspect_timer import inspect_timer, print_features
@@ -195,6 +197,7 @@ def inspect_delay(
     store_name: Optional[str] = typer.Option(None, "--store-name", metavar="NAME", show_default=False,
                                              help="With --format prometheus: the store label. Default: the "
                                                   "directory's name, or its parent's for .../store."),
+    fail_if_overdue: Optional[str] = fail_if_overdue_option("message of a level"),
     wide: bool = options.wide(),
 ) -> None:
     """Per delay level: delay, offset, max offset, pending, due now, when the next message is due.
@@ -210,6 +213,7 @@ def inspect_delay(
     if json_out:
         output_format = DelayFormat.json
     levels = options.delay_level_table(message_delay_level, broker_config)
+    overdue_ms = parse_duration_ms(fail_if_overdue, "--fail-if-overdue") if fail_if_overdue is not None else None
     now_ms = clock_ms(now)
     with Store(store_dir) as store:
         statuses = level_statuses(store, levels, now_ms)
@@ -218,12 +222,20 @@ def inspect_delay(
 
         name = store_name if store_name is not None else store_ref(str(store_dir)).name
         sys.stdout.write(exposition(delay_level_families(statuses, name, now_ms)))
-        return
-    if output_format is DelayFormat.json:
+    elif output_format is DelayFormat.json:
         for status in statuses:
             emit_json(status.as_json())
-        return
-    print_levels(f"SCHEDULE_TOPIC_XXXX of {store_dir}", statuses, now_ms, wide)
+    else:
+        print_levels(f"SCHEDULE_TOPIC_XXXX of {store_dir}", statuses, now_ms, wide)
+    if overdue_ms is not None:
+        over = [s for s in statuses if s.oldestDueTimestamp is not None and now_ms - s.oldestDueTimestamp > overdue_ms]
+        worst = min(over, key=lambda s: s.oldestDueTimestamp, default=None)
+        if worst is not None:
+            crossed("inspect delay", "--fail-if-overdue", fail_if_overdue,
+                    f"level {worst.level}'s oldest due message has been due "
+                    f"{format_duration_ms(now_ms - worst.oldestDueTimestamp)} (since "
+                    f"{format_date_ms(worst.oldestDueTimestamp)}; {worst.dueNow} due)"
+                    + (f"; levels over: {', '.join(str(s.level) for s in over)}" if len(over) > 1 else ""))
 
 
 # In the order `inspect --help` lists them.
@@ -234,3 +246,5 @@ app.command("message")(inspect_message)
 app.command("delay")(inspect_delay)
 app.command("index")(inspect_index)  # commands/inspect_index.py
 app.command("timer")(inspect_timer)  # commands/inspect_timer.py
+app.command("consumers")(inspect_consumers)  # commands/inspect_groups.py
+app.command("dlq")(inspect_dlq)

@@ -7,6 +7,7 @@ not load them (tests/test_startup.py)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -28,6 +29,8 @@ from .common import (
     parse_time_ms,
     progress,
 )
+from .checks import crossed, fail_if_overdue_option, parse_duration_ms
+from .inspect_groups import Format, _store_label, format_option, output_format, store_name_option
 from .render import print_problems
 from .tables import Column, hidden_note, print_table
 
@@ -70,7 +73,10 @@ def inspect_timer(
     limit: Optional[str] = options.limit("rows (with --slots or --units)"),
     verify: bool = typer.Option(False, "--verify", help="Check the timer store against itself and the commit log; "
                                                         "one line per problem, exit 1 when there is one."),
+    fail_if_overdue: Optional[str] = fail_if_overdue_option("timer message"),
     json_out: bool = options.json_out(),
+    output_format_: Format = format_option(),
+    store_name: Optional[str] = store_name_option(),
     wide: bool = options.wide(),
 ) -> None:
     """The timer wheel of a 5.x store: what is pending and when it falls due, how far dequeue and
@@ -90,6 +96,12 @@ def inspect_timer(
     if verify and (slots or units):
         raise UsageError("--verify checks the whole timer store; it takes no --slots or --units")
     listing = slots or units
+    fmt = output_format(json_out, output_format_)
+    json_out = fmt is Format.json
+    if (listing or verify) and (fmt is Format.prometheus or fail_if_overdue is not None):
+        raise UsageError("--format prometheus and --fail-if-overdue go with the summary, not --slots, --units "
+                         "or --verify")
+    overdue_ms = parse_duration_ms(fail_if_overdue, "--fail-if-overdue") if fail_if_overdue is not None else None
     if not listing and any(v is not None for v in (since, until, topic, key, limit)):
         raise UsageError("--since, --until, --topic, --key and --limit go with --slots or --units")
     if slots and (topic is not None or key is not None):
@@ -115,10 +127,21 @@ def inspect_timer(
             else:
                 with progress("reading timer log", ts.log.size) as advance:
                     status = timer_status(ts, now_ms, hot=hot_n, advance=advance)
-                if json_out:
+                if fmt is Format.prometheus:
+                    from .prometheus import exposition, timer_families
+
+                    sys.stdout.write(exposition(timer_families(status.as_json(), _store_label(store_dir, store_name),
+                                                               now_ms)))
+                elif json_out:
                     emit_json(status.as_json())
                 else:
                     _print_status(status, wide)
+                oldest = status.as_json()["pending"]["oldestDueMs"]
+                if overdue_ms is not None and oldest is not None and now_ms - oldest > overdue_ms:
+                    crossed("inspect timer", "--fail-if-overdue", fail_if_overdue,
+                            f"the oldest due timer message has been due {format_duration_ms(now_ms - oldest)} "
+                            f"(slot {format_date_ms(oldest)}; the wheel has read up to "
+                            f"{format_date_ms(status.as_json()['dequeue']['lastReadTimeMs'])})")
                 if status.horizon["skipped"]:
                     raise typer.Exit(EXIT_PROBLEMS)
 

@@ -79,4 +79,104 @@ def delay_level_families(statuses, store: str, now_ms: int) -> list[Family]:
         offset.add(labels, s.offset)
         max_offset.add(labels, s.maxOffset)
         delay.add(labels, s.delayMs / 1000)
+    return families + [reading_family(store, now_ms)]
+
+
+def reading_family(store: str, now_ms: int) -> Family:
+    """The moment of the reading (`--now`, else the wall clock), so a dashboard can tell a
+    stale file from a quiet store."""
+    family = Family("rmqdelay_reading_timestamp_seconds",
+                    "When rmqdelay read the store: the clock the figures are judged at (epoch seconds).")
+    family.add({"store": store}, now_ms / 1000)
+    return family
+
+
+_TIMER_BUCKETS = ("dueNow", "nextMinute", "nextHour", "nextDay", "later")
+_TIMER_BUCKET_LABELS = {"dueNow": "due", "nextMinute": "1m", "nextHour": "1h", "nextDay": "1d", "later": "later"}
+
+
+def timer_families(status: dict, store: str, now_ms: int) -> list[Family]:
+    """The 5.x timer wheel of one store, labelled store: what `inspect timer --json` shows."""
+    pending = status["pending"]
+    labels = {"store": store}
+    families = []
+
+    def gauge(name: str, help: str, value, extra: dict[str, str] | None = None) -> Family:
+        family = next((f for f in families if f.name == name), None)
+        if family is None:
+            family = Family(name, help)
+            families.append(family)
+        family.add(labels | (extra or {}), value)
+        return family
+
+    for bucket in _TIMER_BUCKETS:
+        gauge("rmqdelay_timer_pending_messages",
+              "Timer messages waiting, by when they are due: due (now or overdue), 1m, 1h, 1d (within the next "
+              "minute, hour, day), later, roll (beyond the roll window, re-put when their slot comes), "
+              "the not enqueued ones (still in rmq_sys_wheel_timer) counted by their TIMER_OUT_MS.",
+              pending[bucket] + pending["notEnqueuedByDue"].get(bucket, 0), {"due": _TIMER_BUCKET_LABELS[bucket]})
+    gauge("rmqdelay_timer_pending_messages", "", pending["beyondRollWindow"], {"due": "roll"})
+    gauge("rmqdelay_timer_due_messages", "Pending timer messages whose deliver time has come (due now).",
+          pending["dueNow"] + pending["notEnqueuedByDue"].get("dueNow", 0))
+    oldest = pending["oldestDueMs"]
+    gauge("rmqdelay_timer_oldest_due_age_seconds",
+          "How long the oldest due timer message has been due (0 when none is).",
+          0 if oldest is None else max(now_ms - oldest, 0) / 1000)
+    gauge("rmqdelay_timer_not_enqueued_messages",
+          "Timer messages in rmq_sys_wheel_timer the timer has not enqueued into its log yet.",
+          pending["notEnqueued"])
+    gauge("rmqdelay_timer_rolls", "Roll units: pending (waiting to be re-put) and done (re-put already).",
+          status["rolls"]["pending"], {"state": "pending"})
+    gauge("rmqdelay_timer_rolls", "", status["rolls"]["done"], {"state": "done"})
+    for state, count in status["cancellations"].items():
+        gauge("rmqdelay_timer_cancellations",
+              "Cancellation markers (TIMER_DEL_UNIQKEY) by state, as `inspect timer` names them.", count,
+              {"state": state})
+    dequeue, enqueue = status["dequeue"], status["enqueue"]
+    gauge("rmqdelay_timer_read_lag_seconds",
+          "How far the wheel's read clock (timercheck lastReadTimeMs) is behind the clock.",
+          max(dequeue["behindMs"], 0) / 1000 if dequeue["behindMs"] is not None else 0)
+    gauge("rmqdelay_timer_write_lag_messages",
+          "Messages in rmq_sys_wheel_timer past the timer's enqueue offset (masterTimerQueueOffset).",
+          enqueue["behindMessages"] or 0)
+    gauge("rmqdelay_timer_skipped_messages",
+          "Pending messages in slots a broker started now would never read (inspect timer exits 1).",
+          status["horizon"]["skipped"])
+    families.append(reading_family(store, now_ms))
     return families
+
+
+def consumer_families(rows, store: str, now_ms: int) -> list[Family]:
+    """Per group, topic and queue: what `inspect consumers` shows."""
+    lag = Family("rmqdelay_consumer_lag_messages",
+                 "Messages of the queue the group has not consumed: max offset - committed offset.")
+    lag_age = Family("rmqdelay_consumer_lag_seconds",
+                     "Age of the oldest message the group has not consumed (0 with no lag).")
+    committed = Family("rmqdelay_consumer_offset",
+                       "The group's committed offset (config/consumerOffset.json; absent when never committed).")
+    max_offset = Family("rmqdelay_consumer_queue_max_offset", "The queue's max offset.")
+    for r in rows:
+        labels = {"store": store, "group": r.group, "topic": r.topic, "queue": str(r.queueId), "kind": r.kind}
+        lag.add(labels, r.lag)
+        lag_age.add(labels, (r.lagMs or 0) / 1000)
+        if r.consumerOffset is not None:
+            committed.add(labels, r.consumerOffset)
+        max_offset.add(labels, r.maxOffset)
+    return [lag, lag_age, committed, max_offset, reading_family(store, now_ms)]
+
+
+def dlq_families(letters, store: str, now_ms: int) -> list[Family]:
+    """Per group: how many messages its %DLQ% topic holds and how old the newest and oldest are."""
+    count = Family("rmqdelay_dlq_messages", "Messages in the group's dead-letter queue (%DLQ%GROUP).")
+    oldest = Family("rmqdelay_dlq_oldest_age_seconds", "How long the oldest dead-lettered message has sat there.")
+    newest = Family("rmqdelay_dlq_newest_timestamp_seconds",
+                    "When the newest message was dead-lettered (epoch seconds): a new one moves it.")
+    groups: dict[str, list] = {}
+    for d in letters:
+        groups.setdefault(d.group, []).append(d)
+    for group, items in sorted(groups.items()):
+        labels = {"store": store, "group": group}
+        count.add(labels, len(items))
+        oldest.add(labels, max(d.inDlqMs for d in items) / 1000)
+        newest.add(labels, max(d.dlqTimestamp for d in items) / 1000)
+    return [count, oldest, newest, reading_family(store, now_ms)]

@@ -93,6 +93,8 @@ def test_inspect_json_fields_are_the_contracts(capsys, sample_store, store_copy)
                if " " not in m["properties"].get("KEYS", " "))["properties"]["KEYS"]
     check("inspect index --key", jsons(capsys, "inspect", "index", DELAY, "--key", key, "--json"))
     check("inspect timer", jsons(capsys, "inspect", "timer", tp, "--now", TIMER_AT, "--json"))
+    check("inspect consumers", jsons(capsys, "inspect", "consumers", sample_store("broker-e2e"), "--json"))
+    check("inspect dlq", jsons(capsys, "inspect", "dlq", sample_store("broker-e2e"), "--json"))
     check("inspect timer --slots", jsons(capsys, "inspect", "timer", tp, "--slots", "--limit", 5, "--json"))
     check("inspect timer --units", jsons(capsys, "inspect", "timer", tp, "--units", "--limit", 5, "--json"))
     # --verify: problems, then the summary, which a clean store prints alone.
@@ -147,7 +149,8 @@ def test_analyze_json_and_parquet_fields_are_the_contracts(capsys, sample_store,
 
 # -- help ---------------------------------------------------------------------------------------
 EVERY_COMMAND = [[]] + [[name] for name in COMMANDS] + [
-    ["inspect", c] for c in ("store", "cq", "commitlog", "message", "delay", "index", "timer")] + [
+    ["inspect", c] for c in ("store", "cq", "commitlog", "message", "delay", "index", "timer",
+                                    "consumers", "dlq")] + [
     ["offsets", "show"], ["offsets", "reset"], ["samples", "generate"], ["samples", "unpack"], ["timer", "repair"]]
 
 
@@ -180,6 +183,8 @@ TABLE_COMMANDS = [
     ("inspect", "timer", "{tp}", "--now", TIMER_AT),
     ("inspect", "timer", "{tp}", "--units", "--limit", "10", "--now", TIMER_AT),
     ("inspect", "timer", "{tp}", "--slots", "--limit", "10", "--now", TIMER_AT),
+    ("inspect", "consumers", "{be}", "--now", FAR),
+    ("inspect", "dlq", "{retry}", "--now", FAR),
     ("offsets", "show", "{delay}", "--now", FAR),
     ("offsets", "reset", "{delay}", "--levels", "1-18", "--to-latest"),
     ("run", "{delay}", "--dry-run", "--now", FAR),
@@ -190,7 +195,8 @@ TABLE_COMMANDS = [
 
 @pytest.fixture(scope="module")
 def table_stores(sample_store):
-    return {"tp": sample_store("timer-partial"), "delay": DELAY}
+    return {"tp": sample_store("timer-partial"), "delay": DELAY, "be": sample_store("broker-e2e"),
+            "retry": SAMPLES / "retry" / "store"}
 
 
 @pytest.mark.parametrize("width", [80, 120])

@@ -63,7 +63,7 @@ def test_the_version_printed_is_the_one_in_pyproject():
 
 def test_shell_completion():
     proc = console(env={"_RMQDELAY_COMPLETE": "complete_bash", "COMP_WORDS": "rmqdelay inspect c", "COMP_CWORD": "2"})
-    assert proc.returncode == 0 and proc.stdout.split() == ["cq", "commitlog"]
+    assert proc.returncode == 0 and proc.stdout.split() == ["cq", "commitlog", "consumers"]
     script = console("--show-completion", "bash")
     assert script.returncode == 0 and "_RMQDELAY_COMPLETE=complete_bash" in script.stdout
 

@@ -16,12 +16,11 @@ import pyarrow as pa
 
 from rmqdelay.errors import StoreError
 from rmqdelay.formats.constants import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC
-from rmqdelay.formats.delayoffset import parse_fastjson_object
 from rmqdelay.formats.errors import FormatError
-from rmqdelay.formats.javanum import java_int_range, java_parse_int
 from rmqdelay.formats.scan import DEFAULT_BATCH_ROWS, MESSAGE_SCHEMA, decode_records
 from rmqdelay.store.commitlog import data_after_end
-from rmqdelay.store.directory import Store, load_config_file
+from rmqdelay.store.consumers import consumer_offsets  # noqa: F401 (the one reader, re-exported)
+from rmqdelay.store.directory import Store
 from rmqdelay.store.fileio import map_for_read
 
 __all__ = [
@@ -196,40 +195,6 @@ def delay_offsets(store: Store) -> dict[int, int]:
     """config/delayOffset.json (with the broker's .bak fallback); {} when there is none."""
     offsets = store.delay_offsets()
     return dict(offsets.offsetTable) if offsets is not None else {}
-
-
-def consumer_offsets(store: Store) -> dict[tuple[str, str], dict[int, int]]:
-    """config/consumerOffset.json's offsetTable as {(topic, group): {queue id: offset}}.
-
-    Read like ConfigManager.load: the .bak when the file is missing, empty or unparsable;
-    {} when neither exists.
-    """
-    table = load_config_file(store.config_dir / "consumerOffset.json",
-                             lambda text: _offset_table(parse_fastjson_object(text)))
-    return table if table is not None else {}
-
-
-def _offset_table(doc: dict) -> dict[tuple[str, str], dict[int, int]]:
-    table = doc.get("offsetTable", {})
-    if not isinstance(table, dict):
-        raise FormatError(0, 'an "offsetTable" object')
-    result: dict[tuple[str, str], dict[int, int]] = {}
-    for key, queues in table.items():
-        # ConsumerOffsetManager.TOPIC_GROUP_SEPARATOR
-        if not isinstance(key, str) or "@" not in key or not isinstance(queues, dict):
-            raise FormatError(0, f'"TOPIC@GROUP": {{queueId: offset}} entries, found {key!r}')
-        topic, _, group = key.rpartition("@")
-        entry: dict[int, int] = {}
-        for qid, offset in queues.items():
-            if isinstance(offset, bool) or not isinstance(offset, int):
-                raise FormatError(0, f"an integer offset for {key} queue {qid}, found {offset!r}")
-            queue_id = qid if isinstance(qid, int) and java_int_range(qid) else \
-                java_parse_int(qid) if isinstance(qid, str) else None
-            if queue_id is None:
-                raise FormatError(0, f"integer queue ids (Java ints) for {key}, found {qid!r}")
-            entry[queue_id] = offset
-        result[(topic, group)] = entry
-    return result
 
 
 def retry_queue_max_offsets(store: Store) -> dict[tuple[str, int], int]:

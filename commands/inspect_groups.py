@@ -1,0 +1,223 @@
+"""`rmqdelay inspect consumers | dlq`: the consumer groups of a store - where each is in each
+queue and how far behind (config/consumerOffset.json against the consume queues), and what
+they gave up on (the %DLQ% queues). Nothing here writes a byte.
+
+The store is imported inside the functions that use it: `--help` must not load it
+(tests/test_startup.py)."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.text import Text
+
+from rmqdelay.errors import UsageError
+
+from . import options
+from .checks import crossed, parse_count, parse_count_or_duration
+from .common import clock_ms, console, emit_json, format_duration_ms, format_time_ms
+from .tables import Column, hidden_note, print_table
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    prometheus = "prometheus"
+
+
+def format_option() -> typer.models.OptionInfo:
+    return typer.Option(Format.table, "--format", metavar="table|json|prometheus",
+                        help="table; json (as --json); or prometheus: the text format node_exporter's textfile "
+                             "collector reads (docs/metrics.md).")
+
+
+def store_name_option() -> typer.models.OptionInfo:
+    return typer.Option(None, "--store-name", metavar="NAME", show_default=False,
+                        help="With --format prometheus: the store label. Default: the directory's name, or its "
+                             "parent's for .../store.")
+
+
+def output_format(json_out: bool, chosen: Format) -> Format:
+    if json_out and chosen not in (Format.table, Format.json):
+        raise UsageError("--json and --format: give one of them")
+    return Format.json if json_out else chosen
+
+
+def _store_label(store_dir: Path, store_name: str | None) -> str:
+    from rmqdelay.store.ref import store_ref
+
+    return store_name if store_name is not None else store_ref(str(store_dir)).name
+
+
+# -- inspect consumers -----------------------------------------------------------------------
+
+def inspect_consumers(
+    store_dir: Path = options.store(),
+    group: Optional[str] = typer.Option(None, "--group", metavar="GROUP", show_default=False,
+                                        help="Only this consumer group."),
+    topic: Optional[str] = typer.Option(None, "--topic", metavar="TOPIC", show_default=False,
+                                        help="Only this topic (a %RETRY% or %DLQ% topic too)."),
+    now: Optional[str] = options.now("the lag in time is judged at"),
+    fail_if_lag: Optional[str] = typer.Option(
+        None, "--fail-if-lag", metavar="N|DURATION", show_default=False,
+        help="Exit 1 (one line on stderr saying which group and queue) when a queue's lag is more than N "
+             "messages, or, given a duration such as 10m, when its oldest unconsumed message is older than "
+             "that. DLQ queues are left to `inspect dlq --fail-if-dlq`."),
+    json_out: bool = options.json_out(),
+    output_format_: Format = format_option(),
+    store_name: Optional[str] = store_name_option(),
+    wide: bool = options.wide(),
+) -> None:
+    """Per consumer group, topic and queue: the committed offset (config/consumerOffset.json,
+    its .bak as the broker falls back), the queue's max offset, the lag in messages and in
+    time (the store time of the oldest unconsumed message); %RETRY% and %DLQ% topics marked.
+
+    Example: `rmqdelay inspect consumers /data/broker-a/store --group GID_ORDER --fail-if-lag 10m`
+    """
+    from rmqdelay.store import Store
+    from rmqdelay.store.consumers import consumer_lag, read_consumer_offsets
+    from rmqdelay.store.topics import validate_topic
+
+    fmt = output_format(json_out, output_format_)
+    threshold = parse_count_or_duration(fail_if_lag, "--fail-if-lag")
+    if topic is not None:
+        validate_topic(topic)
+    now_ms = clock_ms(now)
+    with Store(store_dir) as store:
+        offsets = read_consumer_offsets(store)
+        rows = consumer_lag(store, offsets, now_ms, group=group, topic=topic)
+    if fmt is Format.prometheus:
+        from .prometheus import consumer_families, exposition
+
+        sys.stdout.write(exposition(consumer_families(rows, _store_label(store_dir, store_name), now_ms)))
+    elif fmt is Format.json:
+        for row in rows:
+            emit_json(row.as_json())
+    else:
+        _print_consumers(rows, offsets, store_dir, now_ms, wide)
+    if threshold is not None:
+        _check_lag(rows, threshold, fail_if_lag)
+
+
+def _print_consumers(rows, offsets, store_dir: Path, now_ms: int, wide: bool) -> None:
+    groups = sorted({r.group for r in rows})
+    behind = [r for r in rows if r.lag and r.kind != "dlq"]
+    source = "config/consumerOffset.json" if offsets.present else "no config/consumerOffset.json (nothing committed)"
+    console.print(Text(f"{len(groups)} consumer group(s) in {store_dir}: {sum(r.lag for r in behind)} message(s) "
+                       f"not consumed in {len(behind)} queue(s) ({source})", style="bold"))
+    marks = {"retry": "retry", "dlq": "DLQ", "topic": ""}
+    table = [[Text(r.group), Text(r.topic), marks[r.kind], str(r.queueId),
+              "-" if r.consumerOffset is None else str(r.consumerOffset), str(r.maxOffset), str(r.lag),
+              format_duration_ms(r.lagMs) if r.lag else "-",
+              format_time_ms(r.oldestUnconsumedTimestamp) if r.oldestUnconsumedTimestamp else "-",
+              str(r.minOffset)] for r in rows]
+    hidden = print_table(console, [Column("group", "left", fold=True), Column("topic", "left", fold=True),
+                                   Column("kind", "left", drop=2), Column("queue"), Column("committed"),
+                                   Column("max"), Column("lag"), Column("behind"),
+                                   Column("oldest unconsumed", drop=3), Column("min", drop=4)], table, wide=wide)
+    never = [r for r in rows if r.consumerOffset is None and r.kind != "dlq"]
+    if never:
+        console.print(Text(f"{len(never)} queue(s) without a committed offset ('-'): the lag counts from the "
+                           "queue's min offset", style="dim"))
+    note = hidden_note(hidden)
+    if note:
+        console.print(Text(note, style="dim"))
+
+
+def _check_lag(rows, threshold, typed: str) -> None:
+    checked = [r for r in rows if r.kind != "dlq"]
+    if threshold.count is not None:
+        over = [r for r in checked if r.lag > threshold.count]
+        worst = max(over, key=lambda r: r.lag, default=None)
+        if worst is not None:
+            crossed("inspect consumers", "--fail-if-lag", typed,
+                    f"group {worst.group} is {worst.lag} message(s) behind on {worst.topic} queue {worst.queueId}"
+                    + (f" ({len(over)} queue(s) over)" if len(over) > 1 else ""))
+    else:
+        over = [r for r in checked if r.lag and r.lagMs is not None and r.lagMs > threshold.ms]
+        worst = max(over, key=lambda r: r.lagMs, default=None)
+        if worst is not None:
+            crossed("inspect consumers", "--fail-if-lag", typed,
+                    f"group {worst.group} is {format_duration_ms(worst.lagMs)} behind on {worst.topic} queue "
+                    f"{worst.queueId} (oldest unconsumed message stored "
+                    f"{format_time_ms(worst.oldestUnconsumedTimestamp)}, {worst.lag} message(s))"
+                    + (f" ({len(over)} queue(s) over)" if len(over) > 1 else ""))
+
+
+# -- inspect dlq -----------------------------------------------------------------------------
+
+def inspect_dlq(
+    store_dir: Path = options.store(),
+    group: Optional[str] = typer.Option(None, "--group", metavar="GROUP", show_default=False,
+                                        help="Only this consumer group's %DLQ% topic."),
+    now: Optional[str] = options.now("how long a message has sat in the DLQ is judged at"),
+    limit: Optional[str] = options.limit("messages on the terminal", "all"),
+    fail_if_dlq: Optional[str] = typer.Option(
+        None, "--fail-if-dlq", metavar="N", show_default=False,
+        help="Exit 1 (one line on stderr saying which group) when more than N messages are dead-lettered "
+             "(0: any)."),
+    json_out: bool = options.json_out(),
+    output_format_: Format = format_option(),
+    store_name: Optional[str] = store_name_option(),
+    wide: bool = options.wide(),
+) -> None:
+    """Every dead-lettered message: its group, original topic (RETRY_TOPIC), keys, tags,
+    reconsumeTimes, the first send and the last attempt, how long it has sat in the DLQ, body
+    size. Read-only: putting them back belongs to the consumers.
+
+    Example: `rmqdelay inspect dlq /data/broker-a/store --group GID_ORDER --fail-if-dlq 0`
+    """
+    from rmqdelay.store import Store
+    from rmqdelay.store.deadletter import dead_letters
+
+    fmt = output_format(json_out, output_format_)
+    most = parse_count(fail_if_dlq, "--fail-if-dlq")
+    shown = options.parse_count(limit, "--limit")
+    now_ms = clock_ms(now)
+    with Store(store_dir) as store:
+        letters = dead_letters(store, now_ms, group)
+    if fmt is Format.prometheus:
+        from .prometheus import dlq_families, exposition
+
+        sys.stdout.write(exposition(dlq_families(letters, _store_label(store_dir, store_name), now_ms)))
+    elif fmt is Format.json:
+        for letter in letters:
+            emit_json(letter.as_json())
+    else:
+        _print_dlq(letters, store_dir, now_ms, shown, wide)
+    if most is not None and len(letters) > most:
+        counts: dict[str, int] = {}
+        for letter in letters:
+            counts[letter.group] = counts.get(letter.group, 0) + 1
+        crossed("inspect dlq", "--fail-if-dlq", fail_if_dlq,
+                f"{len(letters)} dead-lettered message(s): "
+                + ", ".join(f"%DLQ%{g} {n}" for g, n in sorted(counts.items(), key=lambda kv: -kv[1])))
+
+
+def _print_dlq(letters, store_dir: Path, now_ms: int, limit: int | None, wide: bool) -> None:
+    groups = sorted({d.group for d in letters})
+    console.print(Text(f"{len(letters)} dead-lettered message(s) in {len(groups)} group(s) of {store_dir}",
+                       style="bold"))
+    if not letters:
+        return
+    rows = [[Text(d.group), Text(d.originalTopic or "-"), Text(d.keys or "-"), Text(d.tags or "-"),
+             str(d.reconsumeTimes), format_time_ms(d.firstStoreTimestamp or d.bornTimestamp),
+             format_time_ms(d.lastAttemptTimestamp) if d.lastAttemptTimestamp else "-",
+             format_duration_ms(d.inDlqMs), str(d.bodySize), d.uniqKey or "-"]
+            for d in letters[:limit]]
+    hidden = print_table(console, [Column("group", "left", fold=True), Column("original topic", "left", fold=True),
+                                   Column("keys", "left", fold=True, drop=2), Column("tags", "left", drop=4),
+                                   Column("reconsume"), Column("first sent", drop=3), Column("last attempt", drop=5),
+                                   Column("in DLQ"), Column("body", drop=6), Column("UNIQ_KEY", "left", drop=1)],
+                         rows, wide=wide)
+    if limit is not None and len(letters) > limit:
+        console.print(Text(f"{len(letters) - limit} more (--limit, --json)", style="dim"))
+    console.print(Text("first sent: the first copy's store time (its born time when the log no longer holds it); "
+                       "last attempt: the last %RETRY% delivery the consumer failed", style="dim"))
+    note = hidden_note(hidden)
+    if note:
+        console.print(Text(note, style="dim"))

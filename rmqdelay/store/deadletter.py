@@ -1,0 +1,135 @@
+"""The dead-letter queues (`%DLQ%GROUP`) offline: every message a group gave up on, with what
+it was and how it got there.
+
+The broker's sendMessageBack (4.9.4 and 5.3.3) puts a message into its group's DLQ when its
+reconsumeTimes reached the consumer's maxReconsumeTimes (16 by default; a consumer may set
+fewer) or the consumer asked for it (a delay level below 0). The DLQ copy keeps the
+message's properties, its UNIQ_KEY and born time; ``ORIGIN_MESSAGE_ID`` is the offset msgId of
+the first copy, ``RETRY_TOPIC`` the topic it was first sent to, and its reconsumeTimes field
+counts the failed attempts (the first delivery and every retry).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rmqdelay.errors import StoreError
+from rmqdelay.formats.commitlog import Message
+from rmqdelay.formats.constants import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    PROPERTY_KEYS,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    RETRY_GROUP_TOPIC_PREFIX,
+)
+from rmqdelay.formats.errors import FormatError
+from rmqdelay.formats.msgid import decode_message_id
+from rmqdelay.store.directory import Store
+
+_PRE_BLANK_SIZE = 0x7FFFFFFF
+
+
+@dataclass(slots=True)
+class DeadLetter:
+    group: str
+    queueId: int
+    queueOffset: int
+    commitLogOffset: int
+    msgId: str  # the DLQ copy's offset msgId
+    uniqKey: str | None
+    originMsgId: str | None
+    originalTopic: str | None  # RETRY_TOPIC
+    keys: str | None
+    tags: str | None
+    reconsumeTimes: int
+    bornTimestamp: int  # the producer's first send (its clock)
+    firstStoreTimestamp: int | None  # the first copy's store time, when it is still in the log
+    lastAttemptTimestamp: int | None  # the last %RETRY% copy's store time (its last delivery)
+    dlqTimestamp: int  # when it was put into the DLQ
+    inDlqMs: int
+    bodySize: int
+
+    def as_json(self) -> dict:
+        return {"group": self.group, "topic": DLQ_GROUP_TOPIC_PREFIX + self.group, "queueId": self.queueId,
+                "queueOffset": self.queueOffset, "commitLogOffset": self.commitLogOffset, "msgId": self.msgId,
+                "uniqKey": self.uniqKey, "originMsgId": self.originMsgId, "originalTopic": self.originalTopic,
+                "keys": self.keys, "tags": self.tags, "reconsumeTimes": self.reconsumeTimes,
+                "bornTimestamp": self.bornTimestamp, "firstStoreTimestamp": self.firstStoreTimestamp,
+                "lastAttemptTimestamp": self.lastAttemptTimestamp, "dlqTimestamp": self.dlqTimestamp,
+                "inDlqMs": self.inDlqMs, "bodySize": self.bodySize}
+
+
+def dlq_groups(store: Store) -> list[str]:
+    """The groups with a %DLQ% topic on disk."""
+    return sorted(t[len(DLQ_GROUP_TOPIC_PREFIX):] for t in store.topics() if t.startswith(DLQ_GROUP_TOPIC_PREFIX))
+
+
+def dead_letters(store: Store, now_ms: int, group: str | None = None) -> list[DeadLetter]:
+    """Every message of the DLQ queues (of ``group`` only, when given), by group, queue and
+    offset, from each queue's min offset (what the broker still holds)."""
+    topics = store.topics()
+    retry_times = _retry_store_times(store, topics)
+    out = []
+    for g in dlq_groups(store):
+        if group is not None and g != group:
+            continue
+        topic = DLQ_GROUP_TOPIC_PREFIX + g
+        for qid in topics.get(topic, []):
+            cq = store.consume_queue(topic, qid)
+            first = cq.min_offset
+            units = cq.units(first, cq.max_offset)
+            for n, unit in enumerate(units):
+                if int(unit["size"]) == _PRE_BLANK_SIZE:
+                    continue
+                msg = store.commitlog.read_message(int(unit["commitLogOffset"]), int(unit["size"]))
+                out.append(_dead_letter(store, g, qid, first + n, msg, now_ms, retry_times.get(g, {})))
+    return out
+
+
+def _dead_letter(store: Store, group: str, qid: int, offset: int, msg: Message, now_ms: int,
+                 retries: dict[str, int]) -> DeadLetter:
+    props = msg.properties
+    uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+    origin = props.get(PROPERTY_ORIGIN_MESSAGE_ID)
+    return DeadLetter(group, qid, offset, msg.commitLogOffset, msg.msgId, uniq, origin,
+                      props.get(PROPERTY_RETRY_TOPIC), props.get(PROPERTY_KEYS), props.get(PROPERTY_TAGS),
+                      msg.reconsumeTimes, msg.bornTimestamp, _origin_store_time(store, origin),
+                      retries.get(uniq) if uniq else None, msg.storeTimestamp,
+                      max(now_ms - msg.storeTimestamp, 0), len(msg.body))
+
+
+def _origin_store_time(store: Store, origin: str | None) -> int | None:
+    """The store time of the first copy ORIGIN_MESSAGE_ID names, when this store holds it."""
+    if not origin:
+        return None
+    try:
+        _, _, offset = decode_message_id(origin)
+        msg = store.message_at(offset)
+    except (StoreError, FormatError):  # an id of another broker, or a copy retention removed
+        return None
+    return msg.storeTimestamp if msg.msgId == origin.upper() else None
+
+
+def _retry_store_times(store: Store, topics: dict[str, list[int]]) -> dict[str, dict[str, int]]:
+    """{group: {UNIQ_KEY: store time of its last %RETRY% copy}} for the groups with a DLQ: the
+    last delivery the consumer failed before the message went to the DLQ."""
+    out: dict[str, dict[str, int]] = {}
+    for g in dlq_groups(store):
+        topic = RETRY_GROUP_TOPIC_PREFIX + g
+        last: dict[str, int] = {}
+        for qid in topics.get(topic, []):
+            cq = store.consume_queue(topic, qid)
+            for unit in cq.units(cq.min_offset, cq.max_offset):
+                if int(unit["size"]) == _PRE_BLANK_SIZE:
+                    continue
+                try:
+                    msg = store.commitlog.read_message(int(unit["commitLogOffset"]), int(unit["size"]))
+                except StoreError:
+                    continue
+                key = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+                if key:
+                    last[key] = max(last.get(key, 0), msg.storeTimestamp)
+        out[g] = last
+    return out
