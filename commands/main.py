@@ -37,6 +37,9 @@ COMMANDS = {
                        "Deliver due delay messages of SCHEDULE_TOPIC_XXXX to their real topics, as the broker's "
                        "ScheduleMessageService does, and on a 5.x store the timer wheel as its TimerMessageStore "
                        "does (cancellations honoured, rolls re-put) - exactly once, even after kill -9."),
+    "trace": LazyCommand("trace", "trace",
+                         "Follow one message through its whole life: sent, parked (delay level or timer), rolled, "
+                         "cancelled, delivered, consumed or not, each send-back and redelivery, the DLQ."),
     "analyze": LazyCommand("analyze", "analyze",
                            "Backlog (what waits, when it falls due), lateness (delivered vs due) and retries (the "
                            "16-retry path into the DLQ) over one store or many."),

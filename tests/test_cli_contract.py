@@ -95,6 +95,7 @@ def test_inspect_json_fields_are_the_contracts(capsys, sample_store, store_copy)
     check("inspect timer", jsons(capsys, "inspect", "timer", tp, "--now", TIMER_AT, "--json"))
     check("inspect consumers", jsons(capsys, "inspect", "consumers", sample_store("broker-e2e"), "--json"))
     check("inspect dlq", jsons(capsys, "inspect", "dlq", sample_store("broker-e2e"), "--json"))
+    check("trace", jsons(capsys, "trace", SAMPLES / "retry" / "store", "C0000202331C5FFD2B276EC837D60012", "--json"))
     check("inspect timer --slots", jsons(capsys, "inspect", "timer", tp, "--slots", "--limit", 5, "--json"))
     check("inspect timer --units", jsons(capsys, "inspect", "timer", tp, "--units", "--limit", 5, "--json"))
     # --verify: problems, then the summary, which a clean store prints alone.
@@ -185,6 +186,7 @@ TABLE_COMMANDS = [
     ("inspect", "timer", "{tp}", "--slots", "--limit", "10", "--now", TIMER_AT),
     ("inspect", "consumers", "{be}", "--now", FAR),
     ("inspect", "dlq", "{retry}", "--now", FAR),
+    ("trace", "{retry}", "C0000202331C5FFD2B276EC837D60012", "--now", FAR),
     ("offsets", "show", "{delay}", "--now", FAR),
     ("offsets", "reset", "{delay}", "--levels", "1-18", "--to-latest"),
     ("run", "{delay}", "--dry-run", "--now", FAR),

@@ -22,7 +22,10 @@ def test_per_level_metrics_match_the_json_view():
     assert sorted(families) == sorted([
         "rmqdelay_delay_level_pending_messages", "rmqdelay_delay_level_due_messages",
         "rmqdelay_delay_level_oldest_due_age_seconds", "rmqdelay_delay_level_offset",
-        "rmqdelay_delay_level_max_offset", "rmqdelay_delay_level_delay_seconds"])
+        "rmqdelay_delay_level_max_offset", "rmqdelay_delay_level_delay_seconds",
+        "rmqdelay_reading_timestamp_seconds"])
+    [reading] = families.pop("rmqdelay_reading_timestamp_seconds").samples
+    assert reading.value == NOW / 1000 and reading.labels == {"store": "delay-partial"}
     assert all(f.type == "gauge" and f.documentation for f in families.values())
     rows = {r["level"]: r for r in map(json.loads, console("inspect", "delay", STORE, "--json", "--now", NOW)
                                          .stdout.splitlines())}
