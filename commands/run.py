@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 def _event_names() -> dict[type, str]:
     from rmqdelay.schedule.events import (
         Delivered,
+        Held,
         Notice,
         Persisted,
         QueueCreated,
@@ -48,9 +49,16 @@ def _event_names() -> dict[type, str]:
         Sleeping,
         Stopped,
     )
-    from rmqdelay.timer.deliver.events import TimerCancelled, TimerDelivered, TimerNotice, TimerPersisted, TimerSkipped
+    from rmqdelay.timer.deliver.events import (
+        TimerCancelled,
+        TimerDelivered,
+        TimerHeld,
+        TimerNotice,
+        TimerPersisted,
+        TimerSkipped,
+    )
 
-    return {Delivered: "delivered", Skipped: "skipped", QueueCreated: "queueCreated", Notice: "notice",
+    return {Delivered: "delivered", Held: "held", TimerHeld: "timerHeld", Skipped: "skipped", QueueCreated: "queueCreated", Notice: "notice",
             Replayed: "replayed", Persisted: "persisted", Sleeping: "sleeping", Stopped: "stopped",
             TimerDelivered: "timerDelivered", TimerCancelled: "timerCancelled", TimerSkipped: "timerSkipped",
             TimerNotice: "timerNotice", TimerPersisted: "timerPersisted"}
@@ -127,6 +135,17 @@ def run(
     message_delay_level: str | None = options.message_delay_level(),
     broker_config: Path | None = options.broker_config("messageDelayLevel (and the index's maxHashSlotNum, "
                                                        "maxIndexNum, messageIndexEnable)"),
+    topics: str | None = typer.Option(None, "--topics", metavar="LIST", show_default=False,
+                                      help="Only messages for these real topics: T1,T2. A level stops at its first "
+                                           "message for another topic, the timer wheel at the first slot holding "
+                                           "one (the broker resumes there: nothing is skipped)."),
+    until: str | None = options.until("messages due by then (ISO 8601 or epoch ms): a level stops at its first "
+                                      "message due after it, the wheel at its first slot after it"),
+    rate: float | None = typer.Option(None, "--rate", metavar="N", show_default=False,
+                                      help="At most N messages a second (levels and timer wheel together), so the "
+                                           "consumers of a live cluster are not flooded."),
+    limit: str | None = options.limit("deliveries (with --dry-run: listed); levels stop at the first one past it, "
+                                      "the wheel before a slot that would pass it"),
     flush_interval: float = typer.Option(10.0, "--flush-interval", metavar="SECONDS",
                                          help="Seconds between persisting offsets."),
     json_out: bool = options.json_out("One JSON event per line (docs/cli.md lists the events)."),
@@ -150,11 +169,12 @@ def run(
     if batch_size < 1:
         raise UsageError(f"--batch-size: at least 1, found {batch_size}")
     mode = "once" if once else "until-empty" if until_empty else "forever"
+    run_filter = _run_filter(topics, until, rate, limit)
     scheduler = Scheduler(store, delay_levels=options.delay_level_table(message_delay_level, broker_config),
                           levels=options.parse_levels(levels), now_ms=parse_time_ms(now, "--now") if now else None,
                           mode=mode, dry_run=dry_run, flush_interval_ms=int(flush_interval * 1000),
                           batch_size=batch_size, index=IndexSettings.from_broker_config(broker_config),
-                          broker_config=broker_config)
+                          broker_config=broker_config, run_filter=run_filter)
     previous = {sig: signal.signal(sig, lambda *_: scheduler.stop()) for sig in (signal.SIGINT, signal.SIGTERM)}
     live = None
     try:
@@ -174,12 +194,29 @@ def run(
         raise typer.Exit(EXIT_PROBLEMS)
 
 
+def _run_filter(topics: str | None, until: str | None, rate: float | None, limit: str | None):
+    from rmqdelay.schedule.runfilter import RunFilter
+    from rmqdelay.store.topics import validate_topic
+
+    names = None
+    if topics is not None:
+        names = frozenset(t.strip() for t in topics.split(",") if t.strip())
+        if not names:
+            raise UsageError(f"--topics: topic names such as T1,T2, found {topics!r}")
+        for name in names:
+            validate_topic(name)
+    if rate is not None and not (rate > 0 and rate != float("inf")):
+        raise UsageError(f"--rate: a number of messages a second > 0, found {rate}")
+    return RunFilter(topics=names, until_ms=parse_time_ms(until, "--until") if until else None,
+                     limit=options.parse_count(limit, "--limit"), rate=rate)
+
+
 _DRY_RUN_ROWS = 50  # a screenful of a dry run; --json lists every message
 
 
 def _consume(scheduler: Scheduler, json_out: bool, dry_run: bool, wide: bool) -> Stopped | None:
-    from rmqdelay.schedule.events import Delivered, Notice, QueueCreated, Replayed, Skipped, Sleeping, Stopped
-    from rmqdelay.timer.deliver.events import TimerDelivered, TimerNotice, TimerSkipped
+    from rmqdelay.schedule.events import Delivered, Held, Notice, QueueCreated, Replayed, Skipped, Sleeping, Stopped
+    from rmqdelay.timer.deliver.events import TimerDelivered, TimerHeld, TimerNotice, TimerSkipped
 
     stopped = None
     rows: list[list] = []
@@ -197,6 +234,13 @@ def _consume(scheduler: Scheduler, json_out: bool, dry_run: bool, wide: bool) ->
         elif isinstance(event, Skipped):
             _say(f"level {event.level} offset {event.offset} (commit log offset "
                  f"{event.scheduleCommitLogOffset}): skipped, {event.reason}")
+        elif isinstance(event, Held):
+            _say(f"level {event.level} stops at offset {event.offset} (held back: {event.reason}); the broker "
+                 f"resumes it there")
+        elif isinstance(event, TimerHeld):
+            where = f"slot {format_time_ms(event.slotTimeMs)}" if event.slotTimeMs is not None else \
+                f"rmq_sys_wheel_timer offset {event.timerQueueOffset}"
+            _say(f"timer wheel stops at {where} (held back: {event.reason}); the broker resumes it there")
         elif isinstance(event, QueueCreated):
             _say(f"level {event.level} offset {event.offset}: REAL_QID {event.queueId} is beyond the queues of "
                  f"{event.topic}; delivered to that queue, as the broker does")

@@ -112,7 +112,7 @@ def test_inspect_json_fields_are_the_contracts(capsys, sample_store, store_copy)
     check("inspect commitlog --verify", problems)
 
 
-def test_writing_commands_json_fields_are_the_contracts(capsys, store_copy, tmp_path):
+def test_writing_commands_json_fields_are_the_contracts(capsys, store_copy, sample_store, tmp_path):
     tp = store_copy("timer-partial")
     check("timer repair", jsons(capsys, "timer", "repair", tp, "--now", TIMER_AT, "--json"))
     new = tmp_path / "new"
@@ -125,7 +125,12 @@ def test_writing_commands_json_fields_are_the_contracts(capsys, store_copy, tmp_
                                     "--json"))
     events = jsons(capsys, "run", store_copy("delay-partial"), "--until-empty", "--now", FAR, "--json")
     events += jsons(capsys, "run", tp, "--until-empty", "--now", FAR, "--json")
+    filtered = tmp_path / "filtered"
+    shutil.copytree(sample_store("timer-partial"), filtered)
+    events += jsons(capsys, "run", filtered, "--until-empty", "--now", FAR, "--topics",
+                    "TimerTopic", "--json")
     kinds = {e["event"] for e in events}
+    assert {"held", "timerHeld"} <= kinds, kinds
     assert {"delivered", "persisted", "stopped", "timerDelivered", "timerPersisted"} <= kinds, kinds
     for kind in kinds:
         check(f"run {kind}", [e for e in events if e["event"] == kind])

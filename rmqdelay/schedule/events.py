@@ -32,6 +32,19 @@ class Skipped:
 
 
 @dataclass(slots=True, frozen=True)
+class Held:
+    """A run filter held this level back at this unit: the level stops here, its offset stays
+    (runfilter.py)."""
+
+    level: int
+    offset: int
+    scheduleCommitLogOffset: int
+    topic: str | None
+    deliverTimestamp: int
+    reason: str
+
+
+@dataclass(slots=True, frozen=True)
 class QueueCreated:
     """A REAL_QID beyond the queues the topic had: the broker writes to it all the same."""
 

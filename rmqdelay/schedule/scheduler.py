@@ -28,6 +28,7 @@ from rmqdelay.formats.constants import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, R
 from rmqdelay.formats.consumequeue import CQ_EXT_MAX_ADDR
 from rmqdelay.schedule.events import (
     Delivered,
+    Held,
     Notice,
     Persisted,
     QueueCreated,
@@ -39,6 +40,7 @@ from rmqdelay.schedule.events import (
 from rmqdelay.schedule.offsets import OffsetPublisher
 from rmqdelay.schedule.redelivery import restore_unit
 from rmqdelay.schedule.replay import exact_offsets
+from rmqdelay.schedule.runfilter import RunFilter
 from rmqdelay.schedule.status import corrected_deliver_times
 from rmqdelay.store import Store
 from rmqdelay.store.index import IndexSettings
@@ -50,6 +52,7 @@ from rmqdelay.timer.deliver import TimerEngine
 from rmqdelay.timer.deliver.events import (
     TimerCancelled,
     TimerDelivered,
+    TimerHeld,
     TimerNotice,
     TimerPersisted,
     TimerSkipped,
@@ -61,8 +64,8 @@ LATENCY_WINDOW = 1 << 16  # lateness samples kept per level for p50/p99
 DELAY_OFFSET_UPDATE_VERSION_STEP = 200  # BrokerConfig.delayOffsetUpdateVersionStep
 
 # What Scheduler.events() yields: the levels' events and, on a 5.x store, the timer engine's.
-Event = (Delivered | Skipped | QueueCreated | Notice | Replayed | Persisted | Sleeping | Stopped | TimerDelivered
-         | TimerCancelled | TimerSkipped | TimerNotice | TimerPersisted)
+Event = (Delivered | Held | Skipped | QueueCreated | Notice | Replayed | Persisted | Sleeping | Stopped | TimerDelivered
+         | TimerCancelled | TimerSkipped | TimerHeld | TimerNotice | TimerPersisted)
 
 
 # -- per-level bookkeeping ---------------------------------------------------------------
@@ -76,6 +79,7 @@ class LevelState:
     delivered: int = 0
     skipped: int = 0
     nextDueTimestamp: int | None = None
+    held: str | None = None  # a run filter stopped the level here (runfilter.py)
     _lateness: np.ndarray = field(default_factory=lambda: np.zeros(LATENCY_WINDOW, dtype=np.int64))
     _samples: int = 0
 
@@ -147,7 +151,8 @@ class Scheduler:
                  levels: list[int] | None = None, now_ms: int | None = None, mode: str = "forever",
                  dry_run: bool = False, flush_interval_ms: int = 10_000, batch_size: int = 1024,
                  sync: bool = True, clock: Callable[[], int] | None = None,
-                 index: IndexSettings | None = None, broker_config: Path | None = None) -> None:
+                 index: IndexSettings | None = None, broker_config: Path | None = None,
+                 run_filter: RunFilter | None = None) -> None:
         if mode not in MODES:
             raise UsageError(f"mode: one of {', '.join(MODES)}, found {mode!r}")
         self.store_path = Path(store_path)
@@ -174,6 +179,8 @@ class Scheduler:
         self.skipped = 0
         self._stopping = False
         self._waker = Waker()
+        self.filter = run_filter or RunFilter()
+        self.filter.sleep = self._waker.wait
         self._publish_s = 0.0  # how long the last publishes took (their fsyncs), decaying
         self._wake_lead_s = 0.001  # how early to wake for a delivery (see _sleep_until_due)
         self._overshoots: list[int] = []  # ns the recent early wake-ups came late
@@ -249,7 +256,7 @@ class Scheduler:
         if not (timer_files_present(store.path) or store.has_queue(RMQ_SYS_WHEEL_TIMER_TOPIC, TIMER_QUEUE_ID)):
             return
         self.timer = TimerEngine(store, writer, clock=self.clock, wall_clock=wall_clock_ms,
-                                 broker_config=self.broker_config, dry_run=self.dry_run)
+                                 broker_config=self.broker_config, dry_run=self.dry_run, gate=self.filter)
         yield from self.timer.setup()
 
     def _stopped(self, reason: str) -> Stopped:
@@ -317,6 +324,8 @@ class Scheduler:
                 drained = drained and self.timer.drained
             if self.mode == "once":
                 return "nothing more is due"
+            if self._all_held():
+                return "held back by the run's filters: " + "; ".join(self._held_reasons())
             if self.mode == "until-empty" and drained:
                 return "every level and the timer wheel are drained" if self.timer else "every level is drained"
             next_due = self._next_due()
@@ -362,6 +371,20 @@ class Scheduler:
         while not self._stopping and time.time_ns() < due_ns and time.monotonic() < limit:
             pass
 
+    def _all_held(self) -> bool:
+        """Every level and the wheel drained or stopped by a filter, one of them by a filter:
+        the run has nothing left it may deliver."""
+        levels = [s.pending == 0 or s.held is not None for s in self.states.values()]
+        timer = self.timer is None or self.timer.drained or self.timer.held is not None
+        held = any(s.held for s in self.states.values()) or (self.timer is not None and self.timer.held is not None)
+        return held and all(levels) and timer
+
+    def _held_reasons(self) -> list[str]:
+        out = [f"level {s.level} at offset {s.offset} ({s.held})" for s in self.states.values() if s.held]
+        if self.timer is not None and self.timer.held is not None:
+            out.append(f"timer wheel at {self.timer.held}")
+        return out
+
     def _next_due(self) -> int | None:
         dues = [s.nextDueTimestamp for s in self.states.values() if s.nextDueTimestamp is not None]
         if self.timer is not None and self.timer.next_due() is not None:
@@ -403,11 +426,12 @@ class Scheduler:
     def _deliver_batch(self, store: Store, state: LevelState, writer: StoreWriter,
                        known_queues: set[tuple[str, int]]) -> Iterator[Event]:
         start = state.offset
-        if start >= state.maxOffset:
+        if start >= state.maxOffset or state.held is not None:
             state.nextDueTimestamp = None
             return 0, False
         units = store.schedule_queue(state.level).units(start, min(start + self.batch_size, state.maxOffset))
         n_due, times, _ = self._due_prefix(store, state, units)
+        n_due = yield from self._filter_prefix(state, units, times, n_due, start)
         offsets_py = units["commitLogOffset"][:n_due].tolist()
         sizes_py = units["size"][:n_due].tolist()
         times_py = times[:n_due].tolist()
@@ -417,9 +441,12 @@ class Scheduler:
                                            times_py, lateness_batch)
         finally:
             state.record_lateness(lateness_batch)
-        if self._stopping and state.offset < start + n_due:
+        if (self._stopping or state.held is not None) and state.offset < start + n_due:
             state.nextDueTimestamp = None
             return state.offset - start, False
+        if state.held is not None:
+            state.nextDueTimestamp = None
+            return n_due, False
         state.nextDueTimestamp = int(times[n_due]) if n_due < len(units) else None
         more = n_due == len(units) and state.offset < state.maxOffset
         return n_due, more
@@ -439,6 +466,12 @@ class Scheduler:
                 self.skipped += 1
                 yield Skipped(level, offset, cl_offset, reason)
                 continue
+            held = self.filter.holds(new.topic, times_py[i]) if self.filter.holds_any else None
+            if held is not None or (self.filter.rate and self.filter.pace()):
+                if held is not None:
+                    state.held = held
+                    yield Held(level, offset, cl_offset, new.topic, times_py[i], held)
+                return
             key = (new.topic, new.queueId)
             if key not in known_queues:
                 known_queues.add(key)
@@ -447,6 +480,7 @@ class Scheduler:
             state.offset = table[level] = offset + 1
             state.delivered += 1
             self.delivered += 1
+            self.filter.delivered += 1
             lateness = result.storeTimestamp - times_py[i]
             lateness_batch.append(lateness)
             yield Delivered(level, offset, cl_offset, msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
@@ -454,6 +488,23 @@ class Scheduler:
                             result.msgId, times_py[i], result.storeTimestamp, lateness)
             if self._stopping:
                 return
+
+    def _filter_prefix(self, state: LevelState, units: np.ndarray, times: np.ndarray, n_due: int,
+                       start: int) -> Iterator[Event]:
+        """--until: the level stops at its first unit due after the instant, due yet or not
+        (deliver times never decrease within a level: nothing after it may go). Returns the
+        units that may be delivered."""
+        until = self.filter.until_ms
+        if until is None:
+            return n_due
+        late = np.flatnonzero(times > until)
+        first = int(late[0]) if len(late) else len(units)
+        if first >= len(units) or first > n_due:
+            return n_due  # nothing after --until in this batch (or not due yet: judged when it is)
+        reason = self.filter.held_by_time(int(times[first]))
+        state.held = reason
+        yield Held(state.level, start + first, int(units["commitLogOffset"][first]), None, int(times[first]), reason)
+        return first
 
     def _dry_run(self) -> Iterator[Event]:
         """What a --once run would deliver now; reads only, takes no lock."""
@@ -466,6 +517,7 @@ class Scheduler:
                     start = state.offset
                     units = store.schedule_queue(level).units(start, min(start + self.batch_size, state.maxOffset))
                     n_due, times, now = self._due_prefix(store, state, units)
+                    n_due = yield from self._filter_prefix(state, units, times, n_due, start)
                     for i in range(n_due):
                         u = units[i]
                         cl_offset = int(u["commitLogOffset"])
@@ -475,13 +527,22 @@ class Scheduler:
                             self.skipped += 1
                             yield Skipped(level, start + i, cl_offset, reason)
                             continue
+                        held = self.filter.holds(new.topic, int(times[i])) if self.filter.holds_any else None
+                        if held is not None:
+                            state.held = held
+                            n_due = i
+                            yield Held(level, start + i, cl_offset, new.topic, int(times[i]), held)
+                            break
                         state.delivered += 1
                         self.delivered += 1
+                        self.filter.delivered += 1
                         yield Delivered(level, start + i, cl_offset,
                                         msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
                                         new.topic, new.queueId, None, None, None, int(times[i]), now,
                                         now - int(times[i]), dryRun=True)
                     state.offset = start + n_due
+                    if state.held is not None:
+                        break
                     if n_due < len(units):
                         state.nextDueTimestamp = int(times[n_due])
                         break

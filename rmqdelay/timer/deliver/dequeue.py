@@ -34,6 +34,36 @@ class Dequeue:
     """TimerEngine's dequeue: a due slot's units read and their messages put. A part of
     TimerEngine (whose state it works on), not used alone."""
 
+    def _slot_held(self, t: int) -> str | None:
+        """Why a run filter holds the wheel back at slot ``t`` (runfilter.py), or None: the
+        slot is due after --until, or it would deliver a message for a topic not in --topics,
+        or more messages than --limit leaves. Re-puts (roll units) and cancelled messages
+        deliver nothing."""
+        gate = self.gate
+        reason = gate.held_by_time(t)
+        if reason is not None:
+            return reason
+        deletes: set[str] = set()
+        deliveries: list[str | None] = []
+        for unit in self._chain(t):
+            try:
+                props = self._message(unit.offsetPy, unit.sizePy).properties
+            except StoreReadError:
+                raise
+            except StoreError:
+                continue  # skipped when the slot is read, as the broker does
+            if unit.magic & TIMER_MAGIC_DELETE and not unit.magic & TIMER_MAGIC_ROLL:
+                if PROPERTY_TIMER_DEL_UNIQKEY in props:
+                    deletes.add(props[PROPERTY_TIMER_DEL_UNIQKEY])
+            elif not unit.magic & TIMER_MAGIC_ROLL:
+                deliveries.append(f"{props.get(PROPERTY_REAL_TOPIC)}+{props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)}")
+        kept = [key for key in deliveries if key not in deletes]
+        for key in kept:
+            reason = gate.held_by_topic(key.rpartition("+")[0])
+            if reason is not None:
+                return reason
+        return gate.held_by_limit(len(kept)) if kept else None
+
     def _dequeue_slot(self, t: int) -> Iterator[TimerEvent]:
         units = self._chain(t)
         self._processed.append(t)
@@ -100,6 +130,9 @@ class Dequeue:
                     self._reput_slots[offset] = slot_ms
                 self.replayed += 1
                 return
+        if self.gate is not None and not roll:
+            self.gate.delivered += 1
+            self.gate.pace()  # --rate (a stop ends the wait; the slot is finished all the same)
         if self.dry_run or self.writer is None:
             if roll:
                 self.rolled += 1

@@ -10,6 +10,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rmqdelay.errors import StoreError
 from rmqdelay.formats.commitlog import Message
@@ -28,12 +29,15 @@ from rmqdelay.store import Store
 from rmqdelay.store.kind import timer_paths
 from rmqdelay.store.writer import StoreWriter
 
+if TYPE_CHECKING:
+    from rmqdelay.schedule.runfilter import RunFilter
+
 from ..files import TimerLogFiles, WheelFile
 from ..store import TimerStore
 from ..stranded import scan_timer_log, stranded_error
 from .dequeue import Dequeue
 from .enqueue import Enqueue, QueueEntry
-from .events import TimerEvent, TimerNotice
+from .events import TimerEvent, TimerHeld, TimerNotice
 from .publish import Publish
 from .replay import Replay
 from .state import checkpoint_from_json, read_timer_state
@@ -46,13 +50,16 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
     write clock follows; ``wall_clock`` is the real time (what a broker would resume with)."""
 
     def __init__(self, store: Store, writer: StoreWriter | None, *, clock: Callable[[], int],
-                 wall_clock: Callable[[], int], broker_config: Path | None = None, dry_run: bool = False) -> None:
+                 wall_clock: Callable[[], int], broker_config: Path | None = None, dry_run: bool = False,
+                 gate: RunFilter | None = None) -> None:
         self.store = store
         self.path = store.path
         self.writer = writer
         self.clock = clock
         self.wall_clock = wall_clock
         self.dry_run = dry_run
+        self.gate = gate if gate is not None and (gate.holds_any or gate.rate) else None
+        self.held: str | None = None  # where and why a run filter stopped the wheel (runfilter.py)
         self.ts = TimerStore(store, broker_config)
         cfg = self.ts.config
         self.precision = cfg.precisionMs
@@ -301,6 +308,8 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         run stopped again and again before it published) does. The enqueue then waits until
         that slot is read (see ``_enqueue``)."""
         before = self.delivered + self.rolled
+        if self.held is not None:
+            return 0  # a run filter stopped the wheel: nothing read or enqueued past it
         target = max(self._floor(self.clock()), self._write_floor)
         # The broker's write clock is never behind its read clock (its dequeue stops there).
         # Here it can be: an earlier run read ahead (``--now`` in the future) and this one runs
@@ -310,9 +319,17 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         self.write_ms = max(target, self.read_ms)
         while True:
             yield from self._enqueue_all()  # re-puts are enqueued at once, as the broker's threads do
+            if self.held is not None:
+                return self.delivered + self.rolled - before  # held at an entry enqueue would put
             t = self._next_slot()
             if t is None or t >= target:
                 break
+            if self.gate is not None and self.gate.holds_any:
+                reason = self._slot_held(t)
+                if reason is not None:
+                    self.held = f"slot {_iso(t)}: {reason}"
+                    yield TimerHeld(t, None, None, reason)
+                    return self.delivered + self.rolled - before  # the read clock stays before the slot
             self.read_ms = t
             yield from self._dequeue_slot(t)
             self.read_ms = t + self.precision

@@ -32,7 +32,7 @@ from rmqdelay.formats.javanum import java_parse_long
 from rmqdelay.formats.timerlog import UNIT_SIZE, TimerLogUnit
 from rmqdelay.formats.timermetrics import TopicCount
 
-from .events import TimerEvent, TimerNotice, TimerSkipped
+from .events import TimerEvent, TimerHeld, TimerNotice, TimerSkipped
 
 
 @dataclass(slots=True)
@@ -115,6 +115,13 @@ class Enqueue:
                                                         f"reached the timer after its time: dropped, as the broker "
                                                         f"does (its target is not cancelled)")
                 return
+            if self.gate is not None and self.gate.holds_any:
+                reason = self.gate.holds(props.get(PROPERTY_REAL_TOPIC), out)
+                if reason is not None:
+                    # Put at once, it would be delivered: held here, the queue offset stays.
+                    self.held = f"rmq_sys_wheel_timer offset {qoff}: {reason}"
+                    yield TimerHeld(None, qoff, props.get(PROPERTY_REAL_TOPIC), reason)
+                    return False
             yield from self._put(msg, TIMER_NEVER_ENQUEUED, False, None, out)
             return
         magic = TIMER_MAGIC_DEFAULT

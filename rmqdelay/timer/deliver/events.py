@@ -38,6 +38,17 @@ class TimerSkipped:
 
 
 @dataclass(slots=True, frozen=True)
+class TimerHeld:
+    """A run filter held the wheel back: at this slot (its read clock stays there), or at
+    this rmq_sys_wheel_timer entry its enqueue would put at once (its queue offset stays)."""
+
+    slotTimeMs: int | None
+    timerQueueOffset: int | None
+    topic: str | None
+    reason: str
+
+
+@dataclass(slots=True, frozen=True)
 class TimerNotice:
     kind: str
     message: str
@@ -52,4 +63,4 @@ class TimerPersisted:
     neutralisedUnits: int
 
 
-TimerEvent = TimerDelivered | TimerCancelled | TimerSkipped | TimerNotice | TimerPersisted
+TimerEvent = TimerDelivered | TimerCancelled | TimerSkipped | TimerHeld | TimerNotice | TimerPersisted
