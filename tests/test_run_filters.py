@@ -161,3 +161,51 @@ def test_filtered_runs_killed_with_sigkill_deliver_exactly_once(tmp_path):
     subprocess.run(run_command(path), capture_output=True, check=True)
     check = check_store(path)
     assert check.problems == [] and check.delivered == check.scheduled == 1500
+
+
+def _delivered_copies(path, topic: str) -> int:
+    with Store(path) as store:
+        return sum(1 for m in store.commitlog.records()
+                   if m.topic == topic and ("TIMER_DEQUEUE_MS" in m.properties or "REAL_TOPIC" in m.properties))
+
+
+@pytest.mark.slow
+def test_filtered_timer_runs_killed_with_sigkill_deliver_exactly_once(tmp_path):
+    from support.kill9_timer_soak import SAMPLE, run_cli
+
+    from rmqdelay.samples.pack import unpack
+    from rmqdelay.timer.audit import check_timer_store
+
+    rng = random.Random(2027)
+    path = tmp_path / "store"
+    unpack(SAMPLE, path)
+    assert _delivered_copies(path, "TopicTest") == 0
+    filters = ["--topics", "TimerTopic,OrderTopic", "--rate", "3000"]
+    killed = 0
+    for _ in range(6):
+        out = tmp_path / "run.out"
+        with open(out, "wb") as fh:
+            proc = subprocess.Popen(run_cli(path, "--flush-interval", str(rng.choice([0, 0.01, 0.2])), *filters),
+                                    stdout=fh, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline and b'"timerDelivered"' not in out.read_bytes():
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0, 0.1))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            killed += 1
+        proc.wait()
+        assert proc.returncode in (0, -signal.SIGKILL), out.read_text()[-2000:]
+    assert killed >= 3
+    done = subprocess.run(run_cli(path, *filters), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    assert any(e["event"] == "timerHeld" for e in events)
+    # Nothing for the held topic went out, from the wheel or the levels.
+    assert _delivered_copies(path, "TopicTest") == 0
+    assert _delivered_copies(path, "TimerTopic") > 0
+    # The rest, unfiltered: every timer message once (a cancelled one not), every delay message once.
+    subprocess.run(run_cli(path), capture_output=True, check=True)
+    check = check_timer_store(path, strict_cancel=False)
+    assert not check.lost and not check.duplicated and not check.misrouted, check
+    assert check.delivered > 0 and _delivered_copies(path, "TopicTest") > 0
