@@ -79,15 +79,16 @@ def delay_level_families(statuses, store: str, now_ms: int) -> list[Family]:
         offset.add(labels, s.offset)
         max_offset.add(labels, s.maxOffset)
         delay.add(labels, s.delayMs / 1000)
-    return families + [reading_family(store, now_ms)]
+    return families + [reading_family(store, now_ms, "delay")]
 
 
-def reading_family(store: str, now_ms: int) -> Family:
+def reading_family(store: str, now_ms: int, source: str) -> Family:
     """The moment of the reading (`--now`, else the wall clock), so a dashboard can tell a
-    stale file from a quiet store."""
+    stale file from a quiet store; ``source`` names the command (delay, timer, consumers,
+    dlq), so the files of several commands in one collector directory never repeat a series."""
     family = Family("rmqdelay_reading_timestamp_seconds",
                     "When rmqdelay read the store: the clock the figures are judged at (epoch seconds).")
-    family.add({"store": store}, now_ms / 1000)
+    family.add({"store": store, "source": source}, now_ms / 1000)
     return family
 
 
@@ -142,7 +143,7 @@ def timer_families(status: dict, store: str, now_ms: int) -> list[Family]:
     gauge("rmqdelay_timer_skipped_messages",
           "Pending messages in slots a broker started now would never read (inspect timer exits 1).",
           status["horizon"]["skipped"])
-    families.append(reading_family(store, now_ms))
+    families.append(reading_family(store, now_ms, "timer"))
     return families
 
 
@@ -162,7 +163,7 @@ def consumer_families(rows, store: str, now_ms: int) -> list[Family]:
         if r.consumerOffset is not None:
             committed.add(labels, r.consumerOffset)
         max_offset.add(labels, r.maxOffset)
-    return [lag, lag_age, committed, max_offset, reading_family(store, now_ms)]
+    return [lag, lag_age, committed, max_offset, reading_family(store, now_ms, "consumers")]
 
 
 def dlq_families(letters, store: str, now_ms: int) -> list[Family]:
@@ -179,4 +180,4 @@ def dlq_families(letters, store: str, now_ms: int) -> list[Family]:
         count.add(labels, len(items))
         oldest.add(labels, max(d.inDlqMs for d in items) / 1000)
         newest.add(labels, max(d.dlqTimestamp for d in items) / 1000)
-    return [count, oldest, newest, reading_family(store, now_ms)]
+    return [count, oldest, newest, reading_family(store, now_ms, "dlq")]

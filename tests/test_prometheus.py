@@ -25,7 +25,7 @@ def test_per_level_metrics_match_the_json_view():
         "rmqdelay_delay_level_max_offset", "rmqdelay_delay_level_delay_seconds",
         "rmqdelay_reading_timestamp_seconds"])
     [reading] = families.pop("rmqdelay_reading_timestamp_seconds").samples
-    assert reading.value == NOW / 1000 and reading.labels == {"store": "delay-partial"}
+    assert reading.value == NOW / 1000 and reading.labels == {"store": "delay-partial", "source": "delay"}
     assert all(f.type == "gauge" and f.documentation for f in families.values())
     rows = {r["level"]: r for r in map(json.loads, console("inspect", "delay", STORE, "--json", "--now", NOW)
                                          .stdout.splitlines())}
