@@ -6,15 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from rmqdelay.formats.constants import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC
+from rmqdelay.formats.constants import RMQ_SYS_SCHEDULE_TOPIC
 from rmqdelay.schedule.status import corrected_offset
 from rmqdelay.store import Store
-from rmqdelay.store.scan import (
-    consumer_offsets,
-    delay_offsets,
-    retry_queue_max_offsets,
-    schedule_units,
-)
+from rmqdelay.store.consumers import consumer_lag, read_consumer_offsets
+from rmqdelay.store.scan import delay_offsets, schedule_units
 
 from . import AnalysisResult, StoreRef
 from . import timer as timer_backlog
@@ -109,24 +105,12 @@ def backlog(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *,
     return AnalysisResult("backlog", tables | timer_tables, msgs, [], pending)
 
 
-def retry_lag(store: Store, name: str) -> list[dict]:
-    max_offsets = retry_queue_max_offsets(store)
-    committed = {key: queues for key, queues in consumer_offsets(store).items()
-                 if key[0].startswith(RETRY_GROUP_TOPIC_PREFIX)}
-    disk_topics = {topic for topic, _ in max_offsets}
+def retry_lag(store: Store, name: str, now_ms: int = 0) -> list[dict]:
+    """Per group's %RETRY% queue: the committed offset against the max offset, read as
+    `inspect consumers` reads them (store/consumers.py: one reader, one lag)."""
     rows = []
-    # (topic, group) pairs: every consumerOffset entry, and every retry topic on disk that
-    # no entry names (its group taken from the topic name).
-    pairs = set(committed)
-    named = {topic for topic, _ in committed}
-    pairs |= {(topic, topic[len(RETRY_GROUP_TOPIC_PREFIX):]) for topic in disk_topics - named}
-    for topic, group in pairs:
-        queues = committed.get((topic, group), {})
-        qids = set(queues) | {qid for t, qid in max_offsets if t == topic}
-        for qid in qids:
-            max_offset = max_offsets.get((topic, qid), 0)
-            consumer = queues.get(qid, 0)
-            rows.append({"store": name, "group": group, "topic": topic, "queue_id": qid,
-                         "max_offset": max_offset, "consumer_offset": consumer,
-                         "lag": max(max_offset - consumer, 0)})
+    for q in consumer_lag(store, read_consumer_offsets(store), now_ms):
+        if q.kind == "retry":
+            rows.append({"store": name, "group": q.group, "topic": q.topic, "queue_id": q.queueId,
+                         "max_offset": q.maxOffset, "consumer_offset": q.consumerOffset or 0, "lag": q.lag})
     return rows

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from rmqdelay.errors import StoreError
-from rmqdelay.formats.constants import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC
+from rmqdelay.formats.constants import RMQ_SYS_SCHEDULE_TOPIC
 from rmqdelay.formats.errors import FormatError
 from rmqdelay.formats.scan import DEFAULT_BATCH_ROWS, MESSAGE_SCHEMA, decode_records
 from rmqdelay.store.commitlog import data_after_end
@@ -25,7 +25,7 @@ from rmqdelay.store.fileio import map_for_read
 
 __all__ = [
     "MESSAGE_SCHEMA", "SCHEDULE_UNIT_SCHEMA", "Skipped", "scan_commitlog_file", "commitlog_files",
-    "schedule_units", "schedule_unit_ranges", "delay_offsets", "consumer_offsets", "retry_queue_max_offsets",
+    "schedule_units", "schedule_unit_ranges", "delay_offsets", "consumer_offsets"
 ]
 
 SCHEDULE_UNIT_SCHEMA = pa.schema([
@@ -195,13 +195,3 @@ def delay_offsets(store: Store) -> dict[int, int]:
     """config/delayOffset.json (with the broker's .bak fallback); {} when there is none."""
     offsets = store.delay_offsets()
     return dict(offsets.offsetTable) if offsets is not None else {}
-
-
-def retry_queue_max_offsets(store: Store) -> dict[tuple[str, int], int]:
-    """{(%RETRY% topic, queue id): max offset} of the retry queues on disk."""
-    result = {}
-    for topic, ids in store.topics().items():
-        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            for qid in ids:
-                result[(topic, qid)] = store.consume_queue(topic, qid).max_offset
-    return result
