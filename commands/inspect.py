@@ -8,21 +8,20 @@ command loads only what it reads (tests/test_startup.py)."""
 
 from __future__ import annotations
 
-import sys
-from enum import Enum
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.text import Text
 
-from rmqdelay.errors import EXIT_PROBLEMS, StoreError, UsageError
+from rmqdelay.errors import EXIT_PROBLEMS, StoreError
 
 from . import options
 from .checks import crossed, fail_if_overdue_option, parse_duration_ms
 from .common import clock_ms, console, emit_json, format_date_ms, format_duration_ms, format_time_ms
 from .inspect_groups import inspect_consumers, inspect_dlq
 from .inspect_index import inspect_index
+from .outputs import Format, emit, format_option, output_format, store_label, store_name_option
 from .inspect_records import inspect_commitlog, inspect_cq, inspect_message
 from .inspect_timer import inspect_timer, print_features
 from .render import print_levels
@@ -179,24 +178,14 @@ def _queue_ids(queues: list[dict]) -> str:
 
 # -- inspect delay ---------------------------------------------------------------------------
 
-class DelayFormat(str, Enum):
-    table = "table"
-    json = "json"
-    prometheus = "prometheus"
-
-
 def inspect_delay(
     store_dir: Path = options.store(),
     now: Optional[str] = options.now(),
     message_delay_level: Optional[str] = options.message_delay_level(),
     broker_config: Optional[Path] = options.broker_config(),
     json_out: bool = options.json_out(),
-    output_format: DelayFormat = typer.Option(DelayFormat.table, "--format", metavar="table|json|prometheus",
-                                              help="table; json (as --json); or prometheus: the text format "
-                                                   "node_exporter's textfile collector reads (docs/metrics.md)."),
-    store_name: Optional[str] = typer.Option(None, "--store-name", metavar="NAME", show_default=False,
-                                             help="With --format prometheus: the store label. Default: the "
-                                                  "directory's name, or its parent's for .../store."),
+    output_format_: Format = format_option(),
+    store_name: Optional[str] = store_name_option(),
     fail_if_overdue: Optional[str] = fail_if_overdue_option("message of a level"),
     wide: bool = options.wide(),
 ) -> None:
@@ -206,27 +195,17 @@ def inspect_delay(
     """
     from rmqdelay.schedule.status import level_statuses
     from rmqdelay.store import Store
-    from rmqdelay.store.ref import store_ref
 
-    if json_out and output_format not in (DelayFormat.table, DelayFormat.json):
-        raise UsageError("--json and --format: give one of them")
-    if json_out:
-        output_format = DelayFormat.json
+    fmt = output_format(json_out, output_format_)
     levels = options.delay_level_table(message_delay_level, broker_config)
     overdue_ms = parse_duration_ms(fail_if_overdue, "--fail-if-overdue") if fail_if_overdue is not None else None
     now_ms = clock_ms(now)
     with Store(store_dir) as store:
         statuses = level_statuses(store, levels, now_ms)
-    if output_format is DelayFormat.prometheus:
-        from .prometheus import delay_level_families, exposition
+    from .prometheus import delay_level_families
 
-        name = store_name if store_name is not None else store_ref(str(store_dir)).name
-        sys.stdout.write(exposition(delay_level_families(statuses, name, now_ms)))
-    elif output_format is DelayFormat.json:
-        for status in statuses:
-            emit_json(status.as_json())
-    else:
-        print_levels(f"SCHEDULE_TOPIC_XXXX of {store_dir}", statuses, now_ms, wide)
+    emit(fmt, statuses, lambda: delay_level_families(statuses, store_label(store_dir, store_name), now_ms),
+         lambda: print_levels(f"SCHEDULE_TOPIC_XXXX of {store_dir}", statuses, now_ms, wide))
     if overdue_ms is not None:
         over = [s for s in statuses if s.oldestDueTimestamp is not None and now_ms - s.oldestDueTimestamp > overdue_ms]
         worst = min(over, key=lambda s: s.oldestDueTimestamp, default=None)

@@ -7,50 +7,17 @@ The store is imported inside the functions that use it: `--help` must not load i
 
 from __future__ import annotations
 
-import sys
-from enum import Enum
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.text import Text
 
-from rmqdelay.errors import UsageError
-
 from . import options
 from .checks import crossed, parse_count, parse_count_or_duration
-from .common import clock_ms, console, emit_json, format_duration_ms, format_time_ms
+from .outputs import Format, emit, format_option, output_format, store_label, store_name_option
+from .common import clock_ms, console, format_duration_ms, format_time_ms
 from .tables import Column, hidden_note, print_table
-
-
-class Format(str, Enum):
-    table = "table"
-    json = "json"
-    prometheus = "prometheus"
-
-
-def format_option() -> typer.models.OptionInfo:
-    return typer.Option(Format.table, "--format", metavar="table|json|prometheus",
-                        help="table; json (as --json); or prometheus: the text format node_exporter's textfile "
-                             "collector reads (docs/metrics.md).")
-
-
-def store_name_option() -> typer.models.OptionInfo:
-    return typer.Option(None, "--store-name", metavar="NAME", show_default=False,
-                        help="With --format prometheus: the store label. Default: the directory's name, or its "
-                             "parent's for .../store.")
-
-
-def output_format(json_out: bool, chosen: Format) -> Format:
-    if json_out and chosen not in (Format.table, Format.json):
-        raise UsageError("--json and --format: give one of them")
-    return Format.json if json_out else chosen
-
-
-def _store_label(store_dir: Path, store_name: str | None) -> str:
-    from rmqdelay.store.ref import store_ref
-
-    return store_name if store_name is not None else store_ref(str(store_dir)).name
 
 
 # -- inspect consumers -----------------------------------------------------------------------
@@ -90,15 +57,10 @@ def inspect_consumers(
     with Store(store_dir) as store:
         offsets = read_consumer_offsets(store)
         rows = consumer_lag(store, offsets, now_ms, group=group, topic=topic)
-    if fmt is Format.prometheus:
-        from .prometheus import consumer_families, exposition
+    from .prometheus import consumer_families
 
-        sys.stdout.write(exposition(consumer_families(rows, _store_label(store_dir, store_name), now_ms)))
-    elif fmt is Format.json:
-        for row in rows:
-            emit_json(row.as_json())
-    else:
-        _print_consumers(rows, offsets, store_dir, now_ms, wide)
+    emit(fmt, rows, lambda: consumer_families(rows, store_label(store_dir, store_name), now_ms),
+         lambda: _print_consumers(rows, offsets, store_dir, now_ms, wide))
     if threshold is not None:
         _check_lag(rows, threshold, fail_if_lag)
 
@@ -180,15 +142,10 @@ def inspect_dlq(
     now_ms = clock_ms(now)
     with Store(store_dir) as store:
         letters = dead_letters(store, now_ms, group)
-    if fmt is Format.prometheus:
-        from .prometheus import dlq_families, exposition
+    from .prometheus import dlq_families
 
-        sys.stdout.write(exposition(dlq_families(letters, _store_label(store_dir, store_name), now_ms)))
-    elif fmt is Format.json:
-        for letter in letters:
-            emit_json(letter.as_json())
-    else:
-        _print_dlq(letters, store_dir, now_ms, shown, wide)
+    emit(fmt, letters, lambda: dlq_families(letters, store_label(store_dir, store_name), now_ms),
+         lambda: _print_dlq(letters, store_dir, now_ms, shown, wide))
     if most is not None and len(letters) > most:
         counts: dict[str, int] = {}
         for letter in letters:

@@ -7,7 +7,6 @@ not load them (tests/test_startup.py)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -30,7 +29,7 @@ from .common import (
     progress,
 )
 from .checks import crossed, fail_if_overdue_option, parse_duration_ms
-from .inspect_groups import Format, _store_label, format_option, output_format, store_name_option
+from .outputs import Format, emit, format_option, output_format, store_label, store_name_option
 from .render import print_problems
 from .tables import Column, hidden_note, print_table
 
@@ -127,15 +126,11 @@ def inspect_timer(
             else:
                 with progress("reading timer log", ts.log.size) as advance:
                     status = timer_status(ts, now_ms, hot=hot_n, advance=advance)
-                if fmt is Format.prometheus:
-                    from .prometheus import exposition, timer_families
+                from .prometheus import timer_families
 
-                    sys.stdout.write(exposition(timer_families(status.as_json(), _store_label(store_dir, store_name),
-                                                               now_ms)))
-                elif json_out:
-                    emit_json(status.as_json())
-                else:
-                    _print_status(status, wide)
+                emit(fmt, [status], lambda: timer_families(status.as_json(), store_label(store_dir, store_name),
+                                                           now_ms),
+                     lambda: _print_status(status, wide))
                 oldest = status.as_json()["pending"]["oldestDueMs"]
                 if overdue_ms is not None and oldest is not None and now_ms - oldest > overdue_ms:
                     crossed("inspect timer", "--fail-if-overdue", fail_if_overdue,

@@ -39,15 +39,13 @@ from rmqdelay.formats.constants import (
     RMQ_SYS_SCHEDULE_TOPIC,
     RMQ_SYS_WHEEL_TIMER_TOPIC,
 )
-from rmqdelay.formats.errors import FormatError
 from rmqdelay.formats.javanum import java_parse_int
-from rmqdelay.formats.msgid import decode_message_id
 from rmqdelay.formats.timerprops import CANCEL, ROLLED, timer_info
 from rmqdelay.schedule.status import level_statuses
 from rmqdelay.store.consumers import read_consumer_offsets
 from rmqdelay.store.directory import Store
 from rmqdelay.store.index import IndexSettings
-from rmqdelay.store.keylookup import find_by_key
+from rmqdelay.store.keylookup import by_offset_msg_id, find_by_key
 
 STAGES = ("sent", "parked", "rolled", "cancelled", "delivered", "sendBack", "redelivered", "dlq")
 
@@ -105,13 +103,9 @@ def seeds_for(store: Store, target: str | None, key: str | None, topic: str | No
         return find_by_key(store, key, topic, settings, advance).messages
     if target.isdigit():
         return [store.message_at(int(target))]
-    try:
-        _, _, offset = decode_message_id(target)
-        msg = store.message_at(offset)
-        if msg.msgId == target.upper():
-            return [msg]
-    except (StoreError, FormatError):
-        pass
+    msg = by_offset_msg_id(store, target)
+    if msg is not None:
+        return [msg]
     return find_by_key(store, target.upper(), topic, settings, advance, unique=True).messages
 
 
@@ -132,7 +126,7 @@ def trace(store: Store, seeds: list[Message], delay_levels: dict[int, int], now_
             indexed = indexed and lookup.indexed
             scanned += [s for s in lookup.scanned if s not in scanned]
             related += lookup.messages
-        origin = _origin(store, msg.properties.get(PROPERTY_ORIGIN_MESSAGE_ID))
+        origin = by_offset_msg_id(store, msg.properties.get(PROPERTY_ORIGIN_MESSAGE_ID))
         if origin is not None:
             related.append(origin)
         for other in related:
@@ -141,17 +135,6 @@ def trace(store: Store, seeds: list[Message], delay_levels: dict[int, int], now_
                 pending.append(other)
     messages = sorted(found.values(), key=lambda m: (m.storeTimestamp, m.commitLogOffset))
     return Trace(_stage(store, messages, delay_levels, now_ms), keys, indexed, scanned)
-
-
-def _origin(store: Store, origin: str | None) -> Message | None:
-    if not origin:
-        return None
-    try:
-        _, _, offset = decode_message_id(origin)
-        msg = store.message_at(offset)
-    except (StoreError, FormatError):
-        return None  # another broker's id, or a first copy retention removed
-    return msg if msg.msgId == origin.upper() else None
 
 
 def _stage(store: Store, messages: list[Message], delay_levels: dict[int, int], now_ms: int) -> list[TraceRecord]:

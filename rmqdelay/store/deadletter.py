@@ -24,9 +24,8 @@ from rmqdelay.formats.constants import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     RETRY_GROUP_TOPIC_PREFIX,
 )
-from rmqdelay.formats.errors import FormatError
-from rmqdelay.formats.msgid import decode_message_id
 from rmqdelay.store.directory import Store
+from rmqdelay.store.keylookup import by_offset_msg_id
 
 _PRE_BLANK_SIZE = 0x7FFFFFFF
 
@@ -59,6 +58,10 @@ class DeadLetter:
                 "bornTimestamp": self.bornTimestamp, "firstStoreTimestamp": self.firstStoreTimestamp,
                 "lastAttemptTimestamp": self.lastAttemptTimestamp, "dlqTimestamp": self.dlqTimestamp,
                 "inDlqMs": self.inDlqMs, "bodySize": self.bodySize}
+
+
+def _store_time(msg: Message | None) -> int | None:
+    return None if msg is None else msg.storeTimestamp
 
 
 def dlq_groups(store: Store) -> list[str]:
@@ -95,21 +98,9 @@ def _dead_letter(store: Store, group: str, qid: int, offset: int, msg: Message, 
     origin = props.get(PROPERTY_ORIGIN_MESSAGE_ID)
     return DeadLetter(group, qid, offset, msg.commitLogOffset, msg.msgId, uniq, origin,
                       props.get(PROPERTY_RETRY_TOPIC), props.get(PROPERTY_KEYS), props.get(PROPERTY_TAGS),
-                      msg.reconsumeTimes, msg.bornTimestamp, _origin_store_time(store, origin),
+                      msg.reconsumeTimes, msg.bornTimestamp, _store_time(by_offset_msg_id(store, origin)),
                       retries.get(uniq) if uniq else None, msg.storeTimestamp,
                       max(now_ms - msg.storeTimestamp, 0), len(msg.body))
-
-
-def _origin_store_time(store: Store, origin: str | None) -> int | None:
-    """The store time of the first copy ORIGIN_MESSAGE_ID names, when this store holds it."""
-    if not origin:
-        return None
-    try:
-        _, _, offset = decode_message_id(origin)
-        msg = store.message_at(offset)
-    except (StoreError, FormatError):  # an id of another broker, or a copy retention removed
-        return None
-    return msg.storeTimestamp if msg.msgId == origin.upper() else None
 
 
 def _retry_store_times(store: Store, topics: dict[str, list[int]]) -> dict[str, dict[str, int]]:

@@ -25,7 +25,9 @@ from rmqdelay.formats.constants import (
     PROPERTY_KEYS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
 )
+from rmqdelay.formats.errors import FormatError
 from rmqdelay.formats.index import LONG_MAX
+from rmqdelay.formats.msgid import decode_message_id
 from rmqdelay.store.directory import Store
 from rmqdelay.store.index import IndexSettings, StoreIndex
 
@@ -47,6 +49,20 @@ def _has_key(msg: Message, key: str) -> bool:
 
 def _has_uniq_key(msg: Message, key: str) -> bool:
     return msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) == key
+
+
+def by_offset_msg_id(store: Store, msg_id: str | None) -> Message | None:
+    """The record an offset msgId (what the broker returns; ORIGIN_MESSAGE_ID) names, when it
+    is a record of this store stored by the host the id names; else None (another broker's
+    id, a record retention removed, not an offset msgId at all)."""
+    if not msg_id:
+        return None
+    try:
+        _, _, offset = decode_message_id(msg_id)
+        msg = store.message_at(offset)
+    except (StoreError, FormatError):
+        return None
+    return msg if msg.msgId == msg_id.upper() else None
 
 
 def query_topics(store: Store, topic: str | None) -> list[str]:
