@@ -195,7 +195,7 @@ def run(
 
 
 def _run_filter(topics: str | None, until: str | None, rate: float | None, limit: str | None):
-    from rmqdelay.schedule.runfilter import RunFilter
+    from rmqdelay.runfilter import RunFilter
     from rmqdelay.store.topics import validate_topic
 
     names = None

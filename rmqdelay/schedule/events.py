@@ -34,7 +34,7 @@ class Skipped:
 @dataclass(slots=True, frozen=True)
 class Held:
     """A run filter held this level back at this unit: the level stops here, its offset stays
-    (runfilter.py)."""
+    (rmqdelay/runfilter.py)."""
 
     level: int
     offset: int

@@ -40,7 +40,7 @@ from rmqdelay.schedule.events import (
 from rmqdelay.schedule.offsets import OffsetPublisher
 from rmqdelay.schedule.redelivery import restore_unit
 from rmqdelay.schedule.replay import exact_offsets
-from rmqdelay.schedule.runfilter import RunFilter
+from rmqdelay.runfilter import RunFilter
 from rmqdelay.schedule.status import corrected_deliver_times
 from rmqdelay.store import Store
 from rmqdelay.store.index import IndexSettings
@@ -79,7 +79,7 @@ class LevelState:
     delivered: int = 0
     skipped: int = 0
     nextDueTimestamp: int | None = None
-    held: str | None = None  # a run filter stopped the level here (runfilter.py)
+    held: str | None = None  # a run filter stopped the level here (rmqdelay/runfilter.py)
     _lateness: np.ndarray = field(default_factory=lambda: np.zeros(LATENCY_WINDOW, dtype=np.int64))
     _samples: int = 0
 

@@ -35,7 +35,7 @@ class Dequeue:
     TimerEngine (whose state it works on), not used alone."""
 
     def _slot_held(self, t: int) -> str | None:
-        """Why a run filter holds the wheel back at slot ``t`` (runfilter.py), or None: the
+        """Why a run filter holds the wheel back at slot ``t`` (rmqdelay/runfilter.py), or None: the
         slot is due after --until, or it would deliver a message for a topic not in --topics,
         or more messages than --limit leaves. Re-puts (roll units) and cancelled messages
         deliver nothing."""

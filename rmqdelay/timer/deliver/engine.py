@@ -10,7 +10,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rmqdelay.errors import StoreError
 from rmqdelay.formats.commitlog import Message
@@ -25,12 +24,10 @@ from rmqdelay.formats.delayoffset import DataVersion
 from rmqdelay.formats.timercheck import TimerCheckpoint
 from rmqdelay.formats.timerlog import TimerLogUnit
 from rmqdelay.formats.timermetrics import TimerMetrics
+from rmqdelay.runfilter import RunFilter
 from rmqdelay.store import Store
 from rmqdelay.store.kind import timer_paths
 from rmqdelay.store.writer import StoreWriter
-
-if TYPE_CHECKING:
-    from rmqdelay.schedule.runfilter import RunFilter
 
 from ..files import TimerLogFiles, WheelFile
 from ..store import TimerStore
@@ -59,7 +56,7 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         self.wall_clock = wall_clock
         self.dry_run = dry_run
         self.gate = gate if gate is not None and (gate.holds_any or gate.rate) else None
-        self.held: str | None = None  # where and why a run filter stopped the wheel (runfilter.py)
+        self.held: str | None = None  # where and why a run filter stopped the wheel (rmqdelay/runfilter.py)
         self.ts = TimerStore(store, broker_config)
         cfg = self.ts.config
         self.precision = cfg.precisionMs
