@@ -39,11 +39,6 @@ class Threshold:
     count: int | None = None
     ms: int | None = None
 
-    def describe(self) -> str:
-        from .common import format_duration_ms
-
-        return str(self.count) if self.count is not None else format_duration_ms(self.ms)
-
 
 def parse_count_or_duration(text: str | None, option: str) -> Threshold | None:
     if text is None:

@@ -90,6 +90,8 @@ def test_timer_messages_recalled_rolled_delivered(sample_store):
     rolled = next(uk for uk, ms in by.items() if any("TIMER_ROLL_TIMES" in m["properties"] for m in ms) and len(ms) == 2)
     records = _trace(store, rolled)
     assert [(r["stage"], r["state"]) for r in records] == [("parked", "rolled"), ("rolled", "waiting")]
+    # By its key and its real topic, though the index holds it only under rmq_sys_wheel_timer.
+    assert _trace(store, "--key", by[rolled][0]["properties"]["KEYS"], "--topic", "TimerTopic") == records
     assert records[0]["deliverTimestamp"] == int(by[rolled][0]["properties"]["TIMER_OUT_MS"])
     delivered = next(uk for uk, ms in by.items() if len(ms) == 2 and "TIMER_DEQUEUE_MS" in ms[1]["properties"]
                      and ms[1]["topic"] != "rmq_sys_wheel_timer")

@@ -100,7 +100,13 @@ def seeds_for(store: Store, target: str | None, key: str | None, topic: str | No
     """The records an operator's id names: a physical offset (digits), an offset msgId of this
     store, else a UNIQ_KEY; or ``key`` (KEYS or UNIQ_KEY, of ``topic`` when given)."""
     if key is not None:
-        return find_by_key(store, key, topic, settings, advance).messages
+        found = find_by_key(store, key, topic, settings, advance).messages
+        if found or topic is None:
+            return found
+        # Still parked (SCHEDULE_TOPIC_XXXX, rmq_sys_wheel_timer) or only sent back: the index
+        # holds it under those topics until it reaches ``topic``.
+        return [m for m in find_by_key(store, key, None, settings, advance).messages
+                if topic in (m.properties.get(PROPERTY_REAL_TOPIC), m.properties.get(PROPERTY_RETRY_TOPIC))]
     if target.isdigit():
         return [store.message_at(int(target))]
     msg = by_offset_msg_id(store, target)
