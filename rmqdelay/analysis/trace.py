@@ -199,9 +199,14 @@ def _stage(store: Store, messages: list[Message], delay_levels: dict[int, int], 
 
 
 def _timer_states(records: list[TraceRecord]) -> None:
-    """What became of each copy parked in the timer wheel: the record after it tells (a roll
-    re-put, the delivered copy); with none, a recall marker means the wheel drops it when its
-    slot is read, else it waits."""
+    """What became of each parked copy. A level's: its delay offset tells, and a delivered
+    copy after it (the offset the broker persisted may lag what it delivered). The timer
+    wheel's: the record after it tells (a roll re-put, the delivered copy); with none, a recall
+    marker means the wheel drops it when its slot is read, else it waits."""
+    for n, r in enumerate(records):
+        if r.msg.topic == RMQ_SYS_SCHEDULE_TOPIC and r.state == "waiting" and n + 1 < len(records) \
+                and records[n + 1].stage in ("delivered", "redelivered"):
+            r.state = "delivered"
     recalled = any(r.stage == "cancelled" for r in records)
     timer = [r for r in records if r.msg.topic == RMQ_SYS_WHEEL_TIMER_TOPIC and r.stage in ("parked", "rolled")]
     for r in timer:

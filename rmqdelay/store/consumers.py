@@ -146,8 +146,10 @@ def _queue_lag(store: Store, group: str, topic: str, qid: int, committed: int | 
     lag = max_offset - reads_from
     oldest = _store_time(store, topic, qid, reads_from) if lag > 0 else None
     last = _store_time(store, topic, qid, reads_from - 1) if reads_from > min_offset else None
+    # No lag: 0 ms behind. Lag whose next message cannot be read (a pre-blank unit): unknown.
+    lag_ms = 0 if not lag else None if oldest is None else max(now_ms - oldest, 0)
     return QueueLag(group, topic, qid, topic_kind(topic), committed, min_offset, max_offset, lag, oldest, last,
-                    None if oldest is None and lag else (max(now_ms - oldest, 0) if oldest is not None else 0))
+                    lag_ms)
 
 
 def _store_time(store: Store, topic: str, qid: int, offset: int) -> int | None:
