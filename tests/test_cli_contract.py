@@ -5,6 +5,7 @@ types, -h); every table fits 80 and 120 columns without a cut or empty column.""
 from __future__ import annotations
 
 import re
+import shutil
 
 import pyarrow.parquet as pq
 import pytest
