@@ -35,9 +35,9 @@ STORE = ROOT / "samples" / "delay-partial" / "store"
 
 # Every command and sub-command whose --help a user may ask for.
 HELP_OF = [
-    "run", "analyze", "send",
+    "run", "analyze", "send", "trace",
     "inspect", "inspect store", "inspect cq", "inspect commitlog", "inspect message", "inspect delay",
-    "inspect index", "inspect timer",
+    "inspect index", "inspect timer", "inspect consumers", "inspect dlq",
     "offsets", "offsets show", "offsets reset",
     "samples", "samples generate", "samples unpack",
     "timer", "timer repair",

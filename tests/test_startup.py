@@ -26,9 +26,9 @@ CORE = ("numpy", "numba", "llvmlite", "pyarrow", "pyspark", "pandas", "construct
 # What a store read that needs no compiled scan, no Arrow and no Spark must not load.
 NOT_FOR_A_READ = ("numba", "llvmlite", "pyarrow", "pyspark", "pandas", "rmqdelay.analysis", "rmqdelay.spark")
 
-EVERY_COMMAND = ["run", "analyze", "send",
+EVERY_COMMAND = ["run", "analyze", "send", "trace",
                  "inspect", "inspect store", "inspect cq", "inspect commitlog", "inspect message",
-                 "inspect delay", "inspect index", "inspect timer",
+                 "inspect delay", "inspect index", "inspect timer", "inspect consumers", "inspect dlq",
                  "offsets", "offsets show", "offsets reset",
                  "samples", "samples generate", "samples unpack",
                  "timer", "timer repair"]
