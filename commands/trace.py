@@ -86,9 +86,14 @@ def _print_trace(result, now_ms: int, wide: bool) -> None:
     last = records[-1]
     keys = first.properties.get("KEYS")
     where = _where_now(last, now_ms)
+    # A life within one (UTC) day: the date once in the headline, the times in the table.
+    day = format_time_ms(first.storeTimestamp)[:10]
+    one_day = all(format_time_ms(r.msg.storeTimestamp).startswith(day) for r in records)
+    stored = (lambda ms: format_time_ms(ms)[11:]) if one_day else format_time_ms
     console.print(Text(f"UNIQ_KEY {', '.join(result.uniqKeys) or '-'}" + (f" (KEYS {keys})" if keys else "")
-                       + f": {len(records)} record(s), {where}", style="bold"))
-    rows = [[format_time_ms(r.msg.storeTimestamp), r.stage, Text(f"{r.msg.topic} {r.msg.queueId}:{r.msg.queueOffset}"),
+                       + f": {len(records)} record(s)" + (f" stored on {day}" if one_day else "") + f", {where}",
+                       style="bold"))
+    rows = [[stored(r.msg.storeTimestamp), r.stage, Text(f"{r.msg.topic} {r.msg.queueId}:{r.msg.queueOffset}"),
              Text(_detail(r, now_ms)), str(r.msg.commitLogOffset)] for r in records]
     hidden = print_table(console, [Column("stored", "left"), Column("stage", "left"),
                                    Column("topic queue:offset", "left", fold=True), Column("what", "left", fold=True),
