@@ -22,11 +22,14 @@ from __future__ import annotations
 import os
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from rmqdelay.errors import StoreError, StoreWriteError, UsageError
+from rmqdelay.formats import putloops
 from rmqdelay.formats.checkpoint import Checkpoint
 from rmqdelay.formats.commitlog import BLANK, Message
 from rmqdelay.formats.constants import (
@@ -47,6 +50,7 @@ from rmqdelay.formats.properties import (
 )
 from rmqdelay.store import Store, fileio
 from rmqdelay.store.abortmark import AbortMark
+from rmqdelay.store.batchencode import Gathered, PutBatch, gather, lay_out, unit_bytes
 from rmqdelay.store.commitlog import END_FILE_MIN_BLANK_LENGTH
 from rmqdelay.store.directory import check_store_directory
 from rmqdelay.store.encode import ENCODED_HEAD as _ENCODED_HEAD
@@ -364,6 +368,82 @@ class StoreWriter(Flush):
             self.flush()
         return PutResult(e.topic, e.queue_id, queue_offset, offset, size, e.store_ts, e.tags_code,
                          create_message_id(new.storeHost[0], new.storeHost[1], offset), e.properties_raw)
+
+    def put_batch(self, news: Sequence[NewMessage]) -> PutBatch:
+        """put() of each message in turn, the same bytes in the same places, encoded a batch at
+        a time (batchencode.py): the rewrites per message, then records, queue offsets, CRCs
+        and units laid out by compiled loops, one pending chunk per commit log file. A message
+        put() would refuse refuses the batch before any of it is pending. What each message
+        became (put()'s PutResult, as columns) comes back."""
+        self._check_usable()
+        g = gather(self.encoder, news)
+        batch = PutBatch(g)
+        n = len(g)
+        if not n:
+            return batch
+        fields = g.fields
+        sizes = g.sizes
+        next_offsets = np.array([self._queue_offsets.get(q, 0) for q in g.queues], dtype=np.int64)
+        putloops.queue_offsets(g.queue_index, g.dispatch, next_offsets, fields[:, putloops.QUEUE_OFFSET])
+        ends = np.cumsum(sizes)
+        file_size = self._commitlog_file_size
+        first = 0
+        while first < n:
+            before = int(ends[first - 1]) if first else 0
+            room = file_size - self._end % file_size
+            # The records that fit this file (with room left for the BLANK that closes it).
+            stop = first + int(np.searchsorted(ends[first:] - before, room - END_FILE_MIN_BLANK_LENGTH, "right"))
+            if stop == first:
+                self._ensure_room(int(sizes[first]))  # the next file (or a message too big for any)
+                continue
+            self._place(g, batch, first, stop, before)
+            first = stop
+        if self._pending_bytes >= FLUSH_BYTES:
+            self.flush()
+        return batch
+
+    def _place(self, g: Gathered, batch: PutBatch, first: int, stop: int, before: int) -> None:
+        """Records ``first`` to ``stop`` of a batch (they fit the current file) pending, at the
+        log's end, with their units and index entries."""
+        fields = g.fields
+        start = self._end
+        seg = fields[first:stop]
+        sizes = seg[:, putloops.SIZE]
+        offsets = seg[:, putloops.PHYSICAL_OFFSET]
+        np.cumsum(sizes, out=offsets)
+        offsets += start - sizes
+        records, crcs = lay_out(g, first, stop)
+        if crcs is not None:
+            batch.crcs[first:stop] = crcs
+        if not self._pending:
+            self._pending_start = start
+        self._pending.append(records)
+        self._end += len(records)
+        self._pending_bytes += len(records)
+        store_ts = seg[:, putloops.STORE_TS]
+        if self._indexer is not None:
+            add = self._indexer.add
+            for i, offset, ts, sys_flag in zip(range(first, stop), offsets.tolist(), store_ts.tolist(),
+                                               seg[:, putloops.SYS_FLAG].tolist()):
+                add(offset, ts, g.topics[i], g.keys[i], g.uniqs[i], sys_flag)
+        dispatch = g.dispatch[first:stop]
+        if dispatch.any():
+            which = np.flatnonzero(dispatch)
+            queue_index = g.queue_index[first:stop][which]
+            queue_offsets = seg[which, putloops.QUEUE_OFFSET]
+            units = unit_bytes(offsets[which], sizes[which], g.tags_codes[first:stop][which])
+            # One pending entry per run of consecutive units of one queue, in commit log order.
+            runs = np.flatnonzero(np.diff(queue_index)) + 1
+            bounds = [0, *runs.tolist(), len(which)]
+            pending = self._pending_units
+            for a, b in zip(bounds, bounds[1:]):
+                topic, queue_id = g.queues[int(queue_index[a])]
+                pending.append((topic, queue_id, int(queue_offsets[a]), units[20 * a:20 * b]))
+            last = np.full(len(g.queues), -1, dtype=np.int64)
+            np.maximum.at(last, queue_index, queue_offsets)
+            for q in np.flatnonzero(last >= 0).tolist():
+                self._queue_offsets[g.queues[q]] = int(last[q]) + 1
+        self._last_store_ts = max(self._last_store_ts, int(store_ts.max()))
 
     def put_encoded(self, topic: str, queue_id: int, record: bytearray, tags_code_value: int,
                     keys: str | None, uniq_key: str | None) -> tuple[int, int]:
