@@ -69,8 +69,10 @@ def ticking_clock():
     return clock
 
 
-def open_writer(path: Path, write_format: WriteFormat, index: bool = True) -> StoreWriter:
-    return StoreWriter(path, delay_levels=DELAYS, commitlog_file_size=16384, cq_file_size=200, sync=False,
+def open_writer(path: Path, write_format: WriteFormat, index: bool = True,
+                commitlog_file_size: int = 16384) -> StoreWriter:
+    return StoreWriter(path, delay_levels=DELAYS, commitlog_file_size=commitlog_file_size, cq_file_size=200,
+                       sync=False,
                        create=True, index=IndexSettings(64, 512, messageIndexEnable=index),
                        clock=ticking_clock(), write_format=write_format)
 
@@ -128,3 +130,49 @@ def test_a_message_put_refuses_refuses_the_batch(tmp_path):
         writer.put_batch(news[10:])
     with Store(tmp_path / "s") as store:
         assert sum(1 for _ in store.commitlog.records()) == 20
+
+
+class Killed(BaseException):
+    """Stands for a kill -9: nothing after it runs, nothing is undone."""
+
+
+def test_a_kill_between_the_queues_unit_writes_leaves_no_record_without_its_unit(tmp_path, monkeypatch):
+    """A flush writes the units a queue at a time: killed after the first queue's write, that
+    queue has units past the records the other queues lack units for. The next writer's
+    recovery redispatches from the dispatch floor in the abort mark, so every record has its
+    unit and the store verifies clean."""
+    from rmqdelay.store import writefiles
+
+    path = tmp_path / "s"
+    news = [NewMessage(f"Topic{i % 2}", i % 4, b"m%d" % i, {"UNIQ_KEY": f"U{i}"}, storeTimestamp=T0 + i)
+            for i in range(200)]
+    with open_writer(path, FORMAT_4X, index=False, commitlog_file_size=1 << 20) as writer:
+        writer.put_batch(news[:40])
+        writer.flush()
+    real_write = writefiles.QueueFiles.write
+    calls = []
+
+    def write_then_die(self, *args, **kwargs):
+        if calls:
+            raise Killed()
+        calls.append(args)
+        return real_write(self, *args, **kwargs)
+
+    monkeypatch.setattr(writefiles.QueueFiles, "write", write_then_die)
+    writer = open_writer(path, FORMAT_4X, index=False, commitlog_file_size=1 << 20)
+    writer.open()
+    writer.put_batch(news[40:])
+    with pytest.raises(Killed):
+        writer.flush()
+    writer.abandon()
+    monkeypatch.setattr(writefiles.QueueFiles, "write", real_write)
+    assert len(calls) == 1 and len(calls[0][1]) == 40 * 20  # one queue's 40 units of 160 written
+    with StoreWriter(path, sync=False, index=IndexSettings(messageIndexEnable=False)) as writer:
+        assert writer.recovery.redispatched == 120
+        assert writer.next_queue_offsets() == {(f"Topic{q % 2}", q): 50 for q in range(4)}
+    with Store(path) as store:
+        assert verify_store(store) == []
+        for q in range(4):
+            units = store.consume_queue(f"Topic{q % 2}", q).units(0, 50)
+            assert [int(o) for o in units["commitLogOffset"]] == [
+                m.commitLogOffset for m in store.commitlog.records() if m.queueId == q]

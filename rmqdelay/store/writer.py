@@ -270,7 +270,12 @@ class StoreWriter(Flush):
             self._checkpoint = cp or Checkpoint(0, 0, 0)
             plan = plan_recovery(store)  # reads only; raises (a refusal) before any change
             self._abort.adopt(store, plan.end)  # left by an rmqdelay writer: finished below
-            self._abort.mark(plan.end)
+            floor = self._abort.dispatch_floor
+            if floor is not None and floor < plan.dispatch_from:
+                # That writer's last units went a queue at a time: some before its floor's
+                # records may be missing while a later one of another queue is there.
+                plan.dispatch_from = max(floor, store.commitlog.min_offset)
+            self._abort.mark(plan.end, plan.dispatch_from)  # kept until recovery's units are written
             self._queue_offsets = plan.queue_offsets  # moved on by the dispatch below
             self._end = plan.end
             self.recovery = apply_recovery(store, plan, _Recovery(self))
