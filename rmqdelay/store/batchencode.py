@@ -191,12 +191,17 @@ class PutBatch:
             return raw
         return raw[:-_CRC_DIGITS_LEN - 1] + crc_digits(int(self.crcs[i])) + raw[-1]
 
-    def results(self) -> list:
-        """One PutResult per message, as put() returns it."""
+    def result(self, i: int):
+        """put()'s PutResult for message ``i``."""
         from rmqdelay.store.writer import PutResult
 
         g = self._g
-        return [PutResult(g.topics[i], g.queue_ids[i], qo, off, size, ts, code, msg_id, self.properties_raw(i))
-                for i, (qo, off, size, ts, code, msg_id) in enumerate(zip(
-                    self.queue_offsets.tolist(), self.commit_log_offsets.tolist(), g.sizes.tolist(),
-                    g.store_timestamps.tolist(), g.tags_codes.tolist(), self.msg_ids()))]
+        offset = int(self.commit_log_offsets[i])
+        host = g.store_hosts[i]
+        return PutResult(g.topics[i], g.queue_ids[i], int(self.queue_offsets[i]), offset, int(g.sizes[i]),
+                         int(g.store_timestamps[i]), int(g.tags_codes[i]), create_message_id(host[0], host[1], offset),
+                         self.properties_raw(i))
+
+    def results(self) -> list:
+        """One PutResult per message, as put() returns it."""
+        return [self.result(i) for i in range(len(self))]

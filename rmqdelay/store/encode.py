@@ -43,7 +43,7 @@ from rmqdelay.formats.propcrc import reserved_properties, seal_record
 from rmqdelay.formats.properties import (
     DECODED_MAP_CAPACITY_5X,
     delete_property,
-    format_properties,
+    format_java_order,
     java_order,
     properties_to_string,
     property_value,
@@ -172,7 +172,7 @@ class PutEncoder:
                     props_raw = None
                 topic, queue_id = RMQ_SYS_SCHEDULE_TOPIC, level - 1
         if props_raw is None:
-            props_raw = format_properties(java_order(props))
+            props_raw = format_java_order(props)
         store_ts = new.storeTimestamp if new.storeTimestamp is not None else self.clock()
         simple = new.propertiesRaw is None
         code = self.tags_code(topic, props if simple else _StoredProperties(props_raw), store_ts)

@@ -25,11 +25,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rmqdelay.errors import StoreError, StoreWriteError, UsageError
-from rmqdelay.formats import putloops
 from rmqdelay.formats.checkpoint import Checkpoint
 from rmqdelay.formats.commitlog import BLANK, Message
 from rmqdelay.formats.constants import (
@@ -50,7 +50,6 @@ from rmqdelay.formats.properties import (
 )
 from rmqdelay.store import Store, fileio
 from rmqdelay.store.abortmark import AbortMark
-from rmqdelay.store.batchencode import Gathered, PutBatch, gather, lay_out, unit_bytes
 from rmqdelay.store.commitlog import END_FILE_MIN_BLANK_LENGTH
 from rmqdelay.store.directory import check_store_directory
 from rmqdelay.store.encode import ENCODED_HEAD as _ENCODED_HEAD
@@ -70,6 +69,9 @@ from rmqdelay.store.recovery import (
 from rmqdelay.store.topics import validate_topic
 from rmqdelay.store.writefiles import OPEN_QUEUE_FILES, OpenFiles, QueueFiles
 from rmqdelay.store.writeformat import WriteFormat, detect_write_format
+
+if TYPE_CHECKING:
+    from rmqdelay.store.batchencode import Gathered, PutBatch
 
 __all__ = ["DEFAULT_COMMITLOG_FILE_SIZE", "DEFAULT_CQ_FILE_SIZE", "NewMessage", "PutResult", "RecoveryReport",
            "StoreWriter", "WriteFormat"]
@@ -380,6 +382,11 @@ class StoreWriter(Flush):
         and units laid out by compiled loops, one pending chunk per commit log file. A message
         put() would refuse refuses the batch before any of it is pending. What each message
         became (put()'s PutResult, as columns) comes back."""
+        # Imported here: the compiled loops (numba) load only in a writer that batches, not in
+        # every command that imports this module (a read never loads numba).
+        from rmqdelay.formats import putloops
+        from rmqdelay.store.batchencode import PutBatch, gather
+
         self._check_usable()
         g = gather(self.encoder, news)
         batch = PutBatch(g)
@@ -410,6 +417,9 @@ class StoreWriter(Flush):
     def _place(self, g: Gathered, batch: PutBatch, first: int, stop: int, before: int) -> None:
         """Records ``first`` to ``stop`` of a batch (they fit the current file) pending, at the
         log's end, with their units and index entries."""
+        from rmqdelay.formats import putloops
+        from rmqdelay.store.batchencode import lay_out, unit_bytes
+
         fields = g.fields
         start = self._end
         seg = fields[first:stop]
