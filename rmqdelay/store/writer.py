@@ -408,13 +408,13 @@ class StoreWriter(Flush):
             if stop == first:
                 self._ensure_room(int(sizes[first]))  # the next file (or a message too big for any)
                 continue
-            self._place(g, batch, first, stop, before)
+            self._place(g, batch, first, stop)
             first = stop
         if self._pending_bytes >= FLUSH_BYTES:
             self.flush()
         return batch
 
-    def _place(self, g: Gathered, batch: PutBatch, first: int, stop: int, before: int) -> None:
+    def _place(self, g: Gathered, batch: PutBatch, first: int, stop: int) -> None:
         """Records ``first`` to ``stop`` of a batch (they fit the current file) pending, at the
         log's end, with their units and index entries."""
         from rmqdelay.formats import putloops
