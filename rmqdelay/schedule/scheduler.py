@@ -455,7 +455,7 @@ class Scheduler:
                        known_queues: set[tuple[str, int]], start: int, offsets_py: list[int],
                        sizes_py: list[int], times_py: list[int], lateness_batch: list[int]) -> Iterator[Event]:
         """The due units of one batch: every message restored first (up to the first one a run
-        filter holds back), then the deliveries put with the one writer at once (put_batch: the
+        filter holds back), then the deliveries put with the one writer at once (put_all: the
         bytes put() writes; one at a time under --rate, each after its turn), then the events,
         in unit order. A stop asked for meanwhile takes effect after the batch: what is
         written is counted, so the offsets published name exactly the deliveries on disk."""
@@ -482,12 +482,7 @@ class Scheduler:
             news = [new for _, new, reason in part if reason is None]
             if self.filter.rate and news and self.filter.pace():
                 return  # stopped while waiting for its turn: not written
-            batch = writer.put_batch(news) if news else None
-            if batch is not None:
-                queue_offsets = batch.queue_offsets.tolist()
-                commit_log_offsets = batch.commit_log_offsets.tolist()
-                store_timestamps = batch.store_timestamps.tolist()
-                msg_ids = batch.msg_ids()
+            puts = writer.put_all(news) if news else None
             j = 0
             for i, (msg, new, reason) in enumerate(part, first):
                 cl_offset = offsets_py[i]
@@ -505,12 +500,13 @@ class Scheduler:
                 state.delivered += 1
                 self.delivered += 1
                 self.filter.delivered += 1
-                store_ts = store_timestamps[j]
+                store_ts = puts.store_timestamps[j]
                 lateness = store_ts - times_py[i]
                 lateness_batch.append(lateness)
                 yield Delivered(level, offset, cl_offset,
-                                msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), batch.topics[j],
-                                batch.queue_ids[j], queue_offsets[j], commit_log_offsets[j], msg_ids[j],
+                                msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), puts.topics[j],
+                                puts.queue_ids[j], puts.queue_offsets[j], puts.commit_log_offsets[j],
+                                puts.msg_ids[j],
                                 times_py[i], store_ts, lateness)
                 j += 1
         if held is not None:

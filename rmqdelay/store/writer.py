@@ -73,7 +73,7 @@ from rmqdelay.store.writeformat import WriteFormat, detect_write_format
 if TYPE_CHECKING:
     from rmqdelay.store.batchencode import Gathered, PutBatch
 
-__all__ = ["DEFAULT_COMMITLOG_FILE_SIZE", "DEFAULT_CQ_FILE_SIZE", "NewMessage", "PutResult", "RecoveryReport",
+__all__ = ["DEFAULT_COMMITLOG_FILE_SIZE", "DEFAULT_CQ_FILE_SIZE", "NewMessage", "PutResult", "Puts", "RecoveryReport",
            "StoreWriter", "WriteFormat"]
 
 FLUSH_BYTES = 4 * 1024 * 1024
@@ -111,6 +111,19 @@ class PutResult:
     tagsCode: int
     msgId: str
     propertiesRaw: str = ""  # as stored (after the delay rewrite)
+
+
+@dataclass(slots=True, frozen=True)
+class Puts:
+    """What put_all did with each message, as lists (put()'s PutResult field by field)."""
+
+    topics: list[str]
+    queue_ids: list[int]
+    queue_offsets: list[int]
+    commit_log_offsets: list[int]
+    store_timestamps: list[int]
+    msg_ids: list[str]
+    result: Callable[[int], PutResult]  # the whole PutResult of message i
 
 
 def _now_ms() -> int:
@@ -413,6 +426,17 @@ class StoreWriter(Flush):
         if self._pending_bytes >= FLUSH_BYTES:
             self.flush()
         return batch
+
+    def put_all(self, news: Sequence[NewMessage]) -> Puts:
+        """The messages put in order, what each became as lists (``Puts``): one message by
+        put() itself (a batch's fixed cost is not worth it), more by put_batch."""
+        if len(news) == 1:
+            r = self.put(news[0])
+            return Puts([r.topic], [r.queueId], [r.queueOffset], [r.commitLogOffset], [r.storeTimestamp],
+                        [r.msgId], lambda _i: r)
+        b = self.put_batch(news)
+        return Puts(b.topics, b.queue_ids, b.queue_offsets.tolist(), b.commit_log_offsets.tolist(),
+                    b.store_timestamps.tolist(), b.msg_ids(), b.result)
 
     def _place(self, g: Gathered, batch: PutBatch, first: int, stop: int) -> None:
         """Records ``first`` to ``stop`` of a batch (they fit the current file) pending, at the

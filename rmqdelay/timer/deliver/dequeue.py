@@ -153,15 +153,10 @@ class Dequeue:
         return _Output(new, uniq, roll, roll_times, slot_ms, timer_out, due)
 
     def _put_outputs(self, outcomes: list) -> Iterator[TimerEvent]:
-        """The outputs among ``outcomes`` put with the one writer in one batch (put_batch: the
-        bytes put() writes, in the same order), then every event in order."""
+        """The outputs among ``outcomes`` put with the one writer at once (put_all: put_batch,
+        the bytes put() writes, in the same order), then every event in order."""
         news = [o.new for o in outcomes if isinstance(o, _Output)]
-        batch = self.writer.put_batch(news) if news else None
-        if batch is not None:
-            queue_offsets = batch.queue_offsets.tolist()
-            offsets = batch.commit_log_offsets.tolist()
-            store_timestamps = batch.store_timestamps.tolist()
-            msg_ids = batch.msg_ids()
+        puts = self.writer.put_all(news) if news else None
         j = 0
         for o in outcomes:
             if o is None:
@@ -169,19 +164,19 @@ class Dequeue:
             if not isinstance(o, _Output):
                 yield o
                 continue
-            store_ts = store_timestamps[j]
+            store_ts = puts.store_timestamps[j]
             if o.roll:
                 self.rolled += 1
-                self._remember(o.new, batch.result(j))
-                self._reput_slots[offsets[j]] = o.slot_ms
+                self._remember(o.new, puts.result(j))
+                self._reput_slots[puts.commit_log_offsets[j]] = o.slot_ms
             else:
                 self.delivered += 1
                 self.lateness.append(store_ts - o.due)
                 if len(self.lateness) > 1 << 17:
                     del self.lateness[:1 << 16]
-            yield TimerDelivered(o.uniq, batch.topics[j], batch.queue_ids[j], queue_offsets[j], offsets[j],
-                                 msg_ids[j], o.timer_out, o.slot_ms, store_ts, store_ts - o.due, o.roll,
-                                 o.roll_times)
+            yield TimerDelivered(o.uniq, puts.topics[j], puts.queue_ids[j], puts.queue_offsets[j],
+                                 puts.commit_log_offsets[j], puts.msg_ids[j], o.timer_out, o.slot_ms, store_ts,
+                                 store_ts - o.due, o.roll, o.roll_times)
             j += 1
 
 
