@@ -77,6 +77,7 @@ __all__ = ["DEFAULT_COMMITLOG_FILE_SIZE", "DEFAULT_CQ_FILE_SIZE", "NewMessage", 
            "StoreWriter", "WriteFormat"]
 
 FLUSH_BYTES = 4 * 1024 * 1024
+PUT_BATCH_MIN = 16  # put_all: fewer messages go through put() one by one
 LOCALHOST = (bytes([127, 0, 0, 1]), 10911)
 
 
@@ -428,12 +429,14 @@ class StoreWriter(Flush):
         return batch
 
     def put_all(self, news: Sequence[NewMessage]) -> Puts:
-        """The messages put in order, what each became as lists (``Puts``): one message by
-        put() itself (a batch's fixed cost is not worth it), more by put_batch."""
-        if len(news) == 1:
-            r = self.put(news[0])
-            return Puts([r.topic], [r.queueId], [r.queueOffset], [r.commitLogOffset], [r.storeTimestamp],
-                        [r.msgId], lambda _i: r)
+        """The messages put in order, what each became as lists (``Puts``): a few by put()
+        itself (a batch's fixed cost - its columns, the compiled loops' calls - is not repaid
+        below PUT_BATCH_MIN messages), more by put_batch. The same bytes either way."""
+        if len(news) < PUT_BATCH_MIN:
+            rs = [self.put(new) for new in news]
+            return Puts([r.topic for r in rs], [r.queueId for r in rs], [r.queueOffset for r in rs],
+                        [r.commitLogOffset for r in rs], [r.storeTimestamp for r in rs], [r.msgId for r in rs],
+                        rs.__getitem__)
         b = self.put_batch(news)
         return Puts(b.topics, b.queue_ids, b.queue_offsets.tolist(), b.commit_log_offsets.tolist(),
                     b.store_timestamps.tolist(), b.msg_ids(), b.result)
