@@ -7,7 +7,9 @@ In one run, on the same machine and disk:
    records/s and MB/s;
 3. StoreWriter.put_encoded of the same messages serialised beforehand (the path the generator
    appends through): the writer's raw rate, with nothing to parse or serialise;
-4. a raw sequential write of as many bytes as the generator's commit log (4 MiB writes,
+4. StoreWriter.put_batch of the same messages, 1024 a batch (the batch path: the same bytes
+   as put(), encoded by compiled loops);
+5. a raw sequential write of as many bytes as the generator's commit log (4 MiB writes,
    one fsync at the end): MB/s;
 and the ratios between them, and the generator's time for 10 M records at the rate measured
 (an extrapolation unless N is 10 M). Everything written is deleted afterwards.
@@ -86,6 +88,26 @@ def bench_put(directory: Path, messages: int, mean_size: int) -> tuple[float, in
     return elapsed, size
 
 
+def bench_put_batch(directory: Path, messages: int, mean_size: int, batch: int = 1024) -> tuple[float, int]:
+    """The same messages as bench_put, through StoreWriter.put_batch in batches of ``batch``."""
+    store = directory / "batch"
+    prebuilt = prebuilt_messages(messages, mean_size)
+    start = time.perf_counter()
+    with StoreWriter(store, create=True, sync=False) as writer:
+        put_batch = writer.put_batch
+        done = 0
+        while done < messages:
+            at = done % len(prebuilt)
+            chunk = prebuilt[at:at + min(batch, messages - done)]
+            put_batch(chunk)
+            done += len(chunk)
+        writer.sync_to_disk()
+        size = writer.end_offset
+    elapsed = time.perf_counter() - start
+    shutil.rmtree(store)
+    return elapsed, size
+
+
 def bench_put_encoded(directory: Path, messages: int, mean_size: int) -> tuple[float, int]:
     """The same messages as bench_put, serialised beforehand: what put_encoded alone costs
     (each put gets its own copy, as the writer fills the offsets in place)."""
@@ -144,6 +166,7 @@ def main() -> None:
         gen_s, gen_bytes = bench_generator(directory, n, args.profile)
         one_s, _ = bench_generator(directory, n, False, writer_process=False)
         put_s, put_bytes = bench_put(directory, n, gen_bytes // n)
+        batch_s, batch_bytes = bench_put_batch(directory, n, gen_bytes // n)
         enc_s, enc_bytes = bench_put_encoded(directory, n, gen_bytes // n)
         raw_s = bench_raw(directory, gen_bytes)
     finally:
@@ -157,6 +180,9 @@ def main() -> None:
     print(f"  one process    : {one_s:8.2f} s  {n / one_s:10,.0f} records/s  "
           f"(the writer in the generator's process: {one_s / gen_s:.2f}x the time)")
     print(f"StoreWriter.put  : {put_s:8.2f} s  {put_rate:10,.0f} records/s  {put_mbs:7.1f} MiB/s  (plain prebuilt)")
+    batch_mbs = batch_bytes / mb / batch_s
+    print(f"put_batch        : {batch_s:8.2f} s  {n / batch_s:10,.0f} records/s  {batch_mbs:7.1f} MiB/s  "
+          f"(the same, 1024 a batch: {put_s / batch_s:.2f}x put's rate)")
     print(f"put_encoded      : {enc_s:8.2f} s  {enc_rate:10,.0f} records/s  {enc_mbs:7.1f} MiB/s  "
           f"(the same, serialised beforehand: the writer's raw rate)")
     print(f"raw write        : {raw_s:8.2f} s  {'':>10}            {raw_mbs:7.1f} MiB/s  (sequential, fsync)")
@@ -164,6 +190,8 @@ def main() -> None:
     print(f"generator / put_encoded: {gen_rate / enc_rate:.2f}  (records/s)")
     print(f"generator / raw  : {gen_mbs / raw_mbs:.3f}  (MiB/s)")
     print(f"put / raw        : {put_mbs / raw_mbs:.3f}  (MiB/s)")
+    print(f"put_batch / raw  : {batch_mbs / raw_mbs:.3f}  (MiB/s; the aim is >= 0.35)")
+    print(f"put_encoded / raw: {enc_mbs / raw_mbs:.3f}  (MiB/s)")
     what = "measured" if n == 10_000_000 else f"extrapolated from {n:,}"
     print(f"10 M records     : {10_000_000 / gen_rate:8.1f} s  ({what}; the aim is 180 s)")
 

@@ -6,8 +6,8 @@ the live lateness of timer deliveries.
 1. Throughput: N timer messages are parked (as the put hook parks them) in a copy of
    samples/timer-fresh, due over the next hour; `run --until-empty --now FAR` (in process, as
    the command runs it) enqueues them into the timer log and wheel and delivers them. The same
-   N messages, as they are delivered, are put by the bare StoreWriter into another copy. Both
-   rates and their ratio are printed.
+   N messages, as they are delivered, are put by the bare StoreWriter into another copy, with
+   put() and with put_batch(). The rates and the ratios are printed.
 2. Live lateness: the store is drained up to now, then M messages due 2-12 s ahead are parked;
    `run` on the wall clock sleeps to each slot and delivers it. Lateness = store time of the
    delivered record - the moment its slot became due (slot + precision: the broker reads slot
@@ -59,7 +59,8 @@ def park(path: Path, messages: list[NewMessage]) -> None:
 def throughput(work: Path, n: int, rng: random.Random) -> tuple[float, float]:
     timer_store = work / "timer"
     raw_store = work / "raw"
-    for p in (timer_store, raw_store):
+    batch_store = work / "batch"
+    for p in (timer_store, raw_store, batch_store):
         shutil.rmtree(p, ignore_errors=True)
         unpack(SAMPLE, p)
     messages = parked(n, FRESH_READ_CLOCK, 3600_000, rng)
@@ -80,7 +81,13 @@ def throughput(work: Path, n: int, rng: random.Random) -> tuple[float, float]:
             w.put(m)
         w.sync_to_disk()
     raw_s = time.perf_counter() - t
-    return delivered / timer_s, n / raw_s
+    t = time.perf_counter()
+    with StoreWriter(batch_store, sync=False) as w:
+        for i in range(0, len(raw), 1024):
+            w.put_batch(raw[i:i + 1024])
+        w.sync_to_disk()
+    batch_s = time.perf_counter() - t
+    return delivered / timer_s, n / raw_s, n / batch_s
 
 
 def live_lateness(work: Path, m: int, rng: random.Random) -> list[int]:
@@ -122,9 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-timer-"))
     rng = random.Random(args.seed)
-    timer_rate, raw_rate = throughput(work, args.messages, rng)
-    print(f"timer delivery: {timer_rate:,.0f} msg/s; raw writer: {raw_rate:,.0f} msg/s; "
-          f"ratio {timer_rate / raw_rate:.2f} ({args.messages} messages, {os.cpu_count()} cores)")
+    timer_rate, raw_rate, batch_rate = throughput(work, args.messages, rng)
+    print(f"timer delivery: {timer_rate:,.0f} msg/s; raw writer: {raw_rate:,.0f} msg/s (put), "
+          f"{batch_rate:,.0f} msg/s (put_batch, 1024 a batch); ratio {timer_rate / raw_rate:.2f} to put, "
+          f"{timer_rate / max(raw_rate, batch_rate):.2f} to the faster (aim >= 0.5) "
+          f"({args.messages} messages, {os.cpu_count()} cores)")
     late = live_lateness(work, args.live, rng)
     if late:
         print(f"live lateness past the slot's due time ({len(late)} deliveries): p50 {pct(late, 0.5):.0f} ms, "

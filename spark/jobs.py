@@ -71,8 +71,10 @@ def _messages_out(df: DataFrame, schema: pa.Schema, keys: list[str], messages_to
         return schema.empty_table()
     if messages_to is None:
         return _arrow(df, schema, keys)
-    df.select(*schema.names).orderBy(*keys).select(*_public_columns(schema)).write.mode("overwrite") \
-        .parquet(str(messages_to))
+    # Each task sorts and writes its own part (no global sort: a shuffle of every row for an
+    # order the directory's readers can have for the asking).
+    df.select(*schema.names).sortWithinPartitions(*keys).select(*_public_columns(schema)).write \
+        .mode("overwrite").parquet(str(messages_to))
     return schema.empty_table()
 
 
@@ -114,8 +116,9 @@ def _partitions(spark: SparkSession, stores: list[StoreRef]) -> int:
 def _gather(spark: SparkSession, results: RDD, messages_to: Path | None, schema: pa.Schema,
             order: list[str]) -> tuple[dict[str, list[bytes]], pa.Table]:
     """The tasks' partial results (name -> blocks) on the driver, and the per-message table:
-    collected and sorted (``messages_to`` None), written as Parquet by the executors (a path;
-    an empty table is returned), or none at all (_NO_MESSAGES: the tasks made none)."""
+    collected and sorted (``messages_to`` None), written as Parquet by the executors (a path:
+    each part file sorted by ``order``, no global sort; an empty table is returned), or none
+    at all (_NO_MESSAGES: the tasks made none)."""
     partials: dict[str, list[bytes]] = {}
     if messages_to is None or messages_to == _NO_MESSAGES:
         for name, part in results.collect():
@@ -135,7 +138,9 @@ def _gather(spark: SparkSession, results: RDD, messages_to: Path | None, schema:
         parts = spark.createDataFrame(results.filter(lambda kv: kv[0] == _MESSAGES).map(lambda kv: (kv[1],)),
                                       "block binary")
         frame = parts.mapInArrow(rows, source.spark_schema(schema))
-        frame.orderBy(*order).select(*_public_columns(schema)).write.mode("overwrite").parquet(str(messages_to))
+        # Written where the rows are: each part sorted, the directory in no global order.
+        frame.sortWithinPartitions(*order).select(*_public_columns(schema)).write.mode("overwrite") \
+            .parquet(str(messages_to))
     finally:
         results.unpersist()
     return partials, schema.empty_table()

@@ -222,3 +222,20 @@ def test_a_message_due_before_the_read_clock_of_a_run_ahead_is_delivered_by_the_
     assert bodies == [b"late"]
     check = check_timer_store(store)
     assert check.lost == [] and check.duplicated == [] and check.problems == []
+
+
+def test_kill_9_while_full_slots_are_put_in_batches_delivers_each_message_once(store_copy, tmp_path):
+    """Every parked message due within the same second as a few dozen others: each slot's
+    outputs go to the writer as one batch (put_batch), killed at random moments."""
+    rng = random.Random(20261127)
+    path = store_copy("timer-fresh")
+    stats = kill_timer_runs(path, 4, rng, tmp_path, spread_ms=1)
+    assert stats["killed"] >= 2
+    done = subprocess.run(run_cli(path), capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    check = check_timer_store(path, strict_cancel=False)
+    assert check.lost == [], check.lost_lines()
+    assert check.duplicated == [] and check.misrouted == [], (check.duplicated, check.misrouted)
+    assert check.problems == [], check.problems[:10]
+    assert check.parked == 1160 + stats["parked"]
+    assert check.delivered + check.cancelled == check.parked

@@ -454,40 +454,65 @@ class Scheduler:
     def _deliver_units(self, store: Store, state: LevelState, writer: StoreWriter,
                        known_queues: set[tuple[str, int]], start: int, offsets_py: list[int],
                        sizes_py: list[int], times_py: list[int], lateness_batch: list[int]) -> Iterator[Event]:
+        """The due units of one batch: every message restored first (up to the first one a run
+        filter holds back), then the deliveries put with the one writer at once (put_all: the
+        bytes put() writes; one at a time under --rate, each after its turn), then the events,
+        in unit order. A stop asked for meanwhile takes effect after the batch: what is
+        written is counted, so the offsets published name exactly the deliveries on disk."""
         level = state.level
         table = self.offset_table
+        restored = []
+        held = None
+        deliveries = 0  # of the batch so far: --limit counts them before they are written
+        gate = self.filter
         for i in range(len(offsets_py)):
-            cl_offset = offsets_py[i]
-            msg, new, reason = restore_unit(store, cl_offset, sizes_py[i], broker5x=self.broker5x)
-            offset = start + i
-            if reason is not None:
+            msg, new, reason = restore_unit(store, offsets_py[i], sizes_py[i], broker5x=self.broker5x)
+            if reason is None:
+                if gate.holds_any:
+                    held = gate.held_by_time(times_py[i]) or gate.held_by_topic(new.topic) \
+                        or gate.held_by_limit(deliveries + 1)
+                    if held is not None:
+                        held_topic = new.topic
+                        break
+                deliveries += 1
+            restored.append((msg, new, reason))
+        step = 1 if self.filter.rate else max(len(restored), 1)
+        for first in range(0, len(restored), step):
+            part = restored[first:first + step]
+            news = [new for _, new, reason in part if reason is None]
+            if self.filter.rate and news and self.filter.pace():
+                return  # stopped while waiting for its turn: not written
+            puts = writer.put_all(news) if news else None
+            j = 0
+            for i, (msg, new, reason) in enumerate(part, first):
+                cl_offset = offsets_py[i]
+                offset = start + i
                 state.offset = table[level] = offset + 1
-                state.skipped += 1
-                self.skipped += 1
-                yield Skipped(level, offset, cl_offset, reason)
-                continue
-            held = self.filter.holds(new.topic, times_py[i]) if self.filter.holds_any else None
-            if held is not None or (self.filter.rate and self.filter.pace()):
-                if held is not None:
-                    state.held = held
-                    yield Held(level, offset, cl_offset, new.topic, times_py[i], held)
-                return
-            key = (new.topic, new.queueId)
-            if key not in known_queues:
-                known_queues.add(key)
-                yield QueueCreated(new.topic, new.queueId, level, offset)
-            result = writer.put(new)
-            state.offset = table[level] = offset + 1
-            state.delivered += 1
-            self.delivered += 1
-            self.filter.delivered += 1
-            lateness = result.storeTimestamp - times_py[i]
-            lateness_batch.append(lateness)
-            yield Delivered(level, offset, cl_offset, msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
-                            result.topic, result.queueId, result.queueOffset, result.commitLogOffset,
-                            result.msgId, times_py[i], result.storeTimestamp, lateness)
-            if self._stopping:
-                return
+                if reason is not None:
+                    state.skipped += 1
+                    self.skipped += 1
+                    yield Skipped(level, offset, cl_offset, reason)
+                    continue
+                key = (new.topic, new.queueId)
+                if key not in known_queues:
+                    known_queues.add(key)
+                    yield QueueCreated(new.topic, new.queueId, level, offset)
+                state.delivered += 1
+                self.delivered += 1
+                self.filter.delivered += 1
+                store_ts = puts.store_timestamps[j]
+                lateness = store_ts - times_py[i]
+                lateness_batch.append(lateness)
+                yield Delivered(level, offset, cl_offset,
+                                msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), puts.topics[j],
+                                puts.queue_ids[j], puts.queue_offsets[j], puts.commit_log_offsets[j],
+                                puts.msg_ids[j],
+                                times_py[i], store_ts, lateness)
+                j += 1
+        if held is not None:
+            i = len(restored)
+            state.held = held
+            yield Held(level, start + i, offsets_py[i], held_topic, times_py[i], held)
 
     def _filter_prefix(self, state: LevelState, units: np.ndarray, times: np.ndarray, n_due: int,
                        start: int) -> Iterator[Event]:

@@ -2,7 +2,13 @@
 removed by its clean close. The writer marks in it the log end it is about to write up to, so
 that a later writer can tell an abort left by an rmqdelay writer (whose work recovery finishes)
 from one left by a broker (whose abnormal recovery does more than rmqdelay's, and which is never
-touched)."""
+touched).
+
+Beside the log end, the mark holds the dispatch floor: the first record whose unit the writer
+may not have written yet. Every record before it has its unit; a flush writes the units of
+its records a queue at a time (one write per queue file region), so a kill -9 part way may
+leave one queue's units past another's, and recovery redispatches from the floor instead of
+from the highest unit (what the broker's reput start assumes: units written in log order)."""
 
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ from rmqdelay.store import Store, fileio
 from rmqdelay.store.commitlog import END_FILE_MIN_BLANK_LENGTH
 from rmqdelay.store.writefiles import unlink_quietly
 
-ABORT_MARK = b"rmqdelay "  # + the log end this writer has written up to, in the abort file
+ABORT_MARK = b"rmqdelay "  # + the log end this writer has written up to and its dispatch floor
 ABORT_TEMP = "abort.rmqdelay-new"  # the abort file being made, before it is linked as abort
 
 
@@ -29,6 +35,7 @@ class AbortMark:
         self.created = False  # made by this writer
         self._fd: int | None = None
         self._inherited: int | None = None  # the mark an earlier rmqdelay writer left
+        self._inherited_floor: int | None = None  # and its dispatch floor (None: an older mark)
 
     def take(self) -> None:
         """The broker's crash marker, present while a writer works. This writer owns it when
@@ -48,7 +55,7 @@ class AbortMark:
             content = os.pread(fd, 64, 0)
         except OSError as exc:
             raise StoreError(path, None, f"a readable file ({exc.strerror})") from None
-        self._inherited = _parse_abort_mark(content)
+        self._inherited, self._inherited_floor = _parse_abort_mark(content)
 
     def adopt(self, store, end: int) -> None:
         """An abort left by an rmqdelay writer becomes this writer's when no other writer came
@@ -56,15 +63,22 @@ class AbortMark:
         if not self.owned and self._inherited is not None and _mark_reaches(store, self._inherited, end):
             self.owned = True
 
-    def mark(self, end: int) -> None:
+    @property
+    def dispatch_floor(self) -> int | None:
+        """The dispatch floor an earlier rmqdelay writer left, once its abort is this writer's:
+        recovery redispatches from there (or earlier)."""
+        return self._inherited_floor if self.owned else None
+
+    def mark(self, end: int, floor: int) -> None:
         """Record in ``abort`` the log end this writer is about to write up to (before the
-        records: a marker at or past the log's end means no other writer came after). Made
+        records: a marker at or past the log's end means no other writer came after) and its
+        dispatch floor (before the units: every record before it has its unit). Made
         here when missing: written and fsynced under a temporary name, then linked as
         ``abort``, so that an ``abort`` without a mark is never this writer's (a kill
         between the two leaves only the temporary file, removed by the next open)."""
         if not self.owned:
             return
-        mark = ABORT_MARK + b"%020d\n" % end
+        mark = ABORT_MARK + b"%020d %020d\n" % (end, floor)
         path = self.path
         if self._fd is not None:
             fileio.write_all(self._fd, mark, 0, path)
@@ -103,13 +117,16 @@ class AbortMark:
             unlink_quietly(self.path)
 
 
-def _parse_abort_mark(content: bytes) -> int | None:
-    """The log end in an abort file an rmqdelay writer wrote; None for anything else (the
-    broker leaves it empty)."""
+def _parse_abort_mark(content: bytes) -> tuple[int | None, int | None]:
+    """The log end and dispatch floor in an abort file an rmqdelay writer wrote (an older
+    writer's mark has no floor: None); None, None for anything else (the broker leaves it
+    empty)."""
     if not content.startswith(ABORT_MARK):
-        return None
-    text = content[len(ABORT_MARK):].strip()
-    return int(text) if text.isdigit() else None
+        return None, None
+    numbers = content[len(ABORT_MARK):].split(b"\n", 1)[0].split()
+    if len(numbers) not in (1, 2) or not all(n.isdigit() for n in numbers):
+        return None, None
+    return int(numbers[0]), int(numbers[1]) if len(numbers) == 2 else None
 
 
 def _mark_reaches(store: Store, mark: int, end: int) -> bool:

@@ -43,7 +43,7 @@ from rmqdelay.formats.propcrc import reserved_properties, seal_record
 from rmqdelay.formats.properties import (
     DECODED_MAP_CAPACITY_5X,
     delete_property,
-    format_properties,
+    format_java_order,
     java_order,
     properties_to_string,
     property_value,
@@ -94,6 +94,24 @@ class Rewritten(NamedTuple):
     keys: str | None  # KEYS and UNIQ_KEY as the index reads them from the stored properties
     uniq: str | None
     dispatch: bool  # gets a unit and a queue offset (not a prepared or rolled back transaction)
+
+
+class Prepared(NamedTuple):
+    """A message as putMessage stores it, its pieces not yet laid out as a record."""
+
+    topic: str
+    queue_id: int
+    topic_bytes: bytes
+    props_raw: str  # as stored (with a reserved __CRC32# when the broker appends one)
+    props_bytes: bytes
+    sys_flag: int
+    magic: int
+    size: int
+    store_ts: int
+    tags_code: int
+    keys: str | None
+    uniq: str | None
+    dispatch: bool
 
 
 class PutEncoder:
@@ -154,7 +172,7 @@ class PutEncoder:
                     props_raw = None
                 topic, queue_id = RMQ_SYS_SCHEDULE_TOPIC, level - 1
         if props_raw is None:
-            props_raw = format_properties(java_order(props))
+            props_raw = format_java_order(props)
         store_ts = new.storeTimestamp if new.storeTimestamp is not None else self.clock()
         simple = new.propertiesRaw is None
         code = self.tags_code(topic, props if simple else _StoredProperties(props_raw), store_ts)
@@ -167,8 +185,9 @@ class PutEncoder:
         return Rewritten(topic, queue_id, props, props_raw, store_ts, code, keys, uniq,
                          tran not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE))
 
-    def encode(self, new) -> EncodedPut:
-        """CommitLog.putMessage up to the append: ``new`` is a NewMessage."""
+    def prepare(self, new) -> Prepared:
+        """CommitLog.putMessage up to the encoding: ``new`` is a NewMessage. What put() and
+        the batch encoder (batchencode.py) lay out, each its own way, as the same bytes."""
         topic, queue_id, _props, props_raw, store_ts, code, keys, uniq, dispatch = self.rewrite(new)
         fmt = self.write_format
         sys_flag = new.sysFlag
@@ -188,11 +207,19 @@ class PutEncoder:
         magic = MESSAGE_MAGIC_CODE_V2 if fmt.autoMessageVersionOnTopicLen and _java_length(topic) > 127 \
             else MESSAGE_MAGIC_CODE
         size = message_size(sys_flag, len(new.body), len(topic_bytes), len(props_bytes), magic)
-        msg = Message(size, magic, body_crc(new.body), queue_id, new.flag, 0, 0, sys_flag, new.bornTimestamp,
-                      new.bornHost[0], new.bornHost[1], store_ts, new.storeHost[0], new.storeHost[1],
-                      new.reconsumeTimes, new.preparedTransactionOffset, new.body, topic, props_raw)
-        return EncodedPut(topic, queue_id, bytearray(encode_message(msg)), store_ts, code, keys, uniq, sys_flag,
-                          dispatch, props_raw, fmt.propCrc, len(props_bytes))
+        return Prepared(topic, queue_id, topic_bytes, props_raw, props_bytes, sys_flag, magic, size, store_ts,
+                        code, keys, uniq, dispatch)
+
+    def encode(self, new) -> EncodedPut:
+        """CommitLog.putMessage up to the append: ``new`` is a NewMessage."""
+        p = self.prepare(new)
+        msg = Message(p.size, p.magic, body_crc(new.body), p.queue_id, new.flag, 0, 0, p.sys_flag,
+                      new.bornTimestamp, new.bornHost[0], new.bornHost[1], p.store_ts, new.storeHost[0],
+                      new.storeHost[1], new.reconsumeTimes, new.preparedTransactionOffset, new.body, p.topic,
+                      p.props_raw)
+        return EncodedPut(p.topic, p.queue_id, bytearray(encode_message(msg)), p.store_ts, p.tags_code, p.keys,
+                          p.uniq, p.sys_flag, p.dispatch, p.props_raw, self.write_format.propCrc,
+                          len(p.props_bytes))
 
 
 def _java_length(text: str) -> int:

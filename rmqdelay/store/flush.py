@@ -57,8 +57,10 @@ class Flush:
         data = b"".join(self._pending)
         start = self._pending_start
         # The log end once these are written: a BLANK closing a file is only its 8-byte head
-        # in ``data``, but the end is then the file's end (where recovery finds it).
-        self._abort.mark(self._end)
+        # in ``data``, but the end is then the file's end (where recovery finds it); and the
+        # dispatch floor: the first record whose unit this flush writes.
+        units = self._pending_units
+        self._abort.mark(self._end, int.from_bytes(units[0][3][:8], "big") if units else start)
         view = memoryview(data)
         while view:
             file_start = start - start % self._commitlog_file_size
@@ -76,22 +78,29 @@ class Flush:
             self._sync_records()
 
     def _flush_units(self, journal: FlushJournal) -> None:
-        # Units are written in commit log order (consecutive units of one queue in one
-        # write), so a kill -9 part way leaves dispatched a prefix of the records, which
-        # is what recovery's dispatch start (the highest unit's message end) assumes.
+        # One write per queue file region: the units of each queue, in order, joined. A kill -9
+        # part way may leave one queue's units past another's; the abort mark's dispatch floor
+        # (written before the records, abortmark.py) has recovery redispatch from this flush's
+        # first record, so none is left without its unit. Without a mark of its own (a
+        # broker's abort, never touched) the writer writes them in commit log order instead
+        # (consecutive units of one queue in one write): a kill -9 part way then leaves a
+        # prefix of the records dispatched, which is what the broker's reput start assumes.
         self._wrote = True
         queues = self._queues
-        units = self._pending_units
-        n = len(units)
-        i = 0
-        while i < n:
-            topic, qid, first, unit = units[i]
-            j = i + 1
-            while j < n and units[j][1] == qid and units[j][0] == topic:
-                j += 1
+        grouped = self._abort.owned
+        runs: dict[tuple[str, int, int], tuple[int, list[bytes]]] = {}  # (queue, run) -> first unit, units
+        serial, last = 0, None
+        for topic, qid, first, unit in self._pending_units:
+            if not grouped and (topic, qid) != last:
+                serial, last = serial + 1, (topic, qid)
+            run = runs.get((topic, qid, serial))
+            if run is None:
+                runs[(topic, qid, serial)] = (first, [unit])
+            else:
+                run[1].append(unit)
+        for (topic, qid, _), (first, parts) in runs.items():
             q = queues.get((topic, qid)) or self._queue(topic, qid)
-            q.write(first, unit if j == i + 1 else b"".join([u[3] for u in units[i:j]]), journal=journal)
-            i = j
+            q.write(first, parts[0] if len(parts) == 1 else b"".join(parts), journal=journal)
         if self.sync:
             self._sync_units()
 

@@ -22,9 +22,12 @@ from __future__ import annotations
 import os
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from rmqdelay.errors import StoreError, StoreWriteError, UsageError
 from rmqdelay.formats.checkpoint import Checkpoint
@@ -67,10 +70,14 @@ from rmqdelay.store.topics import validate_topic
 from rmqdelay.store.writefiles import OPEN_QUEUE_FILES, OpenFiles, QueueFiles
 from rmqdelay.store.writeformat import WriteFormat, detect_write_format
 
-__all__ = ["DEFAULT_COMMITLOG_FILE_SIZE", "DEFAULT_CQ_FILE_SIZE", "NewMessage", "PutResult", "RecoveryReport",
+if TYPE_CHECKING:
+    from rmqdelay.store.batchencode import Gathered, PutBatch
+
+__all__ = ["DEFAULT_COMMITLOG_FILE_SIZE", "DEFAULT_CQ_FILE_SIZE", "NewMessage", "PutResult", "Puts", "RecoveryReport",
            "StoreWriter", "WriteFormat"]
 
 FLUSH_BYTES = 4 * 1024 * 1024
+PUT_BATCH_MIN = 16  # put_all: fewer messages go through put() one by one
 LOCALHOST = (bytes([127, 0, 0, 1]), 10911)
 
 
@@ -105,6 +112,19 @@ class PutResult:
     tagsCode: int
     msgId: str
     propertiesRaw: str = ""  # as stored (after the delay rewrite)
+
+
+@dataclass(slots=True, frozen=True)
+class Puts:
+    """What put_all did with each message, as lists (put()'s PutResult field by field)."""
+
+    topics: list[str]
+    queue_ids: list[int]
+    queue_offsets: list[int]
+    commit_log_offsets: list[int]
+    store_timestamps: list[int]
+    msg_ids: list[str]
+    result: Callable[[int], PutResult]  # the whole PutResult of message i
 
 
 def _now_ms() -> int:
@@ -266,7 +286,12 @@ class StoreWriter(Flush):
             self._checkpoint = cp or Checkpoint(0, 0, 0)
             plan = plan_recovery(store)  # reads only; raises (a refusal) before any change
             self._abort.adopt(store, plan.end)  # left by an rmqdelay writer: finished below
-            self._abort.mark(plan.end)
+            floor = self._abort.dispatch_floor
+            if floor is not None and floor < plan.dispatch_from:
+                # That writer's last units went a queue at a time: some before its floor's
+                # records may be missing while a later one of another queue is there.
+                plan.dispatch_from = max(floor, store.commitlog.min_offset)
+            self._abort.mark(plan.end, plan.dispatch_from)  # kept until recovery's units are written
             self._queue_offsets = plan.queue_offsets  # moved on by the dispatch below
             self._end = plan.end
             self.recovery = apply_recovery(store, plan, _Recovery(self))
@@ -364,6 +389,103 @@ class StoreWriter(Flush):
             self.flush()
         return PutResult(e.topic, e.queue_id, queue_offset, offset, size, e.store_ts, e.tags_code,
                          create_message_id(new.storeHost[0], new.storeHost[1], offset), e.properties_raw)
+
+    def put_batch(self, news: Sequence[NewMessage]) -> PutBatch:
+        """put() of each message in turn, the same bytes in the same places, encoded a batch at
+        a time (batchencode.py): the rewrites per message, then records, queue offsets, CRCs
+        and units laid out by compiled loops, one pending chunk per commit log file. A message
+        put() would refuse refuses the batch before any of it is pending. What each message
+        became (put()'s PutResult, as columns) comes back."""
+        # Imported here: the compiled loops (numba) load only in a writer that batches, not in
+        # every command that imports this module (a read never loads numba).
+        from rmqdelay.formats import putloops
+        from rmqdelay.store.batchencode import PutBatch, gather
+
+        self._check_usable()
+        g = gather(self.encoder, news)
+        batch = PutBatch(g)
+        n = len(g)
+        if not n:
+            return batch
+        fields = g.fields
+        sizes = g.sizes
+        next_offsets = np.array([self._queue_offsets.get(q, 0) for q in g.queues], dtype=np.int64)
+        putloops.queue_offsets(g.queue_index, g.dispatch, next_offsets, fields[:, putloops.QUEUE_OFFSET])
+        ends = np.cumsum(sizes)
+        file_size = self._commitlog_file_size
+        first = 0
+        while first < n:
+            before = int(ends[first - 1]) if first else 0
+            room = file_size - self._end % file_size
+            # The records that fit this file (with room left for the BLANK that closes it).
+            stop = first + int(np.searchsorted(ends[first:] - before, room - END_FILE_MIN_BLANK_LENGTH, "right"))
+            if stop == first:
+                self._ensure_room(int(sizes[first]))  # the next file (or a message too big for any)
+                continue
+            self._place(g, batch, first, stop)
+            first = stop
+        if self._pending_bytes >= FLUSH_BYTES:
+            self.flush()
+        return batch
+
+    def put_all(self, news: Sequence[NewMessage]) -> Puts:
+        """The messages put in order, what each became as lists (``Puts``): a few by put()
+        itself (a batch's fixed cost - its columns, the compiled loops' calls - is not repaid
+        below PUT_BATCH_MIN messages), more by put_batch. The same bytes either way."""
+        if len(news) < PUT_BATCH_MIN:
+            rs = [self.put(new) for new in news]
+            return Puts([r.topic for r in rs], [r.queueId for r in rs], [r.queueOffset for r in rs],
+                        [r.commitLogOffset for r in rs], [r.storeTimestamp for r in rs], [r.msgId for r in rs],
+                        rs.__getitem__)
+        b = self.put_batch(news)
+        return Puts(b.topics, b.queue_ids, b.queue_offsets.tolist(), b.commit_log_offsets.tolist(),
+                    b.store_timestamps.tolist(), b.msg_ids(), b.result)
+
+    def _place(self, g: Gathered, batch: PutBatch, first: int, stop: int) -> None:
+        """Records ``first`` to ``stop`` of a batch (they fit the current file) pending, at the
+        log's end, with their units and index entries."""
+        from rmqdelay.formats import putloops
+        from rmqdelay.store.batchencode import lay_out, unit_bytes
+
+        fields = g.fields
+        start = self._end
+        seg = fields[first:stop]
+        sizes = seg[:, putloops.SIZE]
+        offsets = seg[:, putloops.PHYSICAL_OFFSET]
+        np.cumsum(sizes, out=offsets)
+        offsets += start - sizes
+        records, crcs = lay_out(g, first, stop)
+        if crcs is not None:
+            batch.crcs[first:stop] = crcs
+        if not self._pending:
+            self._pending_start = start
+        self._pending.append(records)
+        self._end += len(records)
+        self._pending_bytes += len(records)
+        store_ts = seg[:, putloops.STORE_TS]
+        if self._indexer is not None:
+            add = self._indexer.add
+            for i, offset, ts, sys_flag in zip(range(first, stop), offsets.tolist(), store_ts.tolist(),
+                                               seg[:, putloops.SYS_FLAG].tolist()):
+                add(offset, ts, g.topics[i], g.keys[i], g.uniqs[i], sys_flag)
+        dispatch = g.dispatch[first:stop]
+        if dispatch.any():
+            which = np.flatnonzero(dispatch)
+            queue_index = g.queue_index[first:stop][which]
+            queue_offsets = seg[which, putloops.QUEUE_OFFSET]
+            units = unit_bytes(offsets[which], sizes[which], g.tags_codes[first:stop][which])
+            # One pending entry per run of consecutive units of one queue, in commit log order.
+            runs = np.flatnonzero(np.diff(queue_index)) + 1
+            bounds = [0, *runs.tolist(), len(which)]
+            pending = self._pending_units
+            for a, b in zip(bounds, bounds[1:]):
+                topic, queue_id = g.queues[int(queue_index[a])]
+                pending.append((topic, queue_id, int(queue_offsets[a]), units[20 * a:20 * b]))
+            last = np.full(len(g.queues), -1, dtype=np.int64)
+            np.maximum.at(last, queue_index, queue_offsets)
+            for q in np.flatnonzero(last >= 0).tolist():
+                self._queue_offsets[g.queues[q]] = int(last[q]) + 1
+        self._last_store_ts = max(self._last_store_ts, int(store_ts.max()))
 
     def put_encoded(self, topic: str, queue_id: int, record: bytearray, tags_code_value: int,
                     keys: str | None, uniq_key: str | None) -> tuple[int, int]:

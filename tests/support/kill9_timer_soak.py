@@ -37,13 +37,14 @@ FRESH_READ_CLOCK = 1795450290000  # timer-fresh's lastReadTimeMs
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "timer-fresh" / "store.tar.xz"
 
 
-def park(path: Path, rng: random.Random, count: int, base_ms: int, serial: int) -> int:
+def park(path: Path, rng: random.Random, count: int, base_ms: int, serial: int, spread_ms: int = 5000) -> int:
     """Timer messages as the put hook parks them in rmq_sys_wheel_timer (and a cancellation
-    for every 7th, right after it), due over the next seconds to days."""
+    for every 7th, right after it), due over the next seconds to days, within ``spread_ms``
+    of five instants (1: a few full slots, whose outputs are put as batches)."""
     with StoreWriter(path) as w:
         for i in range(count):
             deliver = base_ms + rng.choice([2_000, 30_000, 600_000, 3 * 3600_000, 2 * 86_400_000 + 7_000]) \
-                + rng.randrange(0, 5000)
+                + rng.randrange(0, spread_ms)
             out = deliver // 1000 * 1000 - (1000 if deliver % 1000 == 0 else 0)
             uniq = f"0A0A0005{serial + i:024X}"
             topic, qid = rng.choice([("TimerTopic", i % 4), ("TopicTest", i % 4), ("OrderTopic", i % 2)])
@@ -63,7 +64,7 @@ def run_cli(path: Path, *extra: str, now: int = FAR) -> list[str]:
 
 
 def kill_timer_runs(path: Path, kills: int, rng: random.Random, work: Path, *, max_delay_s: float = 0.3,
-                    clock: int = FRESH_READ_CLOCK) -> dict:
+                    clock: int = FRESH_READ_CLOCK, spread_ms: int = 5000) -> dict:
     """Park messages, start `run` reading four hours further, SIGKILL it a random moment after
     its first timer delivery; repeat until ``kills`` runs were stopped or finished. ``clock``:
     the store's read clock (where the first run's four hours start)."""
@@ -72,7 +73,7 @@ def kill_timer_runs(path: Path, kills: int, rng: random.Random, work: Path, *, m
     serial = 1
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     while stats["killed"] + stats["finished"] < kills:
-        stats["parked"] += park(path, rng, rng.choice([150, 300]), clock, serial)
+        stats["parked"] += park(path, rng, rng.choice([150, 300]), clock, serial, spread_ms)
         serial += 1000
         clock += 4 * 3600_000
         out = work / "run.out"

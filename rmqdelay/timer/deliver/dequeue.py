@@ -9,6 +9,7 @@ TIMER_ROLL_TIMES + 1 when it is a ROLL unit, delivered to REAL_TOPIC / REAL_QID 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from rmqdelay.errors import StoreError, StoreReadError
 from rmqdelay.formats.commitlog import Message, body_crc
@@ -25,6 +26,7 @@ from rmqdelay.formats.constants import (
 )
 from rmqdelay.formats.javanum import java_parse_long
 from rmqdelay.formats.timerlog import TimerLogUnit
+from rmqdelay.store.writer import NewMessage
 
 from ..convert import NotDeliverable, output_key, timer_output
 from .events import TimerCancelled, TimerDelivered, TimerEvent, TimerSkipped
@@ -83,6 +85,7 @@ class Dequeue:
             else:
                 normals.append(unit)
         normals.reverse()  # normalMsgStack.addFirst while walking back: append order
+        outcomes: list = []  # in append order: events, and outputs to put
         for unit in normals:
             try:
                 msg = self._message(unit.offsetPy, unit.sizePy)
@@ -90,23 +93,31 @@ class Dequeue:
                 raise
             except StoreError as exc:
                 self.skipped += 1
-                yield TimerSkipped(unit.offsetPy, f"timer log unit at {unit.offset}: no readable message ({exc}); "
-                                                  f"the broker skips it")
+                outcomes.append(TimerSkipped(unit.offsetPy, f"timer log unit at {unit.offset}: no readable message "
+                                                            f"({exc}); the broker skips it"))
                 continue
             props = msg.properties
             uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
             real_topic = props.get(PROPERTY_REAL_TOPIC)
             if uniq is not None and delete_keys and f"{real_topic}+{uniq}" in delete_keys:
                 self.cancelled += 1
-                yield TimerCancelled(uniq, real_topic or "", t)
+                outcomes.append(TimerCancelled(uniq, real_topic or "", t))
                 continue
             if java_parse_long(props.get(PROPERTY_TIMER_ENQUEUE_MS, "")) != TIMER_NEVER_ENQUEUED:
                 self._count(real_topic, -1)
             out = java_parse_long(props.get(PROPERTY_TIMER_OUT_MS, ""))
-            yield from self._put(msg, unit.currWriteTime, bool(unit.magic & TIMER_MAGIC_ROLL), t, out)
+            outcomes.append(self._output(msg, unit.currWriteTime, bool(unit.magic & TIMER_MAGIC_ROLL), t, out))
+        yield from self._put_outputs(outcomes)
 
     def _put(self, msg: Message, enqueue_time: int, roll: bool, slot_ms: int | None,
              timer_out: int | None) -> Iterator[TimerEvent]:
+        yield from self._put_outputs([self._output(msg, enqueue_time, roll, slot_ms, timer_out)])
+
+    def _output(self, msg: Message, enqueue_time: int, roll: bool, slot_ms: int | None,
+                timer_out: int | None) -> TimerEvent | _Output | None:
+        """What becomes of one message read from a slot (or put at once): an event to yield
+        as it is (skipped, dry run), None (written by an earlier run: replayed), or an output
+        for the writer."""
         now = self.clock()
         try:
             if not roll and PROPERTY_TIMER_DEL_UNIQKEY in msg.properties:
@@ -114,8 +125,7 @@ class Dequeue:
             new = timer_output(msg, enqueue_time, roll, now)
         except NotDeliverable as exc:
             self.skipped += 1
-            yield TimerSkipped(msg.commitLogOffset, str(exc))
-            return
+            return TimerSkipped(msg.commitLogOffset, str(exc))
         uniq = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         roll_times = int(new.properties.get(PROPERTY_TIMER_ROLL_TIMES, "0") or 0)
         due = (slot_ms if slot_ms is not None else (timer_out if timer_out is not None else now)) + self.precision
@@ -129,7 +139,7 @@ class Dequeue:
                 if roll:
                     self._reput_slots[offset] = slot_ms
                 self.replayed += 1
-                return
+                return None
         if self.gate is not None and not roll:
             self.gate.delivered += 1
             self.gate.pace()  # --rate (a stop ends the wait; the slot is finished all the same)
@@ -138,19 +148,45 @@ class Dequeue:
                 self.rolled += 1
             else:
                 self.delivered += 1
-            yield TimerDelivered(uniq, new.topic, new.queueId, None, None, None, timer_out, slot_ms, now,
-                                 now - due, roll, roll_times, dryRun=True)
-            return
-        result = self.writer.put(new)
-        if roll:
-            self.rolled += 1
-            self._remember(new, result)
-            self._reput_slots[result.commitLogOffset] = slot_ms
-        else:
-            self.delivered += 1
-            self.lateness.append(result.storeTimestamp - due)
-            if len(self.lateness) > 1 << 17:
-                del self.lateness[:1 << 16]
-        yield TimerDelivered(uniq, result.topic, result.queueId, result.queueOffset, result.commitLogOffset,
-                             result.msgId, timer_out, slot_ms, result.storeTimestamp, result.storeTimestamp - due,
-                             roll, roll_times)
+            return TimerDelivered(uniq, new.topic, new.queueId, None, None, None, timer_out, slot_ms, now,
+                                  now - due, roll, roll_times, dryRun=True)
+        return _Output(new, uniq, roll, roll_times, slot_ms, timer_out, due)
+
+    def _put_outputs(self, outcomes: list) -> Iterator[TimerEvent]:
+        """The outputs among ``outcomes`` put with the one writer at once (put_all: put_batch,
+        the bytes put() writes, in the same order), then every event in order."""
+        news = [o.new for o in outcomes if isinstance(o, _Output)]
+        puts = self.writer.put_all(news) if news else None
+        j = 0
+        for o in outcomes:
+            if o is None:
+                continue
+            if not isinstance(o, _Output):
+                yield o
+                continue
+            store_ts = puts.store_timestamps[j]
+            if o.roll:
+                self.rolled += 1
+                self._remember(o.new, puts.result(j))
+                self._reput_slots[puts.commit_log_offsets[j]] = o.slot_ms
+            else:
+                self.delivered += 1
+                self.lateness.append(store_ts - o.due)
+                if len(self.lateness) > 1 << 17:
+                    del self.lateness[:1 << 16]
+            yield TimerDelivered(o.uniq, puts.topics[j], puts.queue_ids[j], puts.queue_offsets[j],
+                                 puts.commit_log_offsets[j], puts.msg_ids[j], o.timer_out, o.slot_ms, store_ts,
+                                 store_ts - o.due, o.roll, o.roll_times)
+            j += 1
+
+
+class _Output(NamedTuple):
+    """A message the dequeue puts: its output, and what its event says."""
+
+    new: NewMessage
+    uniq: str | None
+    roll: bool
+    roll_times: int
+    slot_ms: int | None
+    timer_out: int | None
+    due: int

@@ -1,0 +1,126 @@
+"""The loops of the batch encoder (the write side of ``scanloops``), compiled by numba.
+
+``encode_records`` lays out a batch of message records back to back, exactly as
+``commitlog.encode_message`` lays out one, from columns the caller gathered: the numbers of
+every record, and its host addresses, body, topic and properties as slices of four
+concatenated buffers. ``seal_crc_digits`` writes the ``__CRC32#`` digits of records whose
+CRC the caller computed (``propcrc``: UtilAll.crc32 of the record but its last 20 bytes).
+``units`` lays out consume queue units (CqUnit: offset, size, tagsCode, big-endian).
+
+They only read their inputs and write into arrays the caller allocated; what goes in (the
+delay rewrite, the properties string, the tagsCode) is decided by the caller
+(``rmqdelay.store.batchencode``), and a test holds the bytes to put()'s record by record.
+Compiled on first use and cached beside this file (``cache=True``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .constants import BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE_V2, STOREHOSTADDRESS_V6_FLAG
+
+# The columns of ``fields`` (int64, one row per record).
+SIZE, MAGIC, BODY_CRC, QUEUE_ID, FLAG, QUEUE_OFFSET, PHYSICAL_OFFSET, SYS_FLAG, BORN_TS, \
+    BORN_PORT, STORE_TS, STORE_PORT, RECONSUME, PREPARED_OFFSET = range(14)
+FIELDS = 14
+
+CRC_DIGITS_AT = 11  # the ten digits start 11 bytes before the record's end (then 0x02)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put_be(out: np.ndarray, pos: int, value: int, nbytes: int) -> None:
+    for k in range(nbytes):
+        out[pos + k] = (value >> (8 * (nbytes - 1 - k))) & 0xFF
+
+
+@njit(cache=True, nogil=True)
+def encode_records(out: np.ndarray, at: np.ndarray, fields: np.ndarray, hosts: np.ndarray, host_at: np.ndarray,
+                   bodies: np.ndarray, body_at: np.ndarray, topics: np.ndarray, topic_at: np.ndarray,
+                   props: np.ndarray, props_at: np.ndarray) -> None:
+    """Record i at ``out[at[i]:]``: its numbers from ``fields[i]``, its born and store
+    addresses from ``hosts[host_at[i]:]`` (the born address then the store address, 4 or 16
+    bytes each as its sysFlag says), its body, topic and properties from slices
+    ``[x_at[i], x_at[i + 1])`` of their buffers."""
+    for i in range(fields.shape[0]):
+        f = fields[i]
+        pos = at[i]
+        sys_flag = f[SYS_FLAG]
+        _put_be(out, pos, f[SIZE], 4)
+        _put_be(out, pos + 4, f[MAGIC], 4)
+        _put_be(out, pos + 8, f[BODY_CRC], 4)
+        _put_be(out, pos + 12, f[QUEUE_ID], 4)
+        _put_be(out, pos + 16, f[FLAG], 4)
+        _put_be(out, pos + 20, f[QUEUE_OFFSET], 8)
+        _put_be(out, pos + 28, f[PHYSICAL_OFFSET], 8)
+        _put_be(out, pos + 36, sys_flag, 4)
+        _put_be(out, pos + 40, f[BORN_TS], 8)
+        pos += 48
+        h = host_at[i]
+        n = 16 if sys_flag & BORNHOST_V6_FLAG else 4
+        out[pos:pos + n] = hosts[h:h + n]
+        h += n
+        pos += n
+        _put_be(out, pos, f[BORN_PORT], 4)
+        _put_be(out, pos + 4, f[STORE_TS], 8)
+        pos += 12
+        n = 16 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 4
+        out[pos:pos + n] = hosts[h:h + n]
+        pos += n
+        _put_be(out, pos, f[STORE_PORT], 4)
+        _put_be(out, pos + 4, f[RECONSUME], 4)
+        _put_be(out, pos + 8, f[PREPARED_OFFSET], 8)
+        b0, b1 = body_at[i], body_at[i + 1]
+        _put_be(out, pos + 16, b1 - b0, 4)
+        pos += 20
+        out[pos:pos + b1 - b0] = bodies[b0:b1]
+        pos += b1 - b0
+        t0, t1 = topic_at[i], topic_at[i + 1]
+        if f[MAGIC] == MESSAGE_MAGIC_CODE_V2:
+            _put_be(out, pos, t1 - t0, 2)
+            pos += 2
+        else:
+            out[pos] = t1 - t0
+            pos += 1
+        out[pos:pos + t1 - t0] = topics[t0:t1]
+        pos += t1 - t0
+        p0, p1 = props_at[i], props_at[i + 1]
+        _put_be(out, pos, p1 - p0, 2)
+        pos += 2
+        out[pos:pos + p1 - p0] = props[p0:p1]
+
+
+@njit(cache=True, nogil=True)
+def seal_crc_digits(out: np.ndarray, ends: np.ndarray, crcs: np.ndarray) -> None:
+    """MessageDecoder.createCrc32's ten digits of ``crcs[i]`` (least significant first, padded
+    with '0') into the reserved property of the record ending at ``out[ends[i]]``."""
+    for i in range(ends.shape[0]):
+        crc = crcs[i]
+        pos = ends[i] - CRC_DIGITS_AT
+        for k in range(10):
+            out[pos + k] = 48 + (crc % 10 if crc > 0 else 0)
+            crc //= 10
+
+
+@njit(cache=True, nogil=True)
+def units(out: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, tags_codes: np.ndarray) -> None:
+    """CqUnits (20 bytes each: commit log offset, size, tagsCode) of the records, back to back."""
+    for i in range(offsets.shape[0]):
+        pos = 20 * i
+        _put_be(out, pos, offsets[i], 8)
+        _put_be(out, pos + 8, sizes[i], 4)
+        _put_be(out, pos + 12, tags_codes[i], 8)
+
+
+@njit(cache=True, nogil=True)
+def queue_offsets(queue_index: np.ndarray, dispatch: np.ndarray, next_offsets: np.ndarray,
+                  out: np.ndarray) -> None:
+    """Each dispatched record's queue offset, in order: the next of its queue
+    (``next_offsets[queue_index[i]]``, moved on); 0 for a record that gets no unit."""
+    for i in range(queue_index.shape[0]):
+        if dispatch[i]:
+            q = queue_index[i]
+            out[i] = next_offsets[q]
+            next_offsets[q] += 1
+        else:
+            out[i] = 0

@@ -1,0 +1,178 @@
+"""StoreWriter.put_batch: the same store as put() one message at a time - commit log, consume
+queues, index, checkpoint, byte for byte - whatever the batches (one message, a few, the whole
+lot), the store's write format (4.x; 5.x with the CRC property and V2 records), file roll-overs,
+transactions that get no unit and a clock read per message; and what it says of each message
+is what put() returned. A message put() refuses refuses the batch before any of it is written."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from rmqdelay.errors import UsageError
+from rmqdelay.formats.constants import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
+from rmqdelay.store import Store
+from rmqdelay.store.index import IndexSettings
+from rmqdelay.store.verify import verify_store
+from rmqdelay.store.writeformat import FORMAT_4X, WriteFormat
+from rmqdelay.store.writer import NewMessage, StoreWriter
+
+T0 = 1_767_225_600_000
+V4 = (bytes([192, 168, 1, 20]), 40001)
+V6 = (bytes(15) + b"\x01", 40002)
+STORE = (bytes([10, 10, 0, 5]), 10911)
+DELAYS = {1: 1000, 2: 5000, 3: 10000}
+FORMAT_5X_CRC = WriteFormat("5.x", True, True)
+LONG_RETRY = "%RETRY%" + "G" * 130
+
+
+def tree_digest(path: Path) -> dict[str, str]:
+    return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(path.rglob("*")) if p.is_file() and p.name != "lock"}
+
+
+def messages(count: int = 400, *, five: bool = False) -> list[NewMessage]:
+    out = []
+    for i in range(count):
+        props = {"TAGS": f"Tag{i % 3}", "KEYS": f"K{i} ORDER_{i}", "UNIQ_KEY": f"C0A8011400{i:022X}",
+                 "region": "cn-hangzhou"}
+        if i % 4 == 0:
+            props["DELAY"] = str(1 + i % 5)  # levels 4 and 5 beyond the store's 3: the last level
+        if i % 9 == 0:
+            props.pop("TAGS")
+        raw = None
+        if i % 11 == 0:
+            raw = "TAGS\x01Tag9\x02UNIQ_KEY\x01U%d\x02" % i  # written as is
+        sys_flag = 0
+        if i % 13 == 0:
+            sys_flag = TRANSACTION_PREPARED_TYPE if i % 2 else TRANSACTION_ROLLBACK_TYPE  # no unit
+        topic = f"Topic{i % 2}"
+        if five and i % 17 == 0:
+            topic = LONG_RETRY  # a V2 record
+        out.append(NewMessage(topic=topic, queueId=i % 3, body=b"body-%d" % i * (1 + i % 23),
+                              properties=props, propertiesRaw=raw, sysFlag=sys_flag, flag=i % 4,
+                              bornTimestamp=T0 + i, bornHost=V6 if i % 5 == 0 else V4,
+                              storeHost=V6 if i % 7 == 0 else STORE, reconsumeTimes=i % 2,
+                              preparedTransactionOffset=i if sys_flag else 0,
+                              storeTimestamp=None if i % 3 == 0 else T0 + 10 * i))
+    return out
+
+
+def ticking_clock():
+    now = [T0 + 5]
+
+    def clock() -> int:
+        now[0] += 3
+        return now[0]
+    return clock
+
+
+def open_writer(path: Path, write_format: WriteFormat, index: bool = True,
+                commitlog_file_size: int = 16384) -> StoreWriter:
+    return StoreWriter(path, delay_levels=DELAYS, commitlog_file_size=commitlog_file_size, cq_file_size=200,
+                       sync=False,
+                       create=True, index=IndexSettings(64, 512, messageIndexEnable=index),
+                       clock=ticking_clock(), write_format=write_format)
+
+
+def batches(items: list, sizes: list[int]):
+    at, k = 0, 0
+    while at < len(items):
+        n = sizes[k % len(sizes)]
+        yield items[at:at + n]
+        at += n
+        k += 1
+
+
+@pytest.mark.parametrize("write_format", [FORMAT_4X, FORMAT_5X_CRC], ids=["4.x", "5.x-crc"])
+@pytest.mark.parametrize("sizes", [[1], [7, 64, 3], [10_000]], ids=["one", "mixed", "all"])
+def test_put_batch_writes_the_store_put_writes(tmp_path, write_format, sizes):
+    news = messages(five=write_format.is5x)
+    with open_writer(tmp_path / "put", write_format) as writer:
+        expected = [writer.put(new) for new in news]
+    with open_writer(tmp_path / "batch", write_format) as writer:
+        got = []
+        for chunk in batches(news, sizes):
+            got += writer.put_batch(chunk).results()
+    assert got == expected
+    assert tree_digest(tmp_path / "put") == tree_digest(tmp_path / "batch")
+    assert len(list((tmp_path / "batch" / "commitlog").iterdir())) > 3  # rolled over with BLANK records
+    with Store(tmp_path / "batch") as store:
+        assert verify_store(store) == []
+
+
+def test_put_and_put_batch_mixed_in_one_flush(tmp_path):
+    news = messages(120)
+    with open_writer(tmp_path / "put", FORMAT_4X, index=False) as writer:
+        for new in news:
+            writer.put(new)
+    with open_writer(tmp_path / "mixed", FORMAT_4X, index=False) as writer:
+        for chunk in batches(news, [5, 1]):
+            if len(chunk) == 1:
+                writer.put(chunk[0])
+            else:
+                writer.put_batch(chunk)
+    assert tree_digest(tmp_path / "put") == tree_digest(tmp_path / "mixed")
+
+
+def test_a_message_put_refuses_refuses_the_batch(tmp_path):
+    news = messages(20)
+    bad = NewMessage("Topic0", 0, b"x", {"DELAY": "soon"})
+    with open_writer(tmp_path / "s", FORMAT_4X) as writer:
+        writer.put_batch(news[:10])
+        end, queues = writer.end_offset, writer.next_queue_offsets()
+        with pytest.raises(UsageError, match="DELAY"):
+            writer.put_batch([*news[10:], bad])
+        assert writer.end_offset == end
+        assert writer.next_queue_offsets() == queues
+        writer.put_batch(news[10:])
+    with Store(tmp_path / "s") as store:
+        assert sum(1 for _ in store.commitlog.records()) == 20
+
+
+class Killed(BaseException):
+    """Stands for a kill -9: nothing after it runs, nothing is undone."""
+
+
+def test_a_kill_between_the_queues_unit_writes_leaves_no_record_without_its_unit(tmp_path, monkeypatch):
+    """A flush writes the units a queue at a time: killed after the first queue's write, that
+    queue has units past the records the other queues lack units for. The next writer's
+    recovery redispatches from the dispatch floor in the abort mark, so every record has its
+    unit and the store verifies clean."""
+    from rmqdelay.store import writefiles
+
+    path = tmp_path / "s"
+    news = [NewMessage(f"Topic{i % 2}", i % 4, b"m%d" % i, {"UNIQ_KEY": f"U{i}"}, storeTimestamp=T0 + i)
+            for i in range(200)]
+    with open_writer(path, FORMAT_4X, index=False, commitlog_file_size=1 << 20) as writer:
+        writer.put_batch(news[:40])
+        writer.flush()
+    real_write = writefiles.QueueFiles.write
+    calls = []
+
+    def write_then_die(self, *args, **kwargs):
+        if calls:
+            raise Killed()
+        calls.append(args)
+        return real_write(self, *args, **kwargs)
+
+    monkeypatch.setattr(writefiles.QueueFiles, "write", write_then_die)
+    writer = open_writer(path, FORMAT_4X, index=False, commitlog_file_size=1 << 20)
+    writer.open()
+    writer.put_batch(news[40:])
+    with pytest.raises(Killed):
+        writer.flush()
+    writer.abandon()
+    monkeypatch.setattr(writefiles.QueueFiles, "write", real_write)
+    assert len(calls) == 1 and len(calls[0][1]) == 40 * 20  # one queue's 40 units of 160 written
+    with StoreWriter(path, sync=False, index=IndexSettings(messageIndexEnable=False)) as writer:
+        assert writer.recovery.redispatched == 120
+        assert writer.next_queue_offsets() == {(f"Topic{q % 2}", q): 50 for q in range(4)}
+    with Store(path) as store:
+        assert verify_store(store) == []
+        for q in range(4):
+            units = store.consume_queue(f"Topic{q % 2}", q).units(0, 50)
+            assert [int(o) for o in units["commitLogOffset"]] == [
+                m.commitLogOffset for m in store.commitlog.records() if m.queueId == q]
