@@ -20,7 +20,7 @@ import numpy as np
 from rmqdelay.formats import putloops
 from rmqdelay.formats.msgid import create_message_id
 from rmqdelay.formats.propcrc import CRC32_RESERVED_LEN, crc_digits
-from rmqdelay.store.encode import PutEncoder
+from rmqdelay.store.encode import PutEncoder, PutResult
 
 _CRC_DIGITS_LEN = 10
 
@@ -191,10 +191,8 @@ class PutBatch:
             return raw
         return raw[:-_CRC_DIGITS_LEN - 1] + crc_digits(int(self.crcs[i])) + raw[-1]
 
-    def result(self, i: int):
+    def result(self, i: int) -> PutResult:
         """put()'s PutResult for message ``i``."""
-        from rmqdelay.store.writer import PutResult
-
         g = self._g
         offset = int(self.commit_log_offsets[i])
         host = g.store_hosts[i]

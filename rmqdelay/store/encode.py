@@ -55,6 +55,21 @@ ENCODED_HEAD = struct.Struct(">ii28xi")  # totalSize, magicCode, sysFlag (at 36)
 OFFSETS = struct.Struct(">qq")  # queueOffset, physicalOffset (at 20)
 
 
+@dataclass(slots=True, frozen=True)
+class PutResult:
+    """Where put() (or put_batch) placed one message, as the broker's PutMessageResult says."""
+
+    topic: str
+    queueId: int
+    queueOffset: int
+    commitLogOffset: int
+    storeSize: int
+    storeTimestamp: int
+    tagsCode: int
+    msgId: str
+    propertiesRaw: str = ""  # as stored (after the delay rewrite)
+
+
 @dataclass(slots=True)
 class EncodedPut:
     """A message as putMessage stores it, before the log gives it a place."""

@@ -54,7 +54,7 @@ from rmqdelay.store.commitlog import END_FILE_MIN_BLANK_LENGTH
 from rmqdelay.store.directory import check_store_directory
 from rmqdelay.store.encode import ENCODED_HEAD as _ENCODED_HEAD
 from rmqdelay.store.encode import OFFSETS as _OFFSETS
-from rmqdelay.store.encode import PutEncoder
+from rmqdelay.store.encode import PutEncoder, PutResult
 from rmqdelay.store.flush import Flush
 from rmqdelay.store.index import IndexSettings, index_dir
 from rmqdelay.store.indexer import MessageIndexer
@@ -99,19 +99,6 @@ class NewMessage:
     reconsumeTimes: int = 0
     preparedTransactionOffset: int = 0
     storeTimestamp: int | None = None  # None: the writer's clock at put time
-
-
-@dataclass(slots=True, frozen=True)
-class PutResult:
-    topic: str
-    queueId: int
-    queueOffset: int
-    commitLogOffset: int
-    storeSize: int
-    storeTimestamp: int
-    tagsCode: int
-    msgId: str
-    propertiesRaw: str = ""  # as stored (after the delay rewrite)
 
 
 @dataclass(slots=True, frozen=True)
