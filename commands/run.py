@@ -26,6 +26,7 @@ from .common import (
     format_duration_ms,
     format_time_ms,
     parse_time_ms,
+    require_store,
 )
 from .tables import Column, fit, hidden_note, print_table
 
@@ -147,6 +148,8 @@ def run(
     if once and until_empty:
         raise UsageError("--once and --until-empty: give one of them")
     finite_seconds(flush_interval, "--flush-interval")
+    if not dry_run:
+        require_store(store)  # a typo must not become a new store
     if batch_size < 1:
         raise UsageError(f"--batch-size: at least 1, found {batch_size}")
     mode = "once" if once else "until-empty" if until_empty else "forever"
