@@ -62,7 +62,7 @@ def list_mapped_files(directory: Path, problems: Problems | None = None) -> list
             report(problems, UNREADABLE, entry.path, None, f"a readable file ({exc.strerror})")
             continue
         files.append(MappedFile(Path(entry.path), int(entry.name), size))
-    usual = _usual_size(files)
+    usual = usual_size(files)
     for prev, cur in zip(files, files[1:]):
         if prev.end == cur.start:
             continue
@@ -84,7 +84,7 @@ def list_mapped_files(directory: Path, problems: Problems | None = None) -> list
     return files
 
 
-def _usual_size(files: list[MappedFile]) -> int | None:
+def usual_size(files: list[MappedFile]) -> int | None:
     """The size most files of the queue have (the broker's mapped file size)."""
     if not files:
         return None

@@ -17,6 +17,9 @@ import numpy as np
 from rmqdelay.errors import ConfigFallbackWarning, StoreError, StoreReadError
 from rmqdelay.formats.constants import (
     BLANK_MAGIC_CODE,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TIMER_DEL_UNIQKEY,
+    PROPERTY_TIMER_OUT_MS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     TIMER_MAGIC_DEFAULT,
     TIMER_MAGIC_DELETE,
@@ -50,6 +53,7 @@ from rmqdelay.store.directory import load_config_file
 from ..store import TimerStore, unit_slot_times
 from ..verify import (
     NO_TIME,
+    readable_log_end,
     TimerRecords,
     check_units,
     timer_records,
@@ -86,14 +90,27 @@ def plan_repair(ts: TimerStore, now_ms: int, wall_ms: int, *, fix_metrics: bool 
     units, keep = _check_and_fix(ts, units, suspect, records, plan)
     kept = units[keep]
     plan.kept = len(kept)
+    later = _Later(ts)
     cp = ts.checkpoint()
-    read_ms = _read_time(ts, cp, kept, now_ms, plan)
-    kept = _remake_lost(ts, cp, kept, records, read_ms, plan)
+    damage = _checkpoint_damage(ts, cp)
+    if damage is not None:
+        cp = _derived_checkpoint(ts, kept, later, now_ms, wall_ms)
+        read_ms = cp.lastReadTimeMs
+    else:
+        read_ms = _read_time(ts, cp, kept, now_ms, plan)
+    kept = _remake_lost(ts, cp, kept, records, read_ms, plan, later)
     new_units, log_end = relayout(ts, kept, plan)
     groups = slot_groups(new_units)
     rebuild_wheel(ts, groups, read_ms, log_end, plan)
     log_changed = bool(plan.log_files or plan.log_removed)
-    if cp is not None:
+    if damage is not None:
+        cp = TimerCheckpoint(cp.lastReadTimeMs, min(cp.lastTimerLogFlushPos, log_end), cp.lastTimerQueueOffset,
+                             cp.masterTimerQueueOffset, cp.dataVersion)
+        plan.checkpoint = encode_timer_checkpoint(cp) + bytes(TIMER_CHECKPOINT_FILE_SIZE - TIMER_CHECKPOINT_SIZE)
+        plan.changes.append(Change("config/timercheck", "file", damage,
+                                   f"rebuilt from the commit log: lastReadTimeMs {cp.lastReadTimeMs}, "
+                                   f"masterTimerQueueOffset {cp.masterTimerQueueOffset}"))
+    elif cp is not None:
         _checkpoint(ts, cp, kept, records, read_ms, log_end, wall_ms, plan)
     _metrics(ts, new_units, read_ms, wall_ms, plan,
              force=fix_metrics or log_changed or plan.wheel is not None or plan.checkpoint is not None)
@@ -292,17 +309,20 @@ def _read_time(ts: TimerStore, cp: TimerCheckpoint | None, kept: np.ndarray, now
 
 
 def _remake_lost(ts: TimerStore, cp: TimerCheckpoint | None, kept: np.ndarray, records: TimerRecords,
-                 read_ms: int, plan: RepairPlan) -> np.ndarray:
+                 read_ms: int, plan: RepairPlan, later: "_Later") -> np.ndarray:
     """``kept`` with a unit for every enqueued timer message that lost its own (a unit
-    destroyed, cut as bytes that are not a unit): an rmq_sys_wheel_timer entry below
-    masterTimerQueueOffset, due at or after the read time, with no unit in the log and no
-    later record of its UNIQ_KEY (no delivered copy, no re-put of a roll). Nothing would ever
-    deliver it: it gets the unit doEnqueue writes at the read time, put before the log's last
-    unit (which stays last).
-    A cancellation marker in that state gets none: one the broker dropped on enqueue (due
-    already) leaves no trace either, and a unit made for it could cancel its target."""
+    destroyed: cut as bytes that are not a unit, its file truncated, zeroed or deleted): an
+    rmq_sys_wheel_timer entry below masterTimerQueueOffset, due at or after the read time,
+    with no unit in the log and no later record of its UNIQ_KEY (no delivered copy, no re-put
+    of a roll). Nothing would ever deliver it: it gets the unit doEnqueue writes at the read
+    time, put before the log's last unit (which stays last).
+    A cancellation marker in that state gets its unit again when its target waits in the
+    same slot, undelivered (it had one: the put hook parks a marker only while its time is
+    ahead, and the enqueue gives it the target's slot); without one the recalled message
+    would be delivered. A marker whose target is not waiting gets none (the broker drops one
+    that is due on enqueue)."""
     cq = ts.timer_queue()
-    if cq is None or cp is None or not len(records.offsets) or not len(kept):
+    if cq is None or cp is None or not len(records.offsets):
         return kept
     high = min(cp.masterTimerQueueOffset, cq.max_offset)
     if high <= cq.min_offset:
@@ -312,36 +332,46 @@ def _remake_lost(ts: TimerStore, cp: TimerCheckpoint | None, kept: np.ndarray, r
     idx = np.minimum(np.searchsorted(records.offsets, py), len(records.offsets) - 1)
     found = records.offsets[idx] == py
     found &= records.is_timer[idx] & (records.sizes[idx] == entries["size"].astype(np.int64))
-    found &= (records.out_ms[idx] != NO_TIME) & (records.out_ms[idx] >= read_ms) & ~records.is_delete[idx]
+    found &= (records.out_ms[idx] != NO_TIME) & (records.out_ms[idx] >= read_ms)
     found &= ~np.isin(py, kept["offsetPy"].astype(np.int64))
     rows = np.flatnonzero(found)
     if not len(rows):
         return kept
     candidates: dict[str, int] = {}  # UNIQ_KEY -> row of its entry
+    markers: dict[int, str] = {}  # row of a cancellation marker -> the realTopic+uniqKey it cancels
     for row in rows.tolist():
         try:
             msg = ts.store.commitlog.read_message(int(py[row]), int(records.sizes[idx[row]]))
         except StoreError:
             continue
+        if records.is_delete[idx[row]]:
+            target = msg.properties.get(PROPERTY_TIMER_DEL_UNIQKEY)
+            if target:
+                markers[row] = target
+            continue
         key = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         if key is not None:  # without one, no way to tell it was not delivered: left as it is
             candidates[key] = row
-    if candidates:  # a later record of the same key: delivered, re-put or rolled - not lost
-        first = min(int(py[row]) for row in candidates.values())
-        for record in ts.store.commitlog.records(first):
-            key = getattr(record, "properties", {}).get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-            if key in candidates and record.commitLogOffset > int(py[candidates[key]]):
-                del candidates[key]
+    for key in later.of(candidates, {k: int(py[r]) for k, r in candidates.items()}):
+        del candidates[key]  # a later record of the same key: delivered, re-put or rolled - not lost
+    chosen = sorted(candidates.values())
+    if markers:
+        waiting = _waiting_targets(ts, kept, [int(py[r]) for r in chosen], records, read_ms, later)
+        chosen = sorted(chosen + [r for r, target in markers.items()
+                                  if (target, int(records.out_ms[idx[r]])) in waiting])
     made = []
-    for key, row in sorted(candidates.items(), key=lambda kv: kv[1]):
+    for row in chosen:
         out = int(records.out_ms[idx[row]])
         queue_offset = cq.min_offset + row
         write = read_ms
-        roll = ts.config.roll_slot(out, write)
+        delete = bool(records.is_delete[idx[row]])
+        roll = None if delete else ts.config.roll_slot(out, write)
         slot, magic = (out, TIMER_MAGIC_DEFAULT) if roll is None else (roll, TIMER_MAGIC_DEFAULT | TIMER_MAGIC_ROLL)
+        magic |= TIMER_MAGIC_DELETE if delete else 0
         # (offset: a placeholder no unit or prevPos holds; relayout gives it its place)
         made.append((NEW_UNIT - len(made), -1, magic, write, slot - write, int(py[row]),
                      int(records.sizes[idx[row]]), int(records.real_hash[idx[row]]), 0))
+        key = markers.get(row) or next(k for k, r in candidates.items() if r == row)
         plan.remade.append(RemadeUnit(queue_offset, int(py[row]), key, out, slot, magic))
     if not made:
         return kept
@@ -349,7 +379,139 @@ def _remake_lost(ts: TimerStore, cp: TimerCheckpoint | None, kept: np.ndarray, r
     # Before the last unit, never after it: the broker's recovery resumes the enqueue after the
     # queue offset of the message the log's last unit points at (reviseQueueOffset); a made
     # unit there would enqueue every later entry a second time.
+    if not len(kept):
+        return np.array(made, dtype=kept.dtype)
     return np.concatenate([kept[:-1], np.array(made, dtype=kept.dtype), kept[-1:]])
+
+
+def _waiting_targets(ts: TimerStore, kept: np.ndarray, made_py: list[int], records: TimerRecords, read_ms: int,
+                     later: "_Later") -> set[tuple[str, int]]:
+    """(realTopic+uniqKey, slot time) of the timer messages that wait undelivered in a slot
+    not read yet: kept non-delete units and the messages about to get a unit again."""
+    delete = (kept["magic"] & TIMER_MAGIC_DELETE) != 0 if len(kept) else np.zeros(0, dtype=bool)
+    pending = kept[~delete & (unit_slot_times(kept) >= read_ms)] if len(kept) else kept
+    targets = [(int(u["offsetPy"]), int(u["sizePy"])) for u in pending]
+    targets += [(p, int(records.sizes[np.searchsorted(records.offsets, p)])) for p in made_py]
+    waiting: dict[str, tuple[str, int, int]] = {}
+    for offset, size in targets:
+        try:
+            msg = ts.store.commitlog.read_message(offset, size)
+        except StoreError:
+            continue
+        props = msg.properties
+        key = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        out = props.get(PROPERTY_TIMER_OUT_MS, "")
+        if key is not None and out.lstrip("-").isdigit():
+            waiting[key] = (f"{props.get(PROPERTY_REAL_TOPIC)}+{key}", int(out), offset)
+    # A later record of the same key that is not a cancellation: the message was delivered.
+    gone = later.of(waiting, {k: v[2] for k, v in waiting.items()}, skip_markers=True)
+    return {(target, out) for key, (target, out, _) in waiting.items() if key not in gone}
+
+
+class _Later:
+    """Which UNIQ_KEYs have a record after a given commit log offset (a delivered copy, a
+    re-put): one scan of the commit log from the lowest offset asked, kept for the next ask."""
+
+    def __init__(self, ts: TimerStore) -> None:
+        self.ts = ts
+        self._from: int | None = None
+        self._records: dict[str, list[tuple[int, bool]]] = {}  # key -> [(offset, is a cancellation)]
+
+    def of(self, keys, offsets: dict[str, int], *, skip_markers: bool = False) -> set[str]:
+        if not offsets:
+            return set()
+        first = min(offsets.values())
+        if self._from is None or first < self._from:
+            self._records = {}
+            for record in self.ts.store.commitlog.records(first):
+                props = getattr(record, "properties", {})
+                key = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+                if key is not None:
+                    self._records.setdefault(key, []).append(
+                        (record.commitLogOffset, PROPERTY_TIMER_DEL_UNIQKEY in props))
+            self._from = first
+        return {key for key, at in offsets.items()
+                if any(o > at and not (skip_markers and marker) for o, marker in self._records.get(key, ()))}
+
+
+def _checkpoint_damage(ts: TimerStore, cp: TimerCheckpoint | None) -> str | None:
+    """Why config/timercheck cannot be trusted at all (missing, short, zeroed, random
+    bytes), or None. A file that parses with values no broker writes counts as damaged: the
+    read time a positive multiple of the precision, every offset and the dataVersion stamp
+    not negative."""
+    if ts.checkpoint_damage is not None:
+        return f"unreadable ({ts.checkpoint_damage})"
+    if cp is None:
+        return "missing"
+    p = ts.config.precisionMs
+    if cp.lastReadTimeMs <= 0 or cp.lastReadTimeMs % p:
+        return f"lastReadTimeMs {cp.lastReadTimeMs} (not a time of a slot of {p} ms)"
+    fields = {"lastTimerLogFlushPos": cp.lastTimerLogFlushPos, "lastTimerQueueOffset": cp.lastTimerQueueOffset,
+              "masterTimerQueueOffset": cp.masterTimerQueueOffset, "dataVersion.timestamp": cp.dataVersion.timestamp,
+              "dataVersion.counter": cp.dataVersion.counter}
+    for name, value in fields.items():
+        if value < 0:
+            return f"{name} {value} (negative)"
+    if cp.dataVersion.timestamp == 0:
+        return "dataVersion timestamp 0 (zeroed)"
+    return None
+
+
+def _derived_checkpoint(ts: TimerStore, kept: np.ndarray, later: _Later, now_ms: int,
+                        wall_ms: int) -> TimerCheckpoint:
+    """A checkpoint rebuilt from the commit log, where every delivered copy and re-put is: the
+    read time just after the last slot holding a unit whose message went on (a later record of
+    its UNIQ_KEY that is not a cancellation), else the first slot with a unit (else now); the
+    next queue offset to enqueue just after the last entry that has a unit or went on."""
+    p = ts.config.precisionMs
+    cq = ts.timer_queue()
+    master = 0
+    went_on: set[int] = set()  # commit log offsets of timer messages delivered or re-put
+    if cq is not None and cq.max_offset > cq.min_offset:
+        entries = cq.units(cq.min_offset, cq.max_offset)
+        keys: dict[str, int] = {}
+        for py, size in zip(entries["commitLogOffset"].tolist(), entries["size"].tolist()):
+            try:
+                msg = ts.store.commitlog.read_message(int(py), int(size))
+            except StoreError:
+                continue
+            key = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            if key is not None and PROPERTY_TIMER_DEL_UNIQKEY not in msg.properties:
+                keys[key] = int(py)  # the last entry of a key: a roll's re-put comes after the original
+        done = later.of(keys, keys, skip_markers=True)
+        went_on = {keys[k] for k in done}
+        py_all = entries["commitLogOffset"].astype(np.int64)
+        has = np.isin(py_all, np.fromiter(went_on, dtype=np.int64, count=len(went_on)))
+        if len(kept):
+            has |= np.isin(py_all, kept["offsetPy"].astype(np.int64))
+        # A roll's original entry went on too when its re-put did.
+        master = cq.min_offset + int(np.flatnonzero(has).max()) + 1 if has.any() else cq.min_offset
+    slots = unit_slot_times(kept) if len(kept) else np.empty(0, dtype=np.int64)
+    delete = (kept["magic"] & TIMER_MAGIC_DELETE) != 0 if len(kept) else np.zeros(0, dtype=bool)
+    gone = np.isin(kept["offsetPy"].astype(np.int64), np.fromiter(went_on, dtype=np.int64, count=len(went_on))) \
+        if len(kept) else delete
+    roll = (kept["magic"] & TIMER_MAGIC_ROLL) != 0 if len(kept) else delete
+    # A rolled unit went on when its message was re-put: any later record of the key counts.
+    if len(kept) and roll.any():
+        rolled = {}
+        for row in np.flatnonzero(roll & ~delete).tolist():
+            try:
+                msg = ts.store.commitlog.read_message(int(kept["offsetPy"][row]), int(kept["sizePy"][row]))
+            except StoreError:
+                continue
+            key = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            if key is not None:
+                rolled[key] = row
+        for key in later.of(rolled, {k: int(kept["offsetPy"][r]) for k, r in rolled.items()}, skip_markers=True):
+            gone[rolled[key]] = True
+    if (gone & ~delete).any():
+        read = int(slots[gone & ~delete].max()) + p
+    elif len(slots):
+        read = int(slots.min())
+    else:
+        read = now_ms // p * p
+    log_end = readable_log_end(ts) if ts.log.files else 0
+    return TimerCheckpoint(read, log_end, master, master, DataVersion(counter=1, stateVersion=0, timestamp=wall_ms))
 
 
 def _checkpoint(ts: TimerStore, cp: TimerCheckpoint, kept: np.ndarray, records: TimerRecords, read_ms: int,
