@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from rmqdelay.errors import StoreError
 from rmqdelay.formats.constants import TIMER_MAGIC_DELETE
 from rmqdelay.formats.timerlog import (
     UNIT_SIZE,
@@ -30,13 +29,12 @@ def relayout(ts: TimerStore, kept: np.ndarray, plan: RepairPlan) -> tuple[np.nda
     plan.log_files / log_removed with the files whose bytes change. Returns (the units at
     their new offsets, the log's new end)."""
     files = ts.log.files
-    if not files:
-        if len(kept):  # cannot happen: units come from files
-            raise StoreError(ts.log.directory, None, "timer log files")
+    if not files and not len(kept):
         return kept, 0
     file_size = ts.config.timerLogFileSize  # the broker's size: a damaged file may have another
     plan.log_file_size = file_size
-    base = files[0].start
+    # No file left (all deleted): the units made again from the commit log start a new log.
+    base = files[0].start if files else 0
     per = units_per_file(file_size)
     k = np.arange(len(kept), dtype=np.int64)
     new = kept.copy()

@@ -188,6 +188,16 @@ def _check_and_fix(ts: TimerStore, units: np.ndarray, suspect: np.ndarray, recor
     suspect[tail:] = True
     # A suspect unit is a unit only if it points exactly at a timer message of its size.
     salvaged = suspect & c.found & ~c.wrong_size & is_timer_record
+    # ... and only if its times are ones the enqueue writes (the write clock a multiple of the
+    # precision, the slot its message's TIMER_OUT_MS or, rolled, one between the two): bytes
+    # overwritten across its clock leave a unit whose slot no one can tell - cut, and made
+    # again from its message like any unit destroyed.
+    if salvaged.any():
+        p = ts.config.precisionMs
+        cwt = units["currWriteTime"].astype(np.int64)
+        slot = unit_slot_times(units)
+        out = records.out_ms[idx] if n else np.full(len(units), NO_TIME, dtype=np.int64)
+        salvaged &= (cwt > 0) & (cwt % p == 0) & ((slot == out) | ((slot < out) & (slot >= cwt) & (slot % p == 0)))
     for row in np.flatnonzero(suspect & ~salvaged):
         offset = int(units["offset"][row])
         path, byte = ts.log.location(offset)
