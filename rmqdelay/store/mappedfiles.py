@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +57,11 @@ def list_mapped_files(directory: Path, problems: Problems | None = None) -> list
             continue
         try:
             if not entry.is_file():
+                # A dangling symlink, a FIFO, a device or a directory where a file of the queue
+                # belongs: the broker's MappedFileQueue.load refuses it (its length is not the
+                # file size), and skipping it would make the queue end before it.
+                report(problems, UNREADABLE, entry.path, None,
+                       f"a regular file of the queue, found {_special_kind(entry)}")
                 continue
             size = entry.stat().st_size
         except OSError as exc:  # a symlink loop (ELOOP), an unreadable target, ...
@@ -82,6 +88,21 @@ def list_mapped_files(directory: Path, problems: Problems | None = None) -> list
                      f"a file of {usual} bytes like the others of the queue; found {last.size} bytes"
                      + (" (truncated?)" if last.size < usual else ""))
     return files
+
+
+def _special_kind(entry: os.DirEntry) -> str:
+    if entry.is_symlink():
+        try:
+            os.stat(entry.path)
+        except OSError:
+            return f"a symlink to nothing ({os.readlink(entry.path)})"
+    if entry.is_dir():
+        return "a directory"
+    try:
+        mode = os.stat(entry.path).st_mode
+    except OSError as exc:
+        return f"an unreadable entry ({exc.strerror})"
+    return "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device or special file"
 
 
 def usual_size(files: list[MappedFile]) -> int | None:
