@@ -202,7 +202,8 @@ def _consume(scheduler: Scheduler, json_out: bool, dry_run: bool, wide: bool) ->
                  f"{event.scheduleCommitLogOffset}): skipped, {event.reason}")
         elif isinstance(event, QueueCreated):
             _say(f"level {event.level} offset {event.offset}: REAL_QID {event.queueId} is beyond the queues of "
-                 f"{event.topic}; delivered to that queue, as the broker does")
+                 f"{event.topic} (config/topics.json, or its queues on disk); delivered to that queue, as the broker "
+                 "does (said once per topic and queue)")
         elif isinstance(event, (Notice, TimerNotice)):
             if event.kind != "write-format":  # how the store's broker writes: --json says it, a terminal needs not
                 _say(f"{event.kind}: {event.message}")
