@@ -163,7 +163,7 @@ def test_damaged_timer_file_repaired_then_run_gives_the_undamaged_deliveries(tmp
 
     code, out, err = _cli("timer", "repair", store, "--execute", "--now", FAR)
     assert code == 0, (out[-2000:], err)
-    assert "rmqdelay:" not in err, err
+    assert not [line for line in err.splitlines() if line.startswith("rmqdelay:") and "warning" not in line], err
     code, out, err = _cli("inspect", "timer", store, "--verify", "--now", FAR)
     assert code == 0, out[-2000:]  # no "repaired" followed by a refusal
     code, out, err = _cli("run", store, "--until-empty", "--now", FAR)
