@@ -19,15 +19,14 @@ run in the quick loop, the rest of the matrix is `slow`.
 
 from __future__ import annotations
 
-import os
 import random
-import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from clirun import console
+from support.timerdamage import DAMAGES, FILES, damage_store
 
 from rmqdelay.store import Store
 
@@ -35,8 +34,6 @@ pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
 
 FAR = "4102444800000"  # 2100-01-01: everything is due
 SKIP_TOPICS = {"rmq_sys_wheel_timer", "SCHEDULE_TOPIC_XXXX"}
-FILES = ("log-first", "log-mid", "log-last", "timerwheel", "config/timercheck", "config/timermetrics")
-DAMAGES = ("deleted", "truncated-start", "truncated-middle", "truncated-end", "zeroed", "random", "wrong-size")
 # The cells of the reported failures: the quick loop runs them.
 QUICK = {("log-first", "deleted"), ("log-last", "truncated-middle"), ("log-mid", "truncated-middle"),
          ("config/timercheck", "truncated-start"), ("timerwheel", "truncated-end"), ("timerwheel", "random"),
@@ -111,40 +108,6 @@ def _cli(*args) -> tuple[int, str, str]:
     return result.returncode, result.stdout, result.stderr
 
 
-def target(store: Path, name: str) -> Path:
-    if name.startswith("log-"):
-        logs = sorted((store / "timerlog").iterdir())
-        return {"log-first": logs[0], "log-mid": logs[len(logs) // 2], "log-last": logs[-1]}[name]
-    return store / name
-
-
-def damage(path: Path, how: str, rng: random.Random) -> None:
-    data = path.read_bytes()
-    n = len(data)
-    if how == "deleted":
-        path.unlink()
-    elif how == "truncated-start":
-        os.truncate(path, min(10, n))
-    elif how == "truncated-middle":
-        os.truncate(path, n // 2 + 7)  # not on a unit or slot boundary
-    elif how == "truncated-end":
-        os.truncate(path, max(n - 20, 0))
-    elif how == "zeroed":
-        path.write_bytes(bytes(n))
-    elif how == "random":
-        # 32 random bytes over a slot or a unit: somewhere that held data.
-        held = [i for i in range(0, n, 32) if any(data[i:i + 32])] or [0]
-        at = rng.choice(held)
-        changed = bytearray(data)
-        changed[at:at + 32] = rng.randbytes(32)[:len(changed[at:at + 32])]
-        path.write_bytes(bytes(changed))
-    elif how == "wrong-size":
-        with open(path, "ab") as fh:
-            fh.write(bytes(1000))
-    else:  # pragma: no cover
-        raise AssertionError(how)
-
-
 def cells():
     for store in ("timer-partial", "generated"):
         for name in FILES:
@@ -158,8 +121,7 @@ def test_damaged_timer_file_repaired_then_run_gives_the_undamaged_deliveries(tmp
                                                                             store_name, name, how):
     src, end, wanted, cancelled = damage_reference(store_name)
     store = copy_store(src, tmp_path / "store")
-    path = target(store, name)
-    damage(path, how, random.Random(f"{store_name}/{name}/{how}"))
+    assert damage_store(store, name, how, random.Random(f"{store_name}/{name}/{how}")) is not None
 
     code, out, err = _cli("timer", "repair", store, "--execute", "--now", FAR)
     assert code == 0, (out[-2000:], err)

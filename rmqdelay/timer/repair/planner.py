@@ -334,7 +334,10 @@ def _remake_lost(ts: TimerStore, cp: TimerCheckpoint | None, kept: np.ndarray, r
     cq = ts.timer_queue()
     if cq is None or cp is None or not len(records.offsets):
         return kept
-    high = min(cp.masterTimerQueueOffset, cq.max_offset)
+    # Below the master offset the checkpoint will hold: every entry up to the last one with a
+    # unit was enqueued (a run killed after it enqueued past what it published leaves units
+    # beyond the checkpoint's master; the entries between whose units were cut are lost too).
+    high = min(max(cp.masterTimerQueueOffset, _last_enqueued(cq, kept) + 1), cq.max_offset)
     if high <= cq.min_offset:
         return kept
     entries = cq.units(cq.min_offset, high)
