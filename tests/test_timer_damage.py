@@ -134,3 +134,7 @@ def test_damaged_timer_file_repaired_then_run_gives_the_undamaged_deliveries(tmp
     assert not [key for key in got if (key[0], key[2]) in cancelled], "a recalled message was delivered"
     assert got - wanted == Counter(), "delivered twice or not by the undamaged store"
     assert wanted - got == Counter(), "lost"
+    # The store is whole again: a second repair finds nothing to do (it would not make a unit
+    # for a message the run delivered or that was recalled).
+    code, out, err = _cli("timer", "repair", store, "--now", FAR)
+    assert code == 0 and "nothing to repair" in out, out[-2000:]

@@ -351,6 +351,7 @@ def _remake_lost(ts: TimerStore, cp: TimerCheckpoint | None, kept: np.ndarray, r
     if not len(rows):
         return kept
     candidates: dict[str, int] = {}  # UNIQ_KEY -> row of its entry
+    targets: dict[str, str] = {}  # UNIQ_KEY -> realTopic+uniqKey, what a marker names
     markers: dict[int, str] = {}  # row of a cancellation marker -> the realTopic+uniqKey it cancels
     for row in rows.tolist():
         try:
@@ -365,8 +366,15 @@ def _remake_lost(ts: TimerStore, cp: TimerCheckpoint | None, kept: np.ndarray, r
         key = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         if key is not None:  # without one, no way to tell it was not delivered: left as it is
             candidates[key] = row
+            targets[key] = f"{msg.properties.get(PROPERTY_REAL_TOPIC)}+{key}"
     for key in later.of(candidates, {k: int(py[r]) for k, r in candidates.items()}):
         del candidates[key]  # a later record of the same key: delivered, re-put or rolled - not lost
+    # A message its producer recalled (a marker for it with its TIMER_OUT_MS, anywhere in the
+    # queue: the marker may come before a roll's re-put) gets no unit: never a recalled
+    # message delivered.
+    recalled = _recalled(ts, cq, records) if candidates else set()
+    for key in [k for k, r in candidates.items() if (targets[k], int(records.out_ms[idx[r]])) in recalled]:
+        del candidates[key]
     chosen = sorted(candidates.values())
     if markers:
         waiting = _waiting_targets(ts, kept, [int(py[r]) for r in chosen], records, read_ms, later)
@@ -395,6 +403,24 @@ def _remake_lost(ts: TimerStore, cp: TimerCheckpoint | None, kept: np.ndarray, r
     if not len(kept):
         return np.array(made, dtype=kept.dtype)
     return np.concatenate([kept[:-1], np.array(made, dtype=kept.dtype), kept[-1:]])
+
+
+def _recalled(ts: TimerStore, cq, records: TimerRecords) -> set[tuple[str, int]]:
+    """(realTopic+uniqKey, TIMER_OUT_MS) every cancellation marker of the timer queue names."""
+    entries = cq.units(cq.min_offset, cq.max_offset)
+    py = entries["commitLogOffset"].astype(np.int64)
+    idx = np.minimum(np.searchsorted(records.offsets, py), len(records.offsets) - 1)
+    marker = (records.offsets[idx] == py) & records.is_timer[idx] & records.is_delete[idx]
+    found = set()
+    for row in np.flatnonzero(marker).tolist():
+        try:
+            msg = ts.store.commitlog.read_message(int(py[row]), int(records.sizes[idx[row]]))
+        except StoreError:
+            continue
+        target = msg.properties.get(PROPERTY_TIMER_DEL_UNIQKEY)
+        if target:
+            found.add((target, int(records.out_ms[idx[row]])))
+    return found
 
 
 def _waiting_targets(ts: TimerStore, kept: np.ndarray, made_py: list[int], records: TimerRecords, read_ms: int,
