@@ -56,6 +56,8 @@ def list_mapped_files(directory: Path, problems: Problems | None = None) -> list
         if not _NAME.match(entry.name):
             continue
         try:
+            if entry.is_dir():
+                continue  # not a file of the queue: a writer reaching its offset says so
             if not entry.is_file():
                 # A dangling symlink, a FIFO, a device or a directory where a file of the queue
                 # belongs: the broker's MappedFileQueue.load refuses it (its length is not the
@@ -96,8 +98,6 @@ def _special_kind(entry: os.DirEntry) -> str:
             os.stat(entry.path)
         except OSError:
             return f"a symlink to nothing ({os.readlink(entry.path)})"
-    if entry.is_dir():
-        return "a directory"
     try:
         mode = os.stat(entry.path).st_mode
     except OSError as exc:
