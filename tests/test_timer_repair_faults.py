@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import resource
 import shutil
-import struct
 import subprocess
 import sys
 from pathlib import Path
