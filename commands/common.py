@@ -135,11 +135,27 @@ def int_option(option: str, text: str) -> int:
     return value
 
 
+MOST_SECONDS = 1_000_000_000  # about 31 years: a longer interval is a typo, and overflows milliseconds
+
+
 def finite_seconds(value: float, option: str) -> float:
-    """A number of seconds >= 0 that is a number (not nan, not inf)."""
-    if not math.isfinite(value) or value < 0:
-        raise UsageError(f"{option}: a number of seconds >= 0, found {value}")
+    """A number of seconds >= 0 that is a number (not nan, not inf) and fits in milliseconds."""
+    if not math.isfinite(value) or not 0 <= value <= MOST_SECONDS:
+        raise UsageError(f"{option}: a number of seconds from 0 to {MOST_SECONDS}, found {value}")
     return value
+
+
+def require_store(store: Path, *, create_option: bool = False) -> None:
+    """A writing command's STORE must already be a broker store (it has commitlog/): a
+    mistyped path must not become a new store. One line naming what is there and how a new
+    store is made. A path that is not a directory is left to the store's own one-line error."""
+    store = Path(store)
+    if (store / "commitlog").is_dir() or (store.exists() and not store.is_dir()):
+        return
+    what = "a directory without commitlog/" if store.is_dir() else "nothing"
+    how = "--create makes a new store" if create_option else \
+        "`rmqdelay send STORE --create` or `rmqdelay samples generate` makes a new store"
+    raise UsageError(f"STORE {store}: a broker store directory (with commitlog/), found {what} ({how})")
 
 
 def writable_directory(path: Path, option: str) -> None:

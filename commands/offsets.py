@@ -15,7 +15,7 @@ from rmqdelay.formats.javanum import java_parse_long
 from rmqdelay.errors import UsageError
 
 from . import options
-from .common import clock_ms, console, emit_json, err_console, format_time_ms, parse_time_ms
+from .common import clock_ms, console, emit_json, err_console, format_time_ms, parse_time_ms, require_store
 from .render import print_levels
 from .tables import Column, hidden_note, print_table
 
@@ -140,6 +140,7 @@ def reset(
     if lock is not None:
         if not Path(store).is_dir():
             Store(store)  # the one-line error for a missing store
+        require_store(store)  # a typo must not become a new store
         lock.acquire()  # refuses (exit 3) while a broker or a scheduler holds the store
     try:
         with Store(store) as s:

@@ -26,6 +26,7 @@ from .common import (
     format_duration_ms,
     format_time_ms,
     parse_time_ms,
+    require_store,
 )
 from .tables import Column, fit, hidden_note, print_table
 
@@ -166,6 +167,8 @@ def run(
     if once and until_empty:
         raise UsageError("--once and --until-empty: give one of them")
     finite_seconds(flush_interval, "--flush-interval")
+    if not dry_run:
+        require_store(store)  # a typo must not become a new store
     if batch_size < 1:
         raise UsageError(f"--batch-size: at least 1, found {batch_size}")
     mode = "once" if once else "until-empty" if until_empty else "forever"
@@ -243,7 +246,8 @@ def _consume(scheduler: Scheduler, json_out: bool, dry_run: bool, wide: bool) ->
             _say(f"timer wheel stops at {where} (held back: {event.reason}); the broker resumes it there")
         elif isinstance(event, QueueCreated):
             _say(f"level {event.level} offset {event.offset}: REAL_QID {event.queueId} is beyond the queues of "
-                 f"{event.topic}; delivered to that queue, as the broker does")
+                 f"{event.topic} (config/topics.json, or its queues on disk); delivered to that queue, as the broker "
+                 "does (said once per topic and queue)")
         elif isinstance(event, (Notice, TimerNotice)):
             if event.kind != "write-format":  # how the store's broker writes: --json says it, a terminal needs not
                 _say(f"{event.kind}: {event.message}")

@@ -4,6 +4,9 @@ The writer is imported inside the command: `--help` must not load it (tests/test
 
 from __future__ import annotations
 
+import os
+import stat
+
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +31,7 @@ from .common import (
     int_option,
     parse_time_ms,
     progress,
+    require_store,
 )
 
 if TYPE_CHECKING:
@@ -55,10 +59,25 @@ def _body(body: str | None, body_file: Path | None) -> bytes:
         raise UsageError("--body and --body-file: give one of them")
     if body_file is not None:
         try:
-            return body_file.read_bytes()
+            # Opened without blocking and checked before reading: a FIFO or a device would wait
+            # for a writer (or never end).
+            fd = os.open(body_file, os.O_RDONLY | os.O_NONBLOCK)
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise UsageError(f"--body-file {body_file}: a regular file, found "
+                                     f"{'a FIFO' if stat.S_ISFIFO(os.fstat(fd).st_mode) else 'a special file'}")
+                with os.fdopen(os.dup(fd), "rb") as fh:
+                    return fh.read()
+            finally:
+                os.close(fd)
         except OSError as exc:
             raise UsageError(f"--body-file {body_file}: a readable file ({exc.strerror})") from None
-    return (body if body is not None else "Hello RocketMQ").encode("utf-8")
+    text = body if body is not None else "Hello RocketMQ"
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # bytes the shell gave that are not UTF-8
+        raise UsageError(f"--body: UTF-8 text, found a byte that is not at character {exc.start} "
+                         "(--body-file sends any bytes)") from None
 
 
 def _timer(deliver_at: str | None, delay_sec: str | None, delay_ms: str | None) -> tuple[str, str, str] | None:
@@ -184,10 +203,8 @@ def send(
                           count=_int("--count", count), store_host=host, timer=timer, cancel=cancel,
                           producer_group=producer_group, broker_config=broker_config)
     check_request(request)
-    if not create and not (store / "commitlog").is_dir() and not (store.exists() and not store.is_dir()):
-        # A typo must not become a new store: making one is asked for.
-        what = "a directory without commitlog/" if store.is_dir() else "nothing"
-        raise UsageError(f"STORE {store}: a broker store directory, found {what} (--create makes a new store)")
+    if not create:
+        require_store(store, create_option=True)  # a typo must not become a new store
     sizes = {}
     for name, text, default in (("--commitlog-file-size", commitlog_file_size, DEFAULT_COMMITLOG_FILE_SIZE),
                                 ("--cq-file-size", cq_file_size, DEFAULT_CQ_FILE_SIZE)):

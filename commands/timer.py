@@ -63,12 +63,12 @@ def repair(
         if execute:
             with BrokerLock(store.path):
                 finished = finish_interrupted(store.path)
-                with TimerStore(store, broker_config) as ts:
+                with TimerStore(store, broker_config, lenient=True) as ts:
                     plan = plan_repair(ts, now_ms, wall_ms, fix_metrics=metrics)
                 execute_repair(store.path, plan)
             plan.interrupted = finished
         else:
-            with TimerStore(store, broker_config) as ts:
+            with TimerStore(store, broker_config, lenient=True) as ts:
                 plan = plan_repair(ts, now_ms, wall_ms, fix_metrics=metrics)
     if json_out:
         emit_json(plan.as_json() | {"executed": execute})

@@ -242,7 +242,7 @@ class Scheduler:
                                             DELAY_OFFSET_UPDATE_VERSION_STEP if self.broker5x else None)
                 # Publish at once: from here on every delivery is after a known, exact point.
                 yield from self._publish(writer, publisher)
-                known_queues = {(t, q) for t, ids in store.topics().items() for q in ids}
+                known_queues = _known_queues(store)
                 reason = yield from self._loop(store, writer, publisher, known_queues)
                 yield from self._publish(writer, publisher)
                 yield self._stopped(reason)
@@ -578,3 +578,23 @@ class Scheduler:
                 finally:
                     self.timer.close()
             yield self._stopped("dry run")
+
+
+def _known_queues(store) -> set[tuple[str, int]]:
+    """The (topic, queue) pairs a delivery may go to without a word: a topic's queues as the
+    store's config/topics.json gives them (the queue ids below its read and write queue
+    numbers, what consumers and producers use), and for a topic it does not list, the queues
+    it has on disk. A REAL_QID outside is delivered all the same, as the broker does, and said
+    once per topic and queue."""
+    from rmqdelay.store.brokerconfig import read_topic_table
+
+    try:
+        table = read_topic_table(store.path)
+    except StoreError:
+        table = {}  # an unreadable topics.json: the queues on disk say it
+    known = {(t, q) for t, ids in store.topics().items() if t not in table for q in ids}
+    for topic, entry in table.items():
+        numbers = [entry.get(k) for k in ("readQueueNums", "writeQueueNums")] if isinstance(entry, dict) else []
+        count = max([n for n in numbers if isinstance(n, int) and not isinstance(n, bool)] or [0])
+        known.update((topic, q) for q in range(min(count, 1 << 16)))
+    return known

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,14 +56,21 @@ def list_mapped_files(directory: Path, problems: Problems | None = None) -> list
         if not _NAME.match(entry.name):
             continue
         try:
+            if entry.is_dir():
+                continue  # not a file of the queue: a writer reaching its offset says so
             if not entry.is_file():
+                # A dangling symlink, a FIFO, a device or a directory where a file of the queue
+                # belongs: the broker's MappedFileQueue.load refuses it (its length is not the
+                # file size), and skipping it would make the queue end before it.
+                report(problems, UNREADABLE, entry.path, None,
+                       f"a regular file of the queue, found {_special_kind(entry)}")
                 continue
             size = entry.stat().st_size
         except OSError as exc:  # a symlink loop (ELOOP), an unreadable target, ...
             report(problems, UNREADABLE, entry.path, None, f"a readable file ({exc.strerror})")
             continue
         files.append(MappedFile(Path(entry.path), int(entry.name), size))
-    usual = _usual_size(files)
+    usual = usual_size(files)
     for prev, cur in zip(files, files[1:]):
         if prev.end == cur.start:
             continue
@@ -84,7 +92,20 @@ def list_mapped_files(directory: Path, problems: Problems | None = None) -> list
     return files
 
 
-def _usual_size(files: list[MappedFile]) -> int | None:
+def _special_kind(entry: os.DirEntry) -> str:
+    if entry.is_symlink():
+        try:
+            os.stat(entry.path)
+        except OSError:
+            return f"a symlink to nothing ({os.readlink(entry.path)})"
+    try:
+        mode = os.stat(entry.path).st_mode
+    except OSError as exc:
+        return f"an unreadable entry ({exc.strerror})"
+    return "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device or special file"
+
+
+def usual_size(files: list[MappedFile]) -> int | None:
     """The size most files of the queue have (the broker's mapped file size)."""
     if not files:
         return None

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rmqdelay.errors import StoreError, StoreWriteError, UsageError
+from rmqdelay.errors import StoreError, StoreReadError, StoreWriteError, UsageError
 from rmqdelay.formats.checkpoint import Checkpoint
 from rmqdelay.formats.commitlog import BLANK, Message
 from rmqdelay.formats.constants import (
@@ -117,6 +117,9 @@ class Puts:
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
+
+
+DAMAGED_INDEX_DIR = "index.damaged"  # index files set aside, outside index/
 
 
 class StoreWriter(Flush):
@@ -284,10 +287,35 @@ class StoreWriter(Flush):
             self.recovery = apply_recovery(store, plan, _Recovery(self))
             if self._index_settings.messageIndexEnable:
                 # IndexService.buildIndex for every record appended: the index follows the log.
-                self._indexer = MessageIndexer(index_dir(self.path), self._index_settings, sync=self.sync)
+                self._indexer = self._open_indexer()
                 self.recovery.indexed = self._indexer_call(self._indexer.catch_up, store.commitlog, self._end)
         finally:
             store.close()
+
+    def _open_indexer(self) -> MessageIndexer:
+        """The index, opened as the broker keeps serving over a damaged one: an index file
+        that cannot be read as one (a zeroed or flipped header, truncated, empty) is set aside
+        into index.damaged/ (kept, outside index/ where the broker would load it), said in one
+        notice, and what it indexed is indexed again from the commit log (catch_up): derived
+        data never stops a delivery. The system saying no (EACCES, EIO) still stops."""
+        directory = index_dir(self.path)
+        while True:
+            try:
+                return MessageIndexer(directory, self._index_settings, sync=self.sync)
+            except (StoreReadError, StoreWriteError):
+                raise
+            except StoreError as exc:
+                bad = Path(exc.path)
+                if bad.parent != directory or not bad.is_file():
+                    raise
+                aside = self.path / DAMAGED_INDEX_DIR
+                fileio.make_dirs(aside)
+                os.replace(bad, aside / bad.name)
+                fileio.fsync_dir(directory)
+                fileio.fsync_dir(aside)
+                self.recovery.notices.append(
+                    f"index: {exc}; set aside into {DAMAGED_INDEX_DIR}/{bad.name}: the index is derived data, "
+                    "what it held is indexed again from the commit log")
 
     def _indexer_call(self, call, *args):
         """The indexer fails like the rest of the writer: one StoreWriteError, writer stopped.

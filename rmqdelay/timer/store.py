@@ -33,23 +33,30 @@ TIMER_QUEUE_ID = 0
 
 
 class TimerStore:
-    def __init__(self, store: Store, broker_config: Path | None = None, config: TimerConfig | None = None) -> None:
+    def __init__(self, store: Store, broker_config: Path | None = None, config: TimerConfig | None = None, *,
+                 lenient: bool = False) -> None:
+        """``lenient`` (what `timer repair` opens, since it derives the timer log's layout,
+        the wheel and the checkpoint again): timer log files of the wrong size or missing
+        between others, a wheel of the wrong size and a checkpoint that does not parse are
+        noted (``log.damage``, ``wheel.wrong_size``, ``checkpoint_damage``), not raised."""
         self.store = store
+        self.lenient = lenient
+        self.checkpoint_damage: StoreError | None = None
         paths = timer_paths(store.path)
         self.timerlog_dir = paths["timerlog"]
         self.wheel_path = paths["timerwheel"]
         self.checkpoint_path = paths["timercheck"]
         self.metrics_path = paths["timermetrics"]
-        self.log = TimerLog(self.timerlog_dir)
+        self.log = TimerLog(self.timerlog_dir, lenient=lenient)
         self._checkpoint: TimerCheckpoint | None | bool = False
         try:
             # What the files say: the precision the wheel's slots were written with.
             self.precision_in_files = self._precision_from_files()
             if config is None:
                 config = timer_config(broker_config, precision_from_files=self.precision_in_files,
-                                      log_file_size_from_files=self.log.file_size)
+                                      log_file_size_from_files=self._log_file_size())
             self.config = config
-            self.wheel = TimerWheel(self.wheel_path, config.precisionMs)
+            self.wheel = TimerWheel(self.wheel_path, config.precisionMs, lenient=lenient)
         except BaseException:
             self.log.close()
             raise
@@ -79,7 +86,11 @@ class TimerStore:
             try:
                 self._checkpoint = parse_timer_checkpoint(data)
             except FormatError as exc:
-                raise StoreError(self.checkpoint_path, exc.offset, exc.expected) from None
+                error = StoreError(self.checkpoint_path, exc.offset, exc.expected)
+                if not self.lenient:
+                    raise error from None
+                self.checkpoint_damage = error
+                self._checkpoint = None
         return self._checkpoint
 
     def metrics(self) -> TimerMetrics | None:
@@ -95,6 +106,17 @@ class TimerStore:
     def message(self, unit: TimerLogUnit) -> Message:
         """The rmq_sys_wheel_timer record a unit points at (StoreError when it is not there)."""
         return self.store.commitlog.read_message(unit.offsetPy, unit.sizePy)
+
+    def _log_file_size(self) -> int | None:
+        """The size of the timer log's files as the files say it: the size most of them have.
+        Opened leniently, a lone file or files that all differ say nothing (a truncated or
+        grown file): the broker's setting decides."""
+        size = self.log.file_size
+        if not self.lenient or size is None:
+            return size
+        sizes = [mf.size for mf in self.log.files]
+        alone = len(sizes) == 1 and not self.log.damage and size % 4096 == 0
+        return size if sizes.count(size) > 1 or alone else None
 
     # -- precision -------------------------------------------------------------------------------
     def _precision_from_files(self) -> int | None:

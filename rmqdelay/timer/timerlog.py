@@ -28,7 +28,8 @@ from rmqdelay.formats.timerlog import (
     parse_unit,
     unit_columns,
 )
-from rmqdelay.store.mappedfiles import MappedFile, MappedFileReader, list_mapped_files
+from rmqdelay.store.mappedfiles import MappedFile, MappedFileReader, list_mapped_files, usual_size
+from rmqdelay.store.problems import Problems
 
 
 @dataclass(slots=True, frozen=True)
@@ -39,9 +40,12 @@ class TimerLogEnd:
 
 
 class TimerLog:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, lenient: bool = False) -> None:
+        """``lenient``: files of the wrong size and gaps between files are noted in
+        ``damage`` instead of raised (what `timer repair` reads: it lays the log out again)."""
         self.directory = Path(directory)
-        self.files: list[MappedFile] = list_mapped_files(self.directory)
+        self.damage = Problems()
+        self.files: list[MappedFile] = list_mapped_files(self.directory, self.damage if lenient else None)
         self._reader = MappedFileReader(self.files)
         self._decoded: dict[int, TimerLogFile] = {}
 
@@ -51,7 +55,8 @@ class TimerLog:
 
     @property
     def file_size(self) -> int | None:
-        return self.files[0].size if self.files else None
+        """The size of the log's files (the one most of them have: a damaged file may differ)."""
+        return usual_size(self.files)
 
     @property
     def size(self) -> int:

@@ -337,7 +337,8 @@ def _chains(ts: TimerStore, units: np.ndarray, slots: np.ndarray) -> Iterator[Ti
     for name in ("lastPos", "firstPos"):
         pos = slots[name].astype(np.int64)
         in_file = pos - starts[np.maximum(np.searchsorted(starts, pos, side="right") - 1, 0)]
-        outside = (pos >= log_end) | ((pos < log_min) & live) | ((pos >= 0) & (in_file % UNIT_SIZE != 0)) | (pos < -1)
+        outside = (pos >= log_end) | ((pos < log_min) & live) | ((pos >= log_min) & (in_file % UNIT_SIZE != 0)) | \
+            (pos < -1)
         for i in np.flatnonzero(outside & ~bad_slot):
             s = slots[i]
             yield TimerProblem(SLOT_OUTSIDE_LOG, wheel, int(s["index"]) * SLOT_SIZE + (16 if name == "lastPos" else 8),

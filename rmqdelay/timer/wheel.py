@@ -28,8 +28,10 @@ from rmqdelay.store.fileio import map_for_read
 
 
 class TimerWheel:
-    def __init__(self, path: Path, precision_ms: int) -> None:
+    def __init__(self, path: Path, precision_ms: int, *, lenient: bool = False) -> None:
+        """``lenient``: a file of the wrong size reads as no wheel (``wrong_size`` says its size)."""
         self.path = Path(path)
+        self.wrong_size: int | None = None
         self.precision_ms = precision_ms
         self._view: memoryview | bytes = b""
         try:
@@ -38,6 +40,8 @@ class TimerWheel:
             size = 0
         except OSError as exc:
             raise StoreError(self.path, None, f"a readable file ({exc.strerror})") from None
+        if size not in (0, WHEEL_FILE_SIZE) and lenient:
+            self.wrong_size, size = size, 0
         if size not in (0, WHEEL_FILE_SIZE):
             raise StoreError(self.path, size, f"a timer wheel of {WHEEL_FILE_SIZE} bytes ({WHEEL_SLOTS} slots of "
                                               f"{SLOT_SIZE}; the broker refuses any other length), found {size} bytes")

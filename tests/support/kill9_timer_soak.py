@@ -5,11 +5,16 @@ queue (a cancelled one not, or once when its cancellation reached the timer afte
 the broker drops it then), every delay message once, `inspect timer --verify` and the commit
 log's verify clean, and a store the real broker resumes from without putting anything again.
 
-    python tests/support/kill9_timer_soak.py [--kills 200] [--seed N] [--work DIR] [--generated N]
+    python tests/support/kill9_timer_soak.py [--kills 200] [--seed N] [--work DIR] [--generated N] [--damage]
 
 --generated N: the soak on a store of N records made by `samples generate --timer` (timer
 messages delivered, pending, rolled and recalled, beside delay-level traffic and retry chains)
 instead of the timer-fresh sample; the runs start from its read clock.
+
+--damage: after a third of the stops, one timer file is damaged (timerdamage.py: a timer log
+file, the wheel, the checkpoint or the metrics deleted, truncated, zeroed, overwritten or
+resized) and `timer repair --execute` mends it before the next run; the check then also
+counts recalled messages delivered (a cancellation that reached the timer in time).
 
 Each run reads the wheel four hours further (--now), so runs read ahead of the wall clock too
 (the neutralising of slots read early is killed as well). tests/test_timer_run.py runs a few.
@@ -26,11 +31,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from rmqdelay.samples.pack import unpack
 from rmqdelay.store.writer import NewMessage, StoreWriter
 from rmqdelay.timer.audit import check_timer_store
+
+try:
+    from support.timerdamage import DAMAGES, FILES, damage_store
+except ImportError:  # run as a script: tests/support is the script's own directory
+    from timerdamage import DAMAGES, FILES, damage_store
 
 FAR = 4_102_444_800_000  # 2100-01-01: everything is due
 FRESH_READ_CLOCK = 1795450290000  # timer-fresh's lastReadTimeMs
@@ -64,11 +75,11 @@ def run_cli(path: Path, *extra: str, now: int = FAR) -> list[str]:
 
 
 def kill_timer_runs(path: Path, kills: int, rng: random.Random, work: Path, *, max_delay_s: float = 0.3,
-                    clock: int = FRESH_READ_CLOCK, spread_ms: int = 5000) -> dict:
+                    clock: int = FRESH_READ_CLOCK, spread_ms: int = 5000, damage: bool = False) -> dict:
     """Park messages, start `run` reading four hours further, SIGKILL it a random moment after
     its first timer delivery; repeat until ``kills`` runs were stopped or finished. ``clock``:
     the store's read clock (where the first run's four hours start)."""
-    stats = {"killed": 0, "finished": 0, "parked": 0, "seconds": 0.0}
+    stats = {"killed": 0, "finished": 0, "parked": 0, "seconds": 0.0, "damaged": 0, "repairs": Counter()}
     started = time.monotonic()
     serial = 1
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -94,8 +105,40 @@ def kill_timer_runs(path: Path, kills: int, rng: random.Random, work: Path, *, m
         proc.wait()
         if proc.returncode not in (0, -signal.SIGKILL):
             raise RuntimeError(f"rmqdelay run failed ({proc.returncode}): {out.read_text()[-2000:]}")
+        if damage and rng.random() < 1 / 3:
+            name, how = rng.choice(FILES), rng.choice(DAMAGES)
+            if damage_store(path, name, how, rng) is not None:
+                stats["damaged"] += 1
+                repair = subprocess.run([sys.executable, "-m", "rmqdelay", "timer", "repair", str(path), "--execute",
+                                         "--now", str(clock)], capture_output=True, env=env)
+                if repair.returncode != 0:
+                    raise RuntimeError(f"timer repair after {name} {how} failed ({repair.returncode}): "
+                                       f"{repair.stderr.decode()[-2000:]}")
+                stats["repairs"][f"{name} {how}"] += 1
     stats["seconds"] = time.monotonic() - started
     return stats
+
+
+def recalled_delivered(path: Path) -> list[str]:
+    """realTopic+uniqKey of the messages delivered although their cancellation reached the
+    timer in time: its marker has a delete unit in the timer log (one dropped on enqueue,
+    due already, has none: its target is delivered, as by the broker)."""
+    from rmqdelay.formats.constants import TIMER_MAGIC_DELETE
+    from rmqdelay.store import Store
+    from rmqdelay.timer import TimerStore
+
+    with Store(path) as store, TimerStore(store) as ts:
+        units = ts.log.units()
+        marker_at = set(units["offsetPy"][(units["magic"] & TIMER_MAGIC_DELETE) != 0].tolist())
+        in_time, delivered = set(), set()
+        for rec in store.commitlog.records():
+            p = rec.properties
+            if rec.topic == "rmq_sys_wheel_timer":
+                if "TIMER_DEL_UNIQKEY" in p and rec.commitLogOffset in marker_at:
+                    in_time.add(p["TIMER_DEL_UNIQKEY"])
+            elif "TIMER_DEQUEUE_MS" in p:
+                delivered.add(f"{rec.topic}+{p.get('UNIQ_KEY')}")
+    return sorted(in_time & delivered)
 
 
 def generated_store(path: Path, messages: int, seed: int) -> dict:
@@ -114,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=None)
     ap.add_argument("--generated", type=int, default=None, metavar="N",
                     help="soak a store of N records from `samples generate --timer` instead of timer-fresh")
+    ap.add_argument("--damage", action="store_true",
+                    help="damage a timer file after a third of the stops and repair it before the next run")
     args = ap.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="kill9-timer-"))
     path = work / "store"
@@ -129,13 +174,18 @@ def main(argv: list[str] | None = None) -> int:
     else:
         unpack(SAMPLE, path)
     rng = random.Random(args.seed)
-    stats = kill_timer_runs(path, args.kills, rng, work, clock=clock)
+    stats = kill_timer_runs(path, args.kills, rng, work, clock=clock, damage=args.damage)
     done = subprocess.run(run_cli(path), capture_output=True)
     if done.returncode != 0:
         print(done.stderr.decode()[-2000:], file=sys.stderr)
         return 1
     check = check_timer_store(path, strict_cancel=False)
+    recalled = recalled_delivered(path)
     print(f"stops: {stats['killed']} killed mid-run, {stats['finished']} finished first, in {stats['seconds']:.0f} s")
+    if args.damage:
+        print(f"damaged and repaired {stats['damaged']} time(s): "
+              + ", ".join(f"{k} x{n}" for k, n in sorted(stats["repairs"].items())))
+        print(f"recalled messages delivered (cancellation in time): {len(recalled)}")
     print(f"timer messages parked {check.parked} (of which {stats['parked']} added between stops): delivered "
           f"{check.delivered}, cancelled {check.cancelled}, lost {len(check.lost)}, duplicated "
           f"{len(check.duplicated)}, misrouted {len(check.misrouted)}")
@@ -143,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"verify and broker-resume problems: {len(check.problems)}")
     for line in (["lost " + line for line in check.lost_lines()[:5]] + check.duplicated[:5] + check.problems[:10]):
         print("  " + line)
-    ok = not (check.lost or check.duplicated or check.misrouted or check.problems) \
+    ok = not (check.lost or check.duplicated or check.misrouted or check.problems or (args.damage and recalled)) \
         and check.delivered + check.cancelled == check.parked and check.delay_delivered == check.delay_parked
     print("OK" if ok else "FAILED")
     return 0 if ok else 1

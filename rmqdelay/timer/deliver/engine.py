@@ -114,6 +114,7 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         else:
             log_end = scan.end if scan.end is not None else self.ts.log.end_offset()
         self.log = TimerLogFiles(paths["timerlog"], log_file_size, log_end)
+        self._log_start = self.ts.log.min_offset
         if ours and self._torn is not None:
             yield TimerNotice("recovery", f"timer log: a torn unit at {self._torn} (past what was published) "
                                           f"zeroed")
@@ -238,6 +239,8 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         units: list[TimerLogUnit] = []
         pos = slot.lastPos if slot is not None else -1
         while pos != -1 and len(units) < CHAIN_LIMIT:
+            if pos < self._log_start and pos not in self._dry_units:
+                break  # into files already deleted: the broker's getWholeBuffer finds none and stops there
             unit = self._dry_units.get(pos) or self.log.read(pos)
             units.append(unit)
             if unit.prevPos >= pos:

@@ -18,7 +18,8 @@ What is mended, all derived from the timer log and the commit log (never from th
 - ``config/timermetrics`` gets the true pending counts when anything else changes (or when
   asked): 5.3.3's own counts drift, so drift alone is only reported.
 
-The parts: planner.py (``plan_repair``: what changes, read only), layout.py (the kept units
-laid out and the wheel rebuilt from them), plan.py (``RepairPlan``: what is shown and written),
+The parts: planner.py (``plan_repair``: what changes, read only), fromlog.py (what is taken
+from the commit log alone: later records of a key, a checkpoint rebuilt when it cannot be
+trusted), layout.py (the kept units laid out and the wheel rebuilt from them), plan.py (``RepairPlan``: what is shown and written),
 execute.py (``execute_repair``: the writing, and the backups that keep every old byte).
 """

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from rmqdelay.errors import StoreError
 from rmqdelay.formats.constants import TIMER_MAGIC_DELETE
 from rmqdelay.formats.timerlog import (
     UNIT_SIZE,
@@ -15,7 +14,7 @@ from rmqdelay.formats.timerlog import (
     encode_units,
     units_per_file,
 )
-from rmqdelay.formats.timerwheel import SLOTS_DTYPE, WHEEL_SLOTS
+from rmqdelay.formats.timerwheel import SLOTS_DTYPE, WHEEL_FILE_SIZE, WHEEL_SLOTS
 
 from ..store import TimerStore, unit_slot_times
 from ..verify import readable_log_end
@@ -30,13 +29,12 @@ def relayout(ts: TimerStore, kept: np.ndarray, plan: RepairPlan) -> tuple[np.nda
     plan.log_files / log_removed with the files whose bytes change. Returns (the units at
     their new offsets, the log's new end)."""
     files = ts.log.files
-    if not files:
-        if len(kept):  # cannot happen: units come from files
-            raise StoreError(ts.log.directory, None, "timer log files")
+    if not files and not len(kept):
         return kept, 0
-    file_size = files[0].size
+    file_size = ts.config.timerLogFileSize  # the broker's size: a damaged file may have another
     plan.log_file_size = file_size
-    base = files[0].start
+    # No file left (all deleted): the units made again from the commit log start a new log.
+    base = files[0].start if files else 0
     per = units_per_file(file_size)
     k = np.arange(len(kept), dtype=np.int64)
     new = kept.copy()
@@ -151,13 +149,17 @@ def rebuild_wheel(ts: TimerStore, groups: dict[int, tuple[int, int, int]], read_
     for index, (stored, (first, last, num)) in chosen.items():
         rows.append((index, stored, first, last, num, 0))
     new = np.array(sorted(rows), dtype=SLOTS_DTYPE)
-    if len(new) == len(old) and all(np.array_equal(new[n], old[n]) for n in SLOTS_DTYPE.names):
+    if ts.wheel.wrong_size is None and len(new) == len(old) and \
+            all(np.array_equal(new[n], old[n]) for n in SLOTS_DTYPE.names):
         return
     old_set = {tuple(int(r[n]) for n in SLOTS_DTYPE.names) for r in old}
     new_set = {tuple(int(r[n]) for n in SLOTS_DTYPE.names) for r in new}
     plan.slotsChanged = len({r[0] for r in old_set ^ new_set})
     plan.wheel = new
     counts_fixed = _count_fixes(old, new)
+    if ts.wheel.wrong_size is not None:
+        plan.changes.append(Change("timerwheel", "file size", f"{ts.wheel.wrong_size} bytes (read as no wheel)",
+                                   f"{WHEEL_FILE_SIZE} bytes"))
     plan.changes.append(Change("timerwheel", "non-empty slots", str(len(old)), str(len(new))))
     plan.changes.append(Change("timerwheel", "slots rewritten", "-", str(plan.slotsChanged)))
     if counts_fixed:

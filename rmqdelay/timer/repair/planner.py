@@ -17,6 +17,9 @@ import numpy as np
 from rmqdelay.errors import ConfigFallbackWarning, StoreError, StoreReadError
 from rmqdelay.formats.constants import (
     BLANK_MAGIC_CODE,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TIMER_DEL_UNIQKEY,
+    PROPERTY_TIMER_OUT_MS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     TIMER_MAGIC_DEFAULT,
     TIMER_MAGIC_DELETE,
@@ -55,6 +58,7 @@ from ..verify import (
     timer_records,
     true_metric_rows,
 )
+from .fromlog import LaterRecords, checkpoint_damage, derived_checkpoint
 from .layout import NEW_UNIT, rebuild_wheel, relayout, slot_groups
 from .plan import (
     BELOW_LOG,
@@ -86,14 +90,27 @@ def plan_repair(ts: TimerStore, now_ms: int, wall_ms: int, *, fix_metrics: bool 
     units, keep = _check_and_fix(ts, units, suspect, records, plan)
     kept = units[keep]
     plan.kept = len(kept)
+    later = LaterRecords(ts)
     cp = ts.checkpoint()
-    read_ms = _read_time(ts, cp, kept, now_ms, plan)
-    kept = _remake_lost(ts, cp, kept, records, read_ms, plan)
+    damage = checkpoint_damage(ts, cp)
+    if damage is not None:
+        cp = derived_checkpoint(ts, kept, later, now_ms, wall_ms)
+        read_ms = cp.lastReadTimeMs
+    else:
+        read_ms = _read_time(ts, cp, kept, now_ms, plan)
+    kept = _remake_lost(ts, cp, kept, records, read_ms, plan, later)
     new_units, log_end = relayout(ts, kept, plan)
     groups = slot_groups(new_units)
     rebuild_wheel(ts, groups, read_ms, log_end, plan)
     log_changed = bool(plan.log_files or plan.log_removed)
-    if cp is not None:
+    if damage is not None:
+        cp = TimerCheckpoint(cp.lastReadTimeMs, min(cp.lastTimerLogFlushPos, log_end), cp.lastTimerQueueOffset,
+                             cp.masterTimerQueueOffset, cp.dataVersion)
+        plan.checkpoint = encode_timer_checkpoint(cp) + bytes(TIMER_CHECKPOINT_FILE_SIZE - TIMER_CHECKPOINT_SIZE)
+        plan.changes.append(Change("config/timercheck", "file", damage,
+                                   f"rebuilt from the commit log: lastReadTimeMs {cp.lastReadTimeMs}, "
+                                   f"masterTimerQueueOffset {cp.masterTimerQueueOffset}"))
+    elif cp is not None:
         _checkpoint(ts, cp, kept, records, read_ms, log_end, wall_ms, plan)
     _metrics(ts, new_units, read_ms, wall_ms, plan,
              force=fix_metrics or log_changed or plan.wheel is not None or plan.checkpoint is not None)
@@ -171,6 +188,16 @@ def _check_and_fix(ts: TimerStore, units: np.ndarray, suspect: np.ndarray, recor
     suspect[tail:] = True
     # A suspect unit is a unit only if it points exactly at a timer message of its size.
     salvaged = suspect & c.found & ~c.wrong_size & is_timer_record
+    # ... and only if its times are ones the enqueue writes (the write clock a multiple of the
+    # precision, the slot its message's TIMER_OUT_MS or, rolled, one between the two): bytes
+    # overwritten across its clock leave a unit whose slot no one can tell - cut, and made
+    # again from its message like any unit destroyed.
+    if salvaged.any():
+        p = ts.config.precisionMs
+        cwt = units["currWriteTime"].astype(np.int64)
+        slot = unit_slot_times(units)
+        out = records.out_ms[idx] if n else np.full(len(units), NO_TIME, dtype=np.int64)
+        salvaged &= (cwt > 0) & (cwt % p == 0) & ((slot == out) | ((slot < out) & (slot >= cwt) & (slot % p == 0)))
     for row in np.flatnonzero(suspect & ~salvaged):
         offset = int(units["offset"][row])
         path, byte = ts.log.location(offset)
@@ -292,19 +319,25 @@ def _read_time(ts: TimerStore, cp: TimerCheckpoint | None, kept: np.ndarray, now
 
 
 def _remake_lost(ts: TimerStore, cp: TimerCheckpoint | None, kept: np.ndarray, records: TimerRecords,
-                 read_ms: int, plan: RepairPlan) -> np.ndarray:
+                 read_ms: int, plan: RepairPlan, later: LaterRecords) -> np.ndarray:
     """``kept`` with a unit for every enqueued timer message that lost its own (a unit
-    destroyed, cut as bytes that are not a unit): an rmq_sys_wheel_timer entry below
-    masterTimerQueueOffset, due at or after the read time, with no unit in the log and no
-    later record of its UNIQ_KEY (no delivered copy, no re-put of a roll). Nothing would ever
-    deliver it: it gets the unit doEnqueue writes at the read time, put before the log's last
-    unit (which stays last).
-    A cancellation marker in that state gets none: one the broker dropped on enqueue (due
-    already) leaves no trace either, and a unit made for it could cancel its target."""
+    destroyed: cut as bytes that are not a unit, its file truncated, zeroed or deleted): an
+    rmq_sys_wheel_timer entry below masterTimerQueueOffset, due at or after the read time,
+    with no unit in the log and no later record of its UNIQ_KEY (no delivered copy, no re-put
+    of a roll). Nothing would ever deliver it: it gets the unit doEnqueue writes at the read
+    time, put before the log's last unit (which stays last).
+    A cancellation marker in that state gets its unit again when its target waits in the
+    same slot, undelivered (it had one: the put hook parks a marker only while its time is
+    ahead, and the enqueue gives it the target's slot); without one the recalled message
+    would be delivered. A marker whose target is not waiting gets none (the broker drops one
+    that is due on enqueue)."""
     cq = ts.timer_queue()
-    if cq is None or cp is None or not len(records.offsets) or not len(kept):
+    if cq is None or cp is None or not len(records.offsets):
         return kept
-    high = min(cp.masterTimerQueueOffset, cq.max_offset)
+    # Below the master offset the checkpoint will hold: every entry up to the last one with a
+    # unit was enqueued (a run killed after it enqueued past what it published leaves units
+    # beyond the checkpoint's master; the entries between whose units were cut are lost too).
+    high = min(max(cp.masterTimerQueueOffset, _last_enqueued(cq, kept) + 1), cq.max_offset)
     if high <= cq.min_offset:
         return kept
     entries = cq.units(cq.min_offset, high)
@@ -312,36 +345,54 @@ def _remake_lost(ts: TimerStore, cp: TimerCheckpoint | None, kept: np.ndarray, r
     idx = np.minimum(np.searchsorted(records.offsets, py), len(records.offsets) - 1)
     found = records.offsets[idx] == py
     found &= records.is_timer[idx] & (records.sizes[idx] == entries["size"].astype(np.int64))
-    found &= (records.out_ms[idx] != NO_TIME) & (records.out_ms[idx] >= read_ms) & ~records.is_delete[idx]
+    found &= (records.out_ms[idx] != NO_TIME) & (records.out_ms[idx] >= read_ms)
     found &= ~np.isin(py, kept["offsetPy"].astype(np.int64))
     rows = np.flatnonzero(found)
     if not len(rows):
         return kept
     candidates: dict[str, int] = {}  # UNIQ_KEY -> row of its entry
+    targets: dict[str, str] = {}  # UNIQ_KEY -> realTopic+uniqKey, what a marker names
+    markers: dict[int, str] = {}  # row of a cancellation marker -> the realTopic+uniqKey it cancels
     for row in rows.tolist():
         try:
             msg = ts.store.commitlog.read_message(int(py[row]), int(records.sizes[idx[row]]))
         except StoreError:
             continue
+        if records.is_delete[idx[row]]:
+            target = msg.properties.get(PROPERTY_TIMER_DEL_UNIQKEY)
+            if target:
+                markers[row] = target
+            continue
         key = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         if key is not None:  # without one, no way to tell it was not delivered: left as it is
             candidates[key] = row
-    if candidates:  # a later record of the same key: delivered, re-put or rolled - not lost
-        first = min(int(py[row]) for row in candidates.values())
-        for record in ts.store.commitlog.records(first):
-            key = getattr(record, "properties", {}).get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-            if key in candidates and record.commitLogOffset > int(py[candidates[key]]):
-                del candidates[key]
+            targets[key] = f"{msg.properties.get(PROPERTY_REAL_TOPIC)}+{key}"
+    for key in later.of(candidates, {k: int(py[r]) for k, r in candidates.items()}):
+        del candidates[key]  # a later record of the same key: delivered, re-put or rolled - not lost
+    # A message its producer recalled (a marker for it with its TIMER_OUT_MS, anywhere in the
+    # queue: the marker may come before a roll's re-put) gets no unit: never a recalled
+    # message delivered.
+    recalled = _recalled(ts, cq, records) if candidates else set()
+    for key in [k for k, r in candidates.items() if (targets[k], int(records.out_ms[idx[r]])) in recalled]:
+        del candidates[key]
+    chosen = sorted(candidates.values())
+    if markers:
+        waiting = _waiting_targets(ts, kept, [int(py[r]) for r in chosen], records, read_ms, later)
+        chosen = sorted(chosen + [r for r, target in markers.items()
+                                  if (target, int(records.out_ms[idx[r]])) in waiting])
     made = []
-    for key, row in sorted(candidates.items(), key=lambda kv: kv[1]):
+    for row in chosen:
         out = int(records.out_ms[idx[row]])
         queue_offset = cq.min_offset + row
         write = read_ms
-        roll = ts.config.roll_slot(out, write)
+        delete = bool(records.is_delete[idx[row]])
+        roll = None if delete else ts.config.roll_slot(out, write)
         slot, magic = (out, TIMER_MAGIC_DEFAULT) if roll is None else (roll, TIMER_MAGIC_DEFAULT | TIMER_MAGIC_ROLL)
+        magic |= TIMER_MAGIC_DELETE if delete else 0
         # (offset: a placeholder no unit or prevPos holds; relayout gives it its place)
         made.append((NEW_UNIT - len(made), -1, magic, write, slot - write, int(py[row]),
                      int(records.sizes[idx[row]]), int(records.real_hash[idx[row]]), 0))
+        key = markers.get(row) or next(k for k, r in candidates.items() if r == row)
         plan.remade.append(RemadeUnit(queue_offset, int(py[row]), key, out, slot, magic))
     if not made:
         return kept
@@ -349,7 +400,51 @@ def _remake_lost(ts: TimerStore, cp: TimerCheckpoint | None, kept: np.ndarray, r
     # Before the last unit, never after it: the broker's recovery resumes the enqueue after the
     # queue offset of the message the log's last unit points at (reviseQueueOffset); a made
     # unit there would enqueue every later entry a second time.
+    if not len(kept):
+        return np.array(made, dtype=kept.dtype)
     return np.concatenate([kept[:-1], np.array(made, dtype=kept.dtype), kept[-1:]])
+
+
+def _recalled(ts: TimerStore, cq, records: TimerRecords) -> set[tuple[str, int]]:
+    """(realTopic+uniqKey, TIMER_OUT_MS) every cancellation marker of the timer queue names."""
+    entries = cq.units(cq.min_offset, cq.max_offset)
+    py = entries["commitLogOffset"].astype(np.int64)
+    idx = np.minimum(np.searchsorted(records.offsets, py), len(records.offsets) - 1)
+    marker = (records.offsets[idx] == py) & records.is_timer[idx] & records.is_delete[idx]
+    found = set()
+    for row in np.flatnonzero(marker).tolist():
+        try:
+            msg = ts.store.commitlog.read_message(int(py[row]), int(records.sizes[idx[row]]))
+        except StoreError:
+            continue
+        target = msg.properties.get(PROPERTY_TIMER_DEL_UNIQKEY)
+        if target:
+            found.add((target, int(records.out_ms[idx[row]])))
+    return found
+
+
+def _waiting_targets(ts: TimerStore, kept: np.ndarray, made_py: list[int], records: TimerRecords, read_ms: int,
+                     later: LaterRecords) -> set[tuple[str, int]]:
+    """(realTopic+uniqKey, slot time) of the timer messages that wait undelivered in a slot
+    not read yet: kept non-delete units and the messages about to get a unit again."""
+    delete = (kept["magic"] & TIMER_MAGIC_DELETE) != 0 if len(kept) else np.zeros(0, dtype=bool)
+    pending = kept[~delete & (unit_slot_times(kept) >= read_ms)] if len(kept) else kept
+    targets = [(int(u["offsetPy"]), int(u["sizePy"])) for u in pending]
+    targets += [(p, int(records.sizes[np.searchsorted(records.offsets, p)])) for p in made_py]
+    waiting: dict[str, tuple[str, int, int]] = {}
+    for offset, size in targets:
+        try:
+            msg = ts.store.commitlog.read_message(offset, size)
+        except StoreError:
+            continue
+        props = msg.properties
+        key = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        out = props.get(PROPERTY_TIMER_OUT_MS, "")
+        if key is not None and out.lstrip("-").isdigit():
+            waiting[key] = (f"{props.get(PROPERTY_REAL_TOPIC)}+{key}", int(out), offset)
+    # A later record of the same key that is not a cancellation: the message was delivered.
+    gone = later.of(waiting, {k: v[2] for k, v in waiting.items()}, skip_markers=True)
+    return {(target, out) for key, (target, out, _) in waiting.items() if key not in gone}
 
 
 def _checkpoint(ts: TimerStore, cp: TimerCheckpoint, kept: np.ndarray, records: TimerRecords, read_ms: int,

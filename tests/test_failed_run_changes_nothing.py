@@ -1,0 +1,45 @@
+"""A run that cannot read a log file whole changes nothing: a dangling symlink or a FIFO where
+the last commit log file belongs is refused in one line before recovery drops a consume queue
+unit or anything is published (the broker's MappedFileQueue.load refuses such a file too);
+once the file is back, a rerun delivers everything exactly once, no hand edit needed."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from clirun import console
+from test_bad_input import snapshot
+
+from rmqdelay.timer.audit import check_timer_store
+
+pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
+
+FAR = "4102444800000"
+
+
+@pytest.mark.parametrize("kind", ["dangling-symlink", "fifo"])
+def test_a_special_file_in_place_of_the_last_commit_log_file_is_refused_and_a_rerun_delivers_all(
+        store_copy, tmp_path, kind):
+    store = store_copy("timer-partial")
+    last = sorted((store / "commitlog").iterdir())[-1]
+    saved = tmp_path / "saved"
+    os.rename(last, saved)
+    if kind == "fifo":
+        os.mkfifo(last)
+    else:
+        os.symlink(tmp_path / "gone", last)
+    before = snapshot(store)
+    result = console("run", store, "--until-empty", "--now", FAR, timeout=120)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith(f"rmqdelay: {last}") and ("FIFO" in lines[-1] or "symlink" in lines[-1]), lines
+    assert "Traceback" not in result.stderr
+    assert snapshot(store) == before  # no unit dropped, nothing published
+    os.unlink(last)
+    os.rename(saved, last)
+    result = console("run", store, "--until-empty", "--now", FAR)
+    assert result.returncode == 0, result.stderr[-2000:]
+    check = check_timer_store(store)
+    assert check.lost == [] and check.duplicated == [] and check.delivered == 1112
+    assert check.delay_delivered == check.delay_parked
