@@ -179,21 +179,27 @@ def test_live_run_delivers_each_slot_once_it_is_due(store_copy):
 
 
 # -- kill -9 ---------------------------------------------------------------------------------------
+def drained_exactly_once(path, stats: dict):
+    """A clean run after the kills drains timer-fresh and its parked additions: each failure
+    names the message and where its trail (records, units, chains) ends."""
+    done = subprocess.run(run_cli(path), capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    check = check_timer_store(path, strict_cancel=False)
+    assert check.lost == [], check.lost_lines()
+    assert check.duplicated == [] and check.misrouted == [], (check.duplicated, check.misrouted)
+    assert check.problems == [], check.problems[:10]
+    assert check.parked == 1160 + stats["parked"]
+    assert check.delivered + check.cancelled == check.parked
+    return check
+
+
 @pytest.mark.slow
 def test_kill_9_on_a_timer_store_delivers_every_timer_message_exactly_once(store_copy, tmp_path):
     rng = random.Random(20261123)
     path = store_copy("timer-fresh")
     stats = kill_timer_runs(path, 6, rng, tmp_path)
     assert stats["killed"] >= 3
-    done = subprocess.run(run_cli(path), capture_output=True)
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    check = check_timer_store(path, strict_cancel=False)
-    # Each failure names the message and where its trail (records, units, chains) ends.
-    assert check.lost == [], check.lost_lines()
-    assert check.duplicated == [] and check.misrouted == [], (check.duplicated, check.misrouted)
-    assert check.problems == [], check.problems[:10]
-    assert check.parked == 1160 + stats["parked"]
-    assert check.delivered + check.cancelled == check.parked
+    check = drained_exactly_once(path, stats)
     assert check.delay_delivered == check.delay_parked == 305
 
 
@@ -231,11 +237,4 @@ def test_kill_9_while_full_slots_are_put_in_batches_delivers_each_message_once(s
     path = store_copy("timer-fresh")
     stats = kill_timer_runs(path, 4, rng, tmp_path, spread_ms=1)
     assert stats["killed"] >= 2
-    done = subprocess.run(run_cli(path), capture_output=True)
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    check = check_timer_store(path, strict_cancel=False)
-    assert check.lost == [], check.lost_lines()
-    assert check.duplicated == [] and check.misrouted == [], (check.duplicated, check.misrouted)
-    assert check.problems == [], check.problems[:10]
-    assert check.parked == 1160 + stats["parked"]
-    assert check.delivered + check.cancelled == check.parked
+    drained_exactly_once(path, stats)
