@@ -18,9 +18,9 @@ from typer import _click
 from typer._click.exceptions import BadParameter, MissingParameter, NoArgsIsHelpError, NoSuchOption
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-import rmqdelay
 from rmqdelay.errors import EXIT_BAD_INPUT, ConfigFallbackWarning, RmqDelayError, UsageError
 
+from .entry import print_version
 from .streams import configure_streams
 
 
@@ -155,9 +155,7 @@ app = typer.Typer(
 
 def _show_version(value: bool) -> None:
     if value:
-        # rmqdelay.__version__, not importlib.metadata, whose import alone would slow --version
-        # down by a good part: tests/test_cli_usage.py holds the two to pyproject.toml's.
-        sys.stdout.write(f"rmqdelay {rmqdelay.__version__}\n")
+        print_version()
         raise typer.Exit(0)
 
 
