@@ -13,7 +13,7 @@ from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 
-from rmqdelay.commands import main as cli_main
+from rmqdelay.commands import entry as cli_entry
 from wallclock import with_child_hooks
 
 # The console script installed with the interpreter running the tests, never one found on PATH.
@@ -38,21 +38,25 @@ def console(*args, env: dict[str, str] | None = None, unreadable: list[Path] = (
                           env=full_env, timeout=timeout or 120, errors="surrogateescape")
 
 
+def call_main(args) -> int:
+    """``rmqdelay ARGS`` through the console script's entry point, in this process: its exit code."""
+    saved = sys.argv
+    sys.argv = ["rmqdelay", *map(str, args)]
+    try:
+        cli_entry.main()
+        return 0
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = saved
+
+
 def in_process(args: list[str]) -> tuple[int, str, str]:
     """``rmqdelay ARGS`` through the console script's entry point in this process, its output
     captured as a pipe would take it (UTF-8, not a terminal): (exit code, stdout, stderr)."""
     out, err = (io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict") for _ in range(2))
-    saved = sys.argv
-    sys.argv = ["rmqdelay", *args]
-    try:
-        with redirect_stdout(out), redirect_stderr(err):
-            try:
-                cli_main.main()
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    finally:
-        sys.argv = saved
+    with redirect_stdout(out), redirect_stderr(err):
+        code = call_main(args)
     texts = []
     for stream in (out, err):
         stream.flush()
@@ -93,15 +97,7 @@ class CliResult:
 
 def run_cli(capsys, *args: str) -> CliResult:
     capsys.readouterr()  # drop anything written before
-    saved = sys.argv
-    sys.argv = ["rmqdelay", *map(str, args)]
-    try:
-        cli_main.main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    finally:
-        sys.argv = saved
+    code = call_main(args)
     captured = capsys.readouterr()
     return CliResult(code, captured.out, captured.err)
 
