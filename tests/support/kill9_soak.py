@@ -130,6 +130,27 @@ def fault_run(path: Path, kind: str, rules: list[dict], extra: list[str], result
     result.faults[kind] += 1
 
 
+def run_and_kill(command: list[str], out: Path, env: dict, first: bytes, delay_s: float, wait_s: float) -> bool:
+    """Start ``command`` (its output into ``out``), wait for ``first`` in that output (its first
+    delivery) or its end, then ``delay_s`` more, and SIGKILL it if it still runs: whether it
+    was killed. A run that failed (not killed, not exit 0) is an error of the soak."""
+    with open(out, "wb") as fh:
+        proc = subprocess.Popen(command, stdout=fh, stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + wait_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        if first in out.read_bytes():
+            break
+        time.sleep(0.002)
+    time.sleep(delay_s)
+    killed = proc.poll() is None
+    if killed:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    if proc.returncode not in (0, -signal.SIGKILL):
+        raise RuntimeError(f"rmqdelay run failed ({proc.returncode}): {out.read_text()[-2000:]}")
+    return killed
+
+
 def kill_cycles(path: Path, kills: int, rng: random.Random, *, top_up: int = 400,
                 max_delay_s: float = 0.03, work: Path | None = None, faults: float = 0.0) -> SoakResult:
     """Start the scheduler, wait for its first delivery, SIGKILL it after a random delay;
@@ -154,22 +175,10 @@ def kill_cycles(path: Path, kills: int, rng: random.Random, *, top_up: int = 400
             fault_run(path, kind, rules, extra, result, out)
             result.kills += 1
             continue
-        with open(out, "wb") as fh:
-            proc = subprocess.Popen(run_command(path, *extra), stdout=fh, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + 30
-        while proc.poll() is None and time.monotonic() < deadline:
-            if b'"delivered"' in out.read_bytes():
-                break
-            time.sleep(0.002)
-        time.sleep(rng.uniform(0, max_delay_s))
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
+        if run_and_kill(run_command(path, *extra), out, env, b'"delivered"', rng.uniform(0, max_delay_s), 30):
             result.killed_mid_delivery += 1
         else:
             result.finished_before_kill += 1
-        proc.wait()
-        if proc.returncode not in (0, -signal.SIGKILL):
-            raise RuntimeError(f"rmqdelay run failed ({proc.returncode}): {out.read_text()[-2000:]}")
         result.kills += 1
     result.seconds = time.monotonic() - started
     return result

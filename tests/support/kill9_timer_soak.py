@@ -26,7 +26,6 @@ import argparse
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -39,8 +38,10 @@ from rmqdelay.store.writer import NewMessage, StoreWriter
 from rmqdelay.timer.audit import check_timer_store
 
 try:
+    from support.kill9_soak import run_and_kill
     from support.timerdamage import DAMAGES, FILES, damage_store
 except ImportError:  # run as a script: tests/support is the script's own directory
+    from kill9_soak import run_and_kill
     from timerdamage import DAMAGES, FILES, damage_store
 
 FAR = 4_102_444_800_000  # 2100-01-01: everything is due
@@ -88,23 +89,11 @@ def kill_timer_runs(path: Path, kills: int, rng: random.Random, work: Path, *, m
         serial += 1000
         clock += 4 * 3600_000
         out = work / "run.out"
-        with open(out, "wb") as fh:
-            proc = subprocess.Popen(run_cli(path, "--flush-interval", str(rng.choice([0, 0.01, 0.2])), now=clock),
-                                    stdout=fh, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + 60
-        while proc.poll() is None and time.monotonic() < deadline:
-            if b'"timerDelivered"' in out.read_bytes():
-                break
-            time.sleep(0.002)
-        time.sleep(rng.uniform(0, max_delay_s))
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
+        command = run_cli(path, "--flush-interval", str(rng.choice([0, 0.01, 0.2])), now=clock)
+        if run_and_kill(command, out, env, b'"timerDelivered"', rng.uniform(0, max_delay_s), 60):
             stats["killed"] += 1
         else:
             stats["finished"] += 1
-        proc.wait()
-        if proc.returncode not in (0, -signal.SIGKILL):
-            raise RuntimeError(f"rmqdelay run failed ({proc.returncode}): {out.read_text()[-2000:]}")
         if damage and rng.random() < 1 / 3:
             name, how = rng.choice(FILES), rng.choice(DAMAGES)
             if damage_store(path, name, how, rng) is not None:
