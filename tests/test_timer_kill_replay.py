@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import struct
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 from clirun import run_cli
 from test_faults import FAR, cli
 
-from rmqdelay.formats.constants import TIMER_MAGIC_DELETE
+from rmqdelay.formats.constants import MESSAGE_MAGIC_CODE, TIMER_MAGIC_DELETE
 from rmqdelay.formats.timerlog import UNIT_SIZE
 from rmqdelay.formats.timerwheel import (
     SLOT_SIZE,
@@ -349,3 +350,48 @@ def test_units_a_killed_run_appended_are_counted_in_timermetrics_once(timer_stor
     assert rerun.code == 0, rerun.err
     assert timing_count(timer_store, "TimerTopic") == before + 20
     assert_clean(timer_store, 1160 + 20)
+
+
+@pytest.mark.parametrize("damage", ["last-log-file-cut", "timercheck-zeroed", "first-log-file-cut-torn-tail"])
+def test_a_repair_after_a_kill_keeps_the_killed_runs_outputs_from_being_put_again(timer_store, damage):
+    """A run killed after it put outputs and before it published them: the next run finds its
+    own state (config/rmqdelay.timer.json) and puts none of them again. A repair in between
+    rewrites config/timercheck - it must carry that state with it (or, with the checkpoint
+    destroyed, resume from it), else the next run takes the repaired checkpoint as a broker's
+    and delivers every one of those outputs a second time."""
+    park(timer_store, 40, BASE + 2_000, 1)
+    killed = run(timer_store, BASE + 3_600_000,
+                 faults=[{"op": "pwrite", "path": "/commitlog/", "contains": "TIMER_DEQUEUE_MS", "kill": True}])
+    assert killed.code == -signal.SIGKILL, killed.err
+    with Store(timer_store) as store:
+        outputs = sum(1 for r in store.commitlog.records() if "TIMER_DEQUEUE_MS" in r.properties)
+    assert outputs > 0  # put, never published
+    if damage == "timercheck-zeroed":
+        path = timer_store / "config" / "timercheck"
+        path.write_bytes(bytes(path.stat().st_size))
+    elif damage == "first-log-file-cut-torn-tail":
+        # Units of enqueued messages destroyed (the repair asks the commit log which went on),
+        # and the commit log ends in what an interrupted append leaves: a record head, zeros.
+        first = sorted((timer_store / "timerlog").iterdir())[0]
+        with open(first, "r+b") as fh:
+            fh.truncate(first.stat().st_size // 2 + 7)
+        with Store(timer_store) as store:
+            end = store.end_offset()
+            last = store.commitlog.files[-1]
+        torn = struct.pack(">ii", 604, MESSAGE_MAGIC_CODE) + b"\x01" * 12
+        if end + len(torn) > last.end:  # the last file is full: the append had begun a new one
+            path, at = last.path.with_name(f"{last.end:020d}"), 0
+            path.write_bytes(bytes(last.size))
+        else:
+            path, at = last.path, end - last.start
+        with open(path, "r+b") as fh:
+            fh.seek(at)
+            fh.write(torn)
+    else:
+        last = sorted((timer_store / "timerlog").iterdir())[-1]
+        with open(last, "r+b") as fh:
+            fh.truncate(10)
+    repair = cli("timer", "repair", timer_store, "--execute", "--now", BASE + 3_600_000)
+    assert repair.code == 0, repair.err
+    assert "config/rmqdelay.timer.json" in repair.out
+    assert_clean(timer_store, 1160 + 40)

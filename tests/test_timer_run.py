@@ -20,7 +20,7 @@ from rmqdelay.store import Store
 from rmqdelay.timer.audit import check_timer_store
 from rmqdelay.timer.deliver import TimerEngine
 from rmqdelay.timer.deliver.events import TimerDelivered, TimerNotice
-from rmqdelay.timer.deliver.state import read_timer_state
+from rmqdelay.timer.runstate import read_timer_state
 
 pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
 

@@ -143,6 +143,16 @@ def plan_recovery(store: Store) -> RecoveryPlan:
     return plan
 
 
+def data_end(store: Store) -> int:
+    """Where the log's data ends, reading only: a torn tail of the last file (what an
+    interrupted append leaves, zeroed when the writer next opens the store) is not data.
+    Raises StoreError where the writer would refuse."""
+    files = store.commitlog.files
+    if not files:
+        return 0
+    return _walk_last_file(store, files[-1], _checked_top(store, list(store.queue_infos()), files[-1]))[0]
+
+
 def _checked_top(store: Store, infos, last: MappedFile) -> int:
     """Where to start looking for the end of the log: after the message the highest unit
     points at, when that is a whole record of the unit's size in the last file; else the

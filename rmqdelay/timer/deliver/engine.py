@@ -37,7 +37,7 @@ from .enqueue import Enqueue, QueueEntry
 from .events import TimerEvent, TimerHeld, TimerNotice
 from .publish import Publish
 from .replay import Replay
-from .state import checkpoint_from_json, read_timer_state
+from ..runstate import own_checkpoint, read_timer_state
 
 CHAIN_LIMIT = 50_000_000  # the most units a slot's chain is walked for
 
@@ -91,9 +91,10 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         self._cq = cq
         self._cq_max = cq.max_offset if cq is not None else 0
         cq_min = cq.min_offset if cq is not None else 0
-        ours = state is not None and cp is not None and cp.as_json() in (state.timercheck, state.previousTimercheck)
-        if ours and cp.as_json() == state.previousTimercheck:
-            cp = checkpoint_from_json(state.timercheck)  # renamed first: the newer of the two
+        own = own_checkpoint(state, cp)
+        ours = own is not None
+        if ours:
+            cp = own
         log_file_size = self.ts.log.file_size or self.ts.config.timerLogFileSize
         self.wheel = WheelFile(paths["timerwheel"], self.precision, self.ts.wheel.non_empty())
         self.ts.wheel.close()

@@ -42,7 +42,7 @@ from rmqdelay.store.writer import NewMessage
 
 from .enqueue import QueueEntry
 from .events import TimerPersisted
-from .state import TimerRunState, state_bytes, timer_state_path
+from ..runstate import TimerRunState, state_bytes, timer_state_path
 
 MAGIC_NEUTRAL = TIMER_MAGIC_DEFAULT | TIMER_MAGIC_DELETE  # a delete unit: the dequeue puts nothing for it
 

@@ -37,7 +37,7 @@ from ..files import TimerLogFiles
 from .enqueue import QueueEntry
 from .events import TimerEvent, TimerNotice
 from .publish import MAGIC_NEUTRAL, marker_message
-from .state import TIMER_STATE_FILE, timer_state_path
+from ..runstate import TIMER_STATE_FILE, timer_state_path
 
 
 class Replay:

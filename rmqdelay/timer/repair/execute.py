@@ -84,7 +84,10 @@ def execute_repair(store_path: Path, plan: RepairPlan) -> None:
             _check_target(root / "timerwheel")
             _write_wheel(root / STAGING_DIR / "timerwheel", plan.wheel)
             entries.append(_Entry(f"{STAGING_DIR}/timerwheel", "timerwheel", WHEEL_BACKUP))
-        for data, name in ((plan.checkpoint, "timercheck"), (plan.metrics, "timermetrics")):
+        # The run state before the checkpoint: a run finding only the state renamed takes the
+        # checkpoint it names (the file then still holds the one named as previous).
+        for data, name in ((plan.state, "rmqdelay.timer.json"), (plan.checkpoint, "timercheck"),
+                           (plan.metrics, "timermetrics")):
             if data is None:
                 continue
             _check_target(root / "config" / name)

@@ -15,6 +15,8 @@ from rmqdelay.formats.constants import (
 )
 from rmqdelay.formats.delayoffset import DataVersion
 from rmqdelay.formats.timercheck import TimerCheckpoint
+from rmqdelay.store.commitlog import Blank
+from rmqdelay.store.recovery import data_end
 
 from ..store import TimerStore, unit_slot_times
 from ..verify import readable_log_end
@@ -35,12 +37,19 @@ class LaterRecords:
         first = min(offsets.values())
         if self._from is None or first < self._from:
             self._records = {}
-            for record in self.ts.store.commitlog.records(first):
-                props = getattr(record, "properties", {})
-                key = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            end = data_end(self.ts.store)  # a killed run's torn tail is not read
+            records = self.ts.store.commitlog.records(first, include_blanks=True) if first < end else ()
+            for record in records:
+                if isinstance(record, Blank):
+                    if record.physicalOffset + record.totalSize >= end:
+                        break
+                    continue
+                key = record.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
                 if key is not None:
                     self._records.setdefault(key, []).append(
-                        (record.commitLogOffset, PROPERTY_TIMER_DEL_UNIQKEY in props))
+                        (record.commitLogOffset, PROPERTY_TIMER_DEL_UNIQKEY in record.properties))
+                if record.commitLogOffset + record.storeSize >= end:
+                    break
             self._from = first
         return {key for key, at in offsets.items()
                 if any(o > at and not (skip_markers and marker) for o, marker in self._records.get(key, ()))}

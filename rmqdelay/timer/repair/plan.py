@@ -123,12 +123,13 @@ class RepairPlan:
     log_removed: list[str] = field(default_factory=list)
     wheel: np.ndarray | None = None  # the new non-empty slots (SLOTS_DTYPE), when the wheel changes
     checkpoint: bytes | None = None
+    state: bytes | None = None  # config/rmqdelay.timer.json, carried beside the checkpoint (carry.py)
     metrics: bytes | None = None
 
     @property
     def changed(self) -> bool:
         return bool(self.log_files or self.log_removed or self.wheel is not None or self.checkpoint is not None
-                    or self.metrics is not None)
+                    or self.state is not None or self.metrics is not None)
 
     def as_json(self) -> dict:
         return {
@@ -146,6 +147,8 @@ class RepairPlan:
         names = [f"timerlog/{n}" for n in self.log_files]
         if self.wheel is not None:
             names.append("timerwheel")
+        if self.state is not None:
+            names.append("config/rmqdelay.timer.json")
         if self.checkpoint is not None:
             names.append("config/timercheck")
         if self.metrics is not None:

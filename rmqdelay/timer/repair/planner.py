@@ -58,6 +58,7 @@ from ..verify import (
     timer_records,
     true_metric_rows,
 )
+from .carry import carry, run_state
 from .fromlog import LaterRecords, checkpoint_damage, derived_checkpoint
 from .layout import NEW_UNIT, rebuild_wheel, relayout, slot_groups
 from .plan import (
@@ -91,19 +92,24 @@ def plan_repair(ts: TimerStore, now_ms: int, wall_ms: int, *, fix_metrics: bool 
     kept = units[keep]
     plan.kept = len(kept)
     later = LaterRecords(ts)
-    cp = ts.checkpoint()
-    damage = checkpoint_damage(ts, cp)
-    if damage is not None:
+    found = ts.checkpoint()
+    damage = checkpoint_damage(ts, found)
+    state, cp = run_state(ts, found, damage is not None, plan)
+    derived = damage is not None and state is None
+    if derived:
         cp = derived_checkpoint(ts, kept, later, now_ms, wall_ms)
         read_ms = cp.lastReadTimeMs
     else:
         read_ms = _read_time(ts, cp, kept, now_ms, plan)
-    kept = _remake_lost(ts, cp, kept, records, read_ms, plan, later)
+    # A run that read ahead of the clock read every slot before its read clock: nothing is
+    # remade there (the next run, finding its state, reads on from that clock).
+    remake_ms = max(read_ms, state.readTimeMs or 0) if state is not None else read_ms
+    kept = _remake_lost(ts, cp, kept, records, remake_ms, plan, later)
     new_units, log_end = relayout(ts, kept, plan)
     groups = slot_groups(new_units)
     rebuild_wheel(ts, groups, read_ms, log_end, plan)
     log_changed = bool(plan.log_files or plan.log_removed)
-    if damage is not None:
+    if derived:
         cp = TimerCheckpoint(cp.lastReadTimeMs, min(cp.lastTimerLogFlushPos, log_end), cp.lastTimerQueueOffset,
                              cp.masterTimerQueueOffset, cp.dataVersion)
         plan.checkpoint = encode_timer_checkpoint(cp) + bytes(TIMER_CHECKPOINT_FILE_SIZE - TIMER_CHECKPOINT_SIZE)
@@ -111,7 +117,9 @@ def plan_repair(ts: TimerStore, now_ms: int, wall_ms: int, *, fix_metrics: bool 
                                    f"rebuilt from the commit log: lastReadTimeMs {cp.lastReadTimeMs}, "
                                    f"masterTimerQueueOffset {cp.masterTimerQueueOffset}"))
     elif cp is not None:
-        _checkpoint(ts, cp, kept, records, read_ms, log_end, wall_ms, plan)
+        cp = _checkpoint(ts, cp, kept, records, read_ms, log_end, wall_ms, plan, damage=damage)
+    if state is not None and (log_changed or plan.wheel is not None or plan.checkpoint is not None):
+        carry(state, None if damage is not None else found, cp, log_end, plan)
     _metrics(ts, new_units, read_ms, wall_ms, plan,
              force=fix_metrics or log_changed or plan.wheel is not None or plan.checkpoint is not None)
     return plan
@@ -448,7 +456,7 @@ def _waiting_targets(ts: TimerStore, kept: np.ndarray, made_py: list[int], recor
 
 
 def _checkpoint(ts: TimerStore, cp: TimerCheckpoint, kept: np.ndarray, records: TimerRecords, read_ms: int,
-                log_end: int, wall_ms: int, plan: RepairPlan) -> None:
+                log_end: int, wall_ms: int, plan: RepairPlan, *, damage: str | None = None) -> TimerCheckpoint:
     """config/timercheck, consistent with the data. From TimerMessageStore.recover (5.3.3):
 
     - lastReadTimeMs: the dequeue resumes at max(it, now - 7 days + 60 s). Slots are never
@@ -477,13 +485,13 @@ def _checkpoint(ts: TimerStore, cp: TimerCheckpoint, kept: np.ndarray, records: 
     flush = min(cp.lastTimerLogFlushPos, log_end)
     fields = {"lastReadTimeMs": (cp.lastReadTimeMs, read_ms), "lastTimerLogFlushPos": (cp.lastTimerLogFlushPos, flush),
               "lastTimerQueueOffset": (last, new_last), "masterTimerQueueOffset": (master, new_master)}
-    if all(a == b for a, b in fields.values()):
-        return
+    if damage is None and all(a == b for a, b in fields.values()):
+        return cp
     dv = cp.dataVersion
     new_dv = DataVersion(counter=dv.counter + 1, stateVersion=dv.stateVersion, timestamp=wall_ms)
     new_cp = TimerCheckpoint(read_ms, flush, new_last, new_master, new_dv)
     old = fileio.read_file(ts.checkpoint_path) or b""
-    tail = old[TIMER_CHECKPOINT_SIZE:TIMER_CHECKPOINT_FILE_SIZE] if len(old) >= TIMER_CHECKPOINT_FILE_SIZE else \
+    tail = old[TIMER_CHECKPOINT_SIZE:TIMER_CHECKPOINT_FILE_SIZE] if len(old) >= TIMER_CHECKPOINT_FILE_SIZE and not damage else \
         bytes(TIMER_CHECKPOINT_FILE_SIZE - TIMER_CHECKPOINT_SIZE)
     plan.checkpoint = encode_timer_checkpoint(new_cp) + tail
     for name, (a, b) in fields.items():
@@ -491,6 +499,10 @@ def _checkpoint(ts: TimerStore, cp: TimerCheckpoint, kept: np.ndarray, records: 
             plan.changes.append(Change("config/timercheck", name, str(a), str(b)))
     plan.changes.append(Change("config/timercheck", "dataVersion", f"{dv.counter}@{dv.timestamp}",
                                f"{new_dv.counter}@{new_dv.timestamp}"))
+    if damage is not None:
+        plan.changes.append(Change("config/timercheck", "file", damage,
+                                   "rebuilt from config/rmqdelay.timer.json, the state rmqdelay published with it"))
+    return new_cp
 
 
 def _last_enqueued(cq, kept: np.ndarray) -> int:

@@ -61,3 +61,17 @@ def checkpoint_from_json(doc: dict) -> TimerCheckpoint:
                            int(doc["lastTimerQueueOffset"]), int(doc["masterTimerQueueOffset"]),
                            DataVersion(int(dv.get("counter", 0)), int(dv.get("stateVersion", 0)),
                                        int(dv.get("timestamp", 0))))
+
+
+def own_checkpoint(state: TimerRunState | None, cp: TimerCheckpoint | None) -> TimerCheckpoint | None:
+    """The checkpoint rmqdelay published, when config/timercheck is one it published with
+    ``state`` (the state file is renamed first: when the file is still the previous one, the
+    newer of the two); None when the file is not rmqdelay's (a broker's, or no state)."""
+    if state is None or cp is None:
+        return None
+    found = cp.as_json()
+    if found == state.timercheck:
+        return cp
+    if found == state.previousTimercheck:
+        return checkpoint_from_json(state.timercheck)
+    return None
