@@ -168,6 +168,11 @@ def test_kill_9_between_files_leaves_whole_files_and_a_rerun_finishes(tmp_path, 
     if (store / ".timer-repair" / "journal.json").exists():  # killed after the journal: renames to finish
         dry = cli("timer", "repair", store, "--now", NOW)
         assert "interrupted repair" in dry.out
+        # A half-applied repair is no state to deliver from: `run` refuses, says how to finish.
+        files = snapshot(store)
+        refused = cli("run", store, "--until-empty", "--now", NOW)
+        one_line(refused, "journal.json", "timer repair STORE --execute")
+        assert snapshot(store) == files
     finish(store, reference)
 
 

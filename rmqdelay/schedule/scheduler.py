@@ -44,7 +44,7 @@ from rmqdelay.runfilter import RunFilter
 from rmqdelay.schedule.status import corrected_deliver_times
 from rmqdelay.store import Store
 from rmqdelay.store.index import IndexSettings
-from rmqdelay.store.kind import timer_files_present
+from rmqdelay.store.kind import refuse_half_repaired, timer_files_present
 from rmqdelay.store.levels import parse_delay_levels
 from rmqdelay.store.writeformat import detect_write_format
 from rmqdelay.store.writer import StoreWriter
@@ -223,6 +223,7 @@ class Scheduler:
         # exactly-once needs: deliveries lost with unpublished offsets are delivered again.
         # An error anywhere leaves the block by an exception: the writer abandons what is
         # pending and nothing is published (the next run replays what was written).
+        refuse_half_repaired(self.store_path)  # before anything is written
         with StoreWriter(self.store_path, delay_levels=self.delay_levels, clock=self.clock,
                          sync=False, index=self.index, broker_config=self.broker_config) as writer:
             self.broker5x = writer.write_format.is5x

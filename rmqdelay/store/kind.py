@@ -36,6 +36,10 @@ TIMER_LOG_DIR = "timerlog"
 TIMER_WHEEL_FILE = "timerwheel"
 TIMER_CHECK_FILE = "timercheck"
 TIMER_METRICS_FILE = "timermetrics"
+# Where `timer repair --execute` stages its files, and the journal naming its renames: while
+# it exists, a repair is half applied (every file whole, old or new).
+TIMER_REPAIR_STAGING = ".timer-repair"
+TIMER_REPAIR_JOURNAL = "journal.json"
 
 
 def timer_paths(store_path: Path) -> dict[str, Path]:
@@ -43,6 +47,15 @@ def timer_paths(store_path: Path) -> dict[str, Path]:
     return {"timerlog": store_path / TIMER_LOG_DIR, "timerwheel": store_path / TIMER_WHEEL_FILE,
             "timercheck": store_path / "config" / TIMER_CHECK_FILE,
             "timermetrics": store_path / "config" / TIMER_METRICS_FILE}
+
+
+def refuse_half_repaired(store_path: Path) -> None:
+    """StoreError when an interrupted `timer repair --execute` left renames to finish: the
+    timer files are then a mix of old and new ones, whole each, but not one state."""
+    journal = Path(store_path) / TIMER_REPAIR_STAGING / TIMER_REPAIR_JOURNAL
+    if journal.exists():
+        raise StoreError(journal, None, "no interrupted timer repair; found one with renames left to finish: "
+                                        "run `rmqdelay timer repair STORE --execute` to finish it first")
 
 
 def timer_files_present(store_path: Path) -> list[str]:

@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-STAGING_DIR = ".timer-repair"
-JOURNAL = "journal.json"
+from rmqdelay.store.kind import TIMER_REPAIR_JOURNAL, TIMER_REPAIR_STAGING
+
+STAGING_DIR = TIMER_REPAIR_STAGING
+JOURNAL = TIMER_REPAIR_JOURNAL
 LOG_BACKUP_DIR = "timerlog.bak"
 WHEEL_BACKUP = "timerwheel.bak"
 
