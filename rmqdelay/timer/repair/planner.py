@@ -491,7 +491,8 @@ def _checkpoint(ts: TimerStore, cp: TimerCheckpoint, kept: np.ndarray, records: 
     new_dv = DataVersion(counter=dv.counter + 1, stateVersion=dv.stateVersion, timestamp=wall_ms)
     new_cp = TimerCheckpoint(read_ms, flush, new_last, new_master, new_dv)
     old = fileio.read_file(ts.checkpoint_path) or b""
-    tail = old[TIMER_CHECKPOINT_SIZE:TIMER_CHECKPOINT_FILE_SIZE] if len(old) >= TIMER_CHECKPOINT_FILE_SIZE and not damage else \
+    keep_tail = damage is None and len(old) >= TIMER_CHECKPOINT_FILE_SIZE
+    tail = old[TIMER_CHECKPOINT_SIZE:TIMER_CHECKPOINT_FILE_SIZE] if keep_tail else \
         bytes(TIMER_CHECKPOINT_FILE_SIZE - TIMER_CHECKPOINT_SIZE)
     plan.checkpoint = encode_timer_checkpoint(new_cp) + tail
     for name, (a, b) in fields.items():
