@@ -30,9 +30,9 @@ def run_state(ts: TimerStore, cp: TimerCheckpoint | None, damaged: bool,
     it published; (None, ``cp``) otherwise."""
     try:
         state = read_timer_state(ts.store.path)
-    except StoreError as exc:
-        plan.leftAlone.append(LeftAlone(STATE_NAME, f"not readable ({exc.expected}): the repair takes config/timercheck "
-                                                    "as the broker's"))
+    except StoreError:
+        plan.leftAlone.append(LeftAlone(STATE_NAME, "not the JSON rmqdelay writes: the repair takes config/timercheck "
+                                                    "as the broker's, and `run` refuses until the file is removed"))
         return None, cp
     if state is None:
         return None, cp
