@@ -129,6 +129,8 @@ class _Libc:
                               ctypes.c_long]
         self.munmap = libc.munmap
         self.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        self.madvise = libc.madvise
+        self.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         self.failed = ctypes.c_void_p(-1).value
 
 
@@ -165,6 +167,20 @@ def _map_extents(fd: int, size: int) -> memoryview:
     array = np.frombuffer(owner, dtype=np.uint8)
     array.flags.writeable = False
     return memoryview(array)
+
+
+def release_pages(view: memoryview, end: int) -> None:
+    """Let go of the pages of a view from ``map_for_read`` before byte ``end`` (whole pages): a
+    scan that has passed them keeps its resident memory to what it reads now, not the whole
+    file. The bytes stay the same (the map is of the file, read-only; the page cache keeps
+    them), a later read faults them in again. Nothing happens where madvise cannot be had."""
+    if _LIBC is None or end < mmap.PAGESIZE or not len(view):
+        return
+    base = np.frombuffer(view, dtype=np.uint8).ctypes.data
+    first = -(-base // mmap.PAGESIZE) * mmap.PAGESIZE
+    stop = (base + min(end, len(view))) // mmap.PAGESIZE * mmap.PAGESIZE
+    if stop > first:
+        _LIBC.madvise(first, stop - first, mmap.MADV_DONTNEED)
 
 
 def map_for_read(path: Path | str) -> memoryview:

@@ -21,11 +21,11 @@ from rmqdelay.formats.scan import DEFAULT_BATCH_ROWS, MESSAGE_SCHEMA, decode_rec
 from rmqdelay.store.commitlog import data_after_end
 from rmqdelay.store.consumers import consumer_offsets  # noqa: F401 (the one reader, re-exported)
 from rmqdelay.store.directory import Store
-from rmqdelay.store.fileio import map_for_read
+from rmqdelay.store.fileio import map_for_read, release_pages
 
 __all__ = [
     "MESSAGE_SCHEMA", "SCHEDULE_UNIT_SCHEMA", "Skipped", "scan_commitlog_file", "commitlog_files",
-    "schedule_units", "schedule_unit_ranges", "delay_offsets", "consumer_offsets"
+    "schedule_units", "schedule_unit_chunks", "schedule_unit_ranges", "delay_offsets", "consumer_offsets"
 ]
 
 SCHEDULE_UNIT_SCHEMA = pa.schema([
@@ -88,6 +88,9 @@ def scan_commitlog_file(path: Path | str, store_name: str, *, keep_going: bool =
             if batch.num_rows:
                 end = batch.column("commitlog_offset")[-1].as_py() + batch.column("store_size")[-1].as_py() \
                     - _file_start(path)
+                # The caller is done with the batch: the pages behind it leave this process's
+                # memory, so a scan holds a batch's worth of the file, not all of it.
+                release_pages(mapped, end)
         # The scan stopped at a BLANK, at the end of the file, or at a zero record head; at
         # zeros, nothing may follow (scans that stop early must say so).
         after = data_after_end(mapped, end, *_next_file_head(path, size)) if end + 8 <= size and \
@@ -139,28 +142,36 @@ def schedule_units(store: Store, store_name: str, ranges: dict[int, tuple[int, i
     for queue_id in store.topics().get(RMQ_SYS_SCHEDULE_TOPIC, []):
         if ranges is not None and queue_id + 1 not in ranges:
             continue
-        cq = store.schedule_queue(queue_id + 1)
-        first, stop = cq.min_offset, cq.max_offset
-        if ranges is not None:
-            first, stop = max(first, ranges[queue_id + 1][0]), min(stop, ranges[queue_id + 1][1])
-            if first >= stop:
-                continue
-        units = cq.units(first, stop)
-        cq.check_deliver_times(units, first)
-        real = units["size"] != _PRE_BLANK_SIZE
-        n = len(units)
-        offsets = np.arange(first, first + n, dtype=np.int64)
-        parts.append(pa.table({
-            "store": pa.array([store_name] * int(real.sum()), type=pa.string()),
-            "level": pa.array(np.full(int(real.sum()), queue_id + 1, dtype=np.int32)),
-            "queue_offset": pa.array(offsets[real]),
-            "commitlog_offset": pa.array(units["commitLogOffset"][real].astype(np.int64)),
-            "size": pa.array(units["size"][real].astype(np.int32)),
-            "deliver_ms": pa.array(units["tagsCode"][real].astype(np.int64)),
-        }, schema=SCHEDULE_UNIT_SCHEMA))
+        first, stop = ranges[queue_id + 1] if ranges is not None else (0, None)
+        parts.extend(schedule_unit_chunks(store, store_name, queue_id + 1, first, stop))
     if not parts:
         return SCHEDULE_UNIT_SCHEMA.empty_table()
     return pa.concat_tables(parts)
+
+
+def schedule_unit_chunks(store: Store, store_name: str, level: int, first: int = 0, stop: int | None = None,
+                         rows: int | None = None) -> Iterator[pa.Table]:
+    """The units [first, stop) of one level's queue (within its min and max offsets;
+    ``SCHEDULE_UNIT_SCHEMA``, pre-blank units left out), ``rows`` units at a time (all at
+    once when None), each chunk's deliver times checked."""
+    cq = store.schedule_queue(level)
+    first = max(first, cq.min_offset)
+    stop = cq.max_offset if stop is None else min(stop, cq.max_offset)
+    step = max(1, rows) if rows is not None else max(1, stop - first)
+    for start in range(first, stop, step):
+        end = min(start + step, stop)
+        units = cq.units(start, end)
+        cq.check_deliver_times(units, start)
+        real = units["size"] != _PRE_BLANK_SIZE
+        kept = int(real.sum())
+        yield pa.table({
+            "store": pa.array([store_name] * kept, type=pa.string()),
+            "level": pa.array(np.full(kept, level, dtype=np.int32)),
+            "queue_offset": pa.array(np.arange(start, start + len(units), dtype=np.int64)[real]),
+            "commitlog_offset": pa.array(units["commitLogOffset"][real].astype(np.int64)),
+            "size": pa.array(units["size"][real].astype(np.int32)),
+            "deliver_ms": pa.array(units["tagsCode"][real].astype(np.int64)),
+        }, schema=SCHEDULE_UNIT_SCHEMA)
 
 
 def schedule_unit_ranges(store: Store, file_starts: list[int]) -> list[dict[int, tuple[int, int]]]:
