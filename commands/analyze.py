@@ -56,7 +56,9 @@ def analyze(
                                     "local[*], or spark-submit's."),
 ) -> None:
     """Backlog (what waits, when it falls due), lateness (delivered vs due) and retries (the
-    16-retry path into the DLQ) over one store or many.
+    16-retry path into the DLQ) over one store or many. Without --spark, at most
+    RMQDELAY_ANALYZE_MEMORY (default 256M) of rows is held at once; the rest waits in a
+    temporary directory.
 
     Example: `rmqdelay analyze all broker-a=/data/a/store broker-b=/data/b/store --report fleet.html`
     """
@@ -87,7 +89,7 @@ def analyze(
     if spark:
         results, log = _on_spark(kinds, refs, at_ms, levels, keep_going, master, output)
     else:
-        results, log = _embedded(kinds, refs, at_ms, levels, keep_going, output), None
+        results, log = _embedded(kinds, refs, at_ms, levels, keep_going, output, report), None
     if output is not None:
         for name, result in results.items():
             for table_name, table in result.tables.items():
@@ -101,7 +103,7 @@ def analyze(
     else:
         _show(results, at_ms, rows, wide)
     if report is not None:
-        _write_report(report, results, refs, at_ms, output if spark else None)
+        _write_report(report, results, refs, at_ms, output)
         if not json_out:
             err_console.print(f"report: {report}", highlight=False)
     if log is not None:
@@ -119,24 +121,24 @@ def analyze(
 
 
 def _embedded(kinds: list[str], refs: list[StoreRef], at_ms: int, levels: dict[int, int], keep_going: bool,
-              output: Path | None) -> dict[str, AnalysisResult]:
-    import pyarrow.parquet as pq
-
+              output: Path | None, report: Path | None) -> dict[str, AnalysisResult]:
+    """The analyses in this process, within RMQDELAY_ANALYZE_MEMORY (analysis/spill.py): the
+    per-message tables go to --output as they are made, and are made at all only for
+    --output or a --report without it (which charts them)."""
     from rmqdelay.analysis import analyze as embedded_analyze
-    from rmqdelay.analysis.names import public_table
+    from rmqdelay.analysis.spill import memory_budget
 
+    memory = memory_budget()
     results: dict[str, AnalysisResult] = {}
     weights = {ref.name: _commitlog_bytes(ref) for ref in refs}
     with progress(f"analyzing {len(refs)} store(s)", sum(weights.values()) * len(kinds)) as advance:
         for name in kinds:
             # Store by store, so the progress bar moves per store.
-            result = embedded_analyze(name, refs, at_ms, delay_levels=levels, keep_going=keep_going,
-                                      done=lambda ref: advance(weights[ref.name]))
-            if output is not None:
-                pq.write_table(public_table(result.messages), output / f"{name}_messages.parquet")
-                if result.timer_messages is not None:
-                    pq.write_table(public_table(result.timer_messages), output / f"{name}_timer_messages.parquet")
-            results[name] = result
+            results[name] = embedded_analyze(
+                name, refs, at_ms, delay_levels=levels, keep_going=keep_going, memory=memory,
+                done=lambda ref: advance(weights[ref.name]),
+                messages_to=output / f"{name}_messages.parquet" if output is not None else None,
+                with_messages=output is not None or report is not None)
     return results
 
 
@@ -203,21 +205,22 @@ def _show(results: dict[str, AnalysisResult], at_ms: int, rows: int | None, wide
 
 
 def _write_report(report: Path, results: dict[str, AnalysisResult], refs: list[StoreRef], at_ms: int,
-                  spark_output: Path | None) -> None:
+                  output: Path | None) -> None:
     import pyarrow.parquet as pq
 
     from rmqdelay.analysis.names import internal_names
     from rmqdelay.analysis.report import render_report
 
     lateness_values = timer_values = None
-    if spark_output is not None and "lateness" in results:
-        # On Spark the per-message tables went to --output from the executors: read back what the charts need.
+    if output is not None and "lateness" in results:
+        # The per-message tables went to --output (from Spark's executors, or as the embedded
+        # engine made them): read back what the charts need.
         def read(path: Path, columns: list[str]):
             table = pq.read_table(path, columns=columns)
             return table.rename_columns(list(internal_names(columns).values()))
 
-        lateness_values = read(spark_output / "lateness_messages.parquet", ["store", "level", "latenessMs"])
-        timer_values = read(spark_output / "lateness_timer_messages.parquet", ["store", "realTopic", "latenessMs"])
+        lateness_values = read(output / "lateness_messages.parquet", ["store", "level", "latenessMs"])
+        timer_values = read(output / "lateness_timer_messages.parquet", ["store", "realTopic", "latenessMs"])
     page = render_report(results, [r.name for r in refs], at_ms, lateness_values, timer_values)
     try:
         report.write_text(page, encoding="utf-8")

@@ -12,29 +12,26 @@ fold the same way.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.rdd import RDD
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from rmqdelay.formats.constants import RMQ_SYS_SCHEDULE_TOPIC
-from rmqdelay.formats.scan import MESSAGE_SCHEMA
 
-from rmqdelay.analysis import AnalysisResult, StoreRef, check_stores, checked_request
+from rmqdelay.analysis import AnalysisResult, StoreRef, blocks, check_stores, checked_request
 from rmqdelay.analysis import backlog as embedded_backlog
 from rmqdelay.analysis import lateness as embedded_lateness
 from rmqdelay.analysis import retries as embedded_retries
 from rmqdelay.analysis import timer as embedded_timer
-from rmqdelay.analysis.common import sort_table
+from rmqdelay.analysis.common import fold, sort_table
 from rmqdelay.analysis.names import public_name, public_table
 from rmqdelay.store import Store
 
-from . import blocks, source
+from . import source
 from .session import get_session
 
 MINUTE_MS = 60_000
@@ -88,7 +85,7 @@ def _count_if(condition: Column) -> Column:
 
 
 def _fold(df: DataFrame, keys: list[str], schema: pa.Schema) -> pa.Table:
-    """embedded_timer.fold on Spark: partial results summed by ``keys`` (``_ms`` columns: the
+    """common.fold on Spark: partial results summed by ``keys`` (``_ms`` columns: the
     smallest), so only the folded rows reach the driver."""
     values = [f.name for f in schema if f.name not in keys]
     folded = df.groupBy(*keys).agg(*[(F.min(v) if v.endswith("_ms") else F.sum(v)).alias(v) for v in values])
@@ -146,16 +143,9 @@ def _gather(spark: SparkSession, results: RDD, messages_to: Path | None, schema:
     return partials, schema.empty_table()
 
 
-def _fold_blocks(parts: list[bytes], schema: pa.Schema, keys: list[str], smallest: frozenset[str] = frozenset()) -> pa.Table:
-    """Partial results (blocks of ``schema``) summed by ``keys`` (the ``smallest`` columns: their
-    least), sorted by ``keys``."""
-    table = blocks.table(parts, schema)
-    values = [name for name in schema.names if name not in keys]
-    folded = table.group_by(keys, use_threads=False).aggregate(
-        [(v, "min" if v in smallest else "sum") for v in values])
-    folded = folded.rename_columns([c.rsplit("_", 1)[0] if c.endswith(("_sum", "_min")) else c
-                                    for c in folded.column_names])
-    return sort_table(folded.select(schema.names).cast(schema), keys)
+def _fold_blocks(parts: list[bytes], schema: pa.Schema, keys: list[str]) -> pa.Table:
+    """Partial results (blocks of ``schema``) folded by ``keys`` (common.fold), sorted by ``keys``."""
+    return sort_table(fold(blocks.table(parts, schema), keys, schema), keys)
 
 
 def _no_messages(schema: pa.Schema, messages_to: Path | None) -> pa.Table:
@@ -238,108 +228,6 @@ def _timer_backlog(spark: SparkSession, stores: list[StoreRef], at_ms: int,
 
 
 # -- lateness --------------------------------------------------------------------------------
-# The rows behind lateness, as they leave the tasks that decode the commit log files:
-# schedule records already joined with their units, and delivered copies.
-_LATENESS_ROWS = pa.schema([
-    ("store", pa.string()), ("is_schedule", pa.bool_()), ("commitlog_offset", pa.int64()),
-    ("store_timestamp", pa.int64()), ("reconsume_times", pa.int32()), ("uniq_key", pa.string()),
-    ("real_topic", pa.string()), ("level", pa.int32()), ("deliver_ms", pa.int64()),
-])
-
-
-def _records_with_units(rows: pa.Table, units: pa.Table) -> pa.Table:
-    """embedded_lateness.with_units on one file's rows and the units that point into it (one
-    store), as one table of ``_LATENESS_ROWS``: the same rows, joined by offset in numpy."""
-    stores = pc.unique(pa.concat_arrays([pc.unique(rows.column("store")).cast(pa.string()),
-                                         pc.unique(units.column("store")).cast(pa.string())]))
-    is_schedule = pc.equal(rows.column("topic"), RMQ_SYS_SCHEDULE_TOPIC)
-    if len(stores) > 1:
-        schedule, copies = embedded_lateness.with_units(rows, units)
-    else:
-        schedule = rows.filter(is_schedule)
-        copies = rows.filter(pc.invert(is_schedule))
-        # Every (record, unit) pair of one offset, as the inner join gives them.
-        unit_offsets = units.column("commitlog_offset").to_numpy()
-        order = np.argsort(unit_offsets, kind="stable")
-        unit_offsets = unit_offsets[order]
-        offsets = schedule.column("commitlog_offset").to_numpy()
-        first = np.searchsorted(unit_offsets, offsets, side="left")
-        count = np.searchsorted(unit_offsets, offsets, side="right") - first
-        record = np.repeat(np.arange(len(offsets)), count)
-        unit = order[np.repeat(first - np.cumsum(count) + count, count) + np.arange(int(count.sum()))]
-        schedule = schedule.take(pa.array(record))
-        schedule = (schedule.append_column("level", units.column("level").take(pa.array(unit)))
-                    .append_column("deliver_ms", units.column("deliver_ms").take(pa.array(unit))))
-
-    def part(table: pa.Table, is_schedule: bool) -> pa.Table:
-        n = table.num_rows
-        columns = {name: table.column(name) if name in table.column_names else pa.nulls(n, field.type)
-                   for name, field in zip(_LATENESS_ROWS.names, _LATENESS_ROWS)}
-        columns["is_schedule"] = pa.array(np.full(n, is_schedule), type=pa.bool_())
-        return pa.table(columns, schema=_LATENESS_ROWS)
-
-    return pa.concat_tables([part(schedule, True), part(copies, False)])
-
-
-def _codes(*columns: pa.ChunkedArray) -> tuple[np.ndarray, int]:
-    """Dense codes of the values of ``columns`` taken end to end (one dictionary: equal values,
-    equal codes), -1 for a null; and how many distinct values there are."""
-    joined = pa.chunked_array([chunk for column in columns for chunk in column.chunks], type=columns[0].type)
-    joined = joined.combine_chunks()
-    encoded = pc.dictionary_encode(joined)
-    return pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64), len(encoded.dictionary)
-
-
-def _match(schedule: pa.Table, copies: pa.Table) -> pa.Table:
-    """embedded_lateness.match, the same rows (unsorted), on one partition: the key (store,
-    UNIQ_KEY, real topic, reconsume times) packed into one exact 64-bit code per row (each
-    column dictionary-encoded over the partition, the codes combined positionally, so two
-    keys share a code only when they are equal), and the copies folded and looked up in numpy.
-    A key with a null never matches, as in the join. Falls back to the embedded match when the
-    codes would not fit in 64 bits."""
-    copies = copies.filter(pc.is_valid(copies.column("uniq_key")))
-    n_schedule = schedule.num_rows
-    key = np.zeros(n_schedule + copies.num_rows, dtype=np.int64)
-    valid = np.ones(len(key), dtype=bool)
-    span = 1
-    for name in embedded_lateness._KEY:
-        codes, distinct = _codes(schedule.column(name), copies.column(name))
-        distinct = max(distinct, 1)
-        if span > (1 << 62) // distinct:
-            return embedded_lateness.match(schedule, copies)
-        span *= distinct
-        key = key * distinct + np.maximum(codes, 0)
-        valid &= codes >= 0
-    wanted, copy_keys = key[:n_schedule], key[n_schedule:]
-    stamps = copies.column("store_timestamp").to_numpy(zero_copy_only=False)
-    copy_keys, stamps = copy_keys[valid[n_schedule:]], stamps[valid[n_schedule:]]
-    order = np.argsort(copy_keys, kind="stable")
-    keys, first, counts = np.unique(copy_keys[order], return_index=True, return_counts=True)
-    earliest = np.minimum.reduceat(stamps[order], first) if len(keys) else np.zeros(0, dtype=np.int64)
-    at = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
-    hit = valid[:n_schedule] & (keys[at] == wanted if len(keys) else False)
-    actual = pa.array(np.where(hit, earliest[at] if len(keys) else 0, 0), mask=~hit, type=pa.int64())
-    deliveries = pa.array(np.where(hit, counts[at] if len(keys) else 0, 0).astype(np.int64))
-    return embedded_lateness.messages_table(schedule, actual, deliveries)
-
-
-def _lateness_buckets(partitions: int) -> Callable[[pa.Table], np.ndarray]:
-    """Where each row of ``_LATENESS_ROWS`` goes: by its UNIQ_KEY, so a schedule record and its
-    copies meet; a record without one by its offset (it has nothing to meet), and a copy
-    without one nowhere (nothing can match it)."""
-    def bucket_of(rows: pa.Table) -> np.ndarray:
-        uniq = rows.column("uniq_key")
-        bucket = (blocks.key_hash(uniq) % np.uint64(partitions)).astype(np.int64)
-        no_key = ~uniq.is_valid().to_numpy(zero_copy_only=False)
-        if no_key.any():
-            schedule = rows.column("is_schedule").to_numpy(zero_copy_only=False)
-            offsets = rows.column("commitlog_offset").to_numpy(zero_copy_only=False)
-            bucket[no_key] = np.where(schedule[no_key], offsets[no_key] % partitions, -1)
-        return bucket
-
-    return bucket_of
-
-
 def _lateness(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: dict[int, int],
               keep_going: bool, messages_to: Path | None) -> AnalysisResult:
     problems = source.Problems(spark)
@@ -350,13 +238,14 @@ def _lateness(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: d
     # histograms (small: a row per distinct lateness) go to the driver, which folds them and
     # takes the exact percentiles from them.
     rows = source.keyed_blocks(spark, stores, embedded_lateness._COLUMNS, embedded_lateness._is_schedule_or_copy,
-                               problems, _lateness_buckets(partitions), partitions, join=_records_with_units)
+                               problems, lambda rows: embedded_lateness.buckets(rows, partitions), partitions,
+                               join=embedded_lateness.records_with_units)
     with_messages = messages_to != _NO_MESSAGES
 
     def match(keyed: Iterator[tuple[int, bytes]]) -> Iterator[tuple[str, bytes]]:
-        rows = blocks.table((block for _, block in keyed), _LATENESS_ROWS)
+        rows = blocks.table((block for _, block in keyed), embedded_lateness.ROWS_SCHEMA)
         is_schedule = rows.column("is_schedule")
-        messages = _match(rows.filter(is_schedule), rows.filter(pc.invert(is_schedule)))
+        messages = embedded_lateness.match_coded(rows.filter(is_schedule), rows.filter(pc.invert(is_schedule)))
         yield _HISTOGRAM, blocks.block(embedded_lateness.histogram(messages, at_ms))
         if with_messages:
             yield _MESSAGES, blocks.block(messages)
@@ -365,7 +254,7 @@ def _lateness(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: d
     partials, messages = _gather(spark, matched, messages_to, embedded_lateness.MESSAGES_SCHEMA,
                                  embedded_lateness.MESSAGES_ORDER)
     hist = _fold_blocks(partials.get(_HISTOGRAM, []), embedded_lateness.HISTOGRAM_SCHEMA,
-                        embedded_lateness.HISTOGRAM_KEYS, smallest={"oldest_overdue_ms"})
+                        embedded_lateness.HISTOGRAM_KEYS)
     tables = {
         "levels": embedded_lateness.summaries(hist, "level", embedded_lateness.LEVELS_SCHEMA, undelivered=True),
         "topics": embedded_lateness.summaries(hist, "real_topic", embedded_lateness.TOPICS_SCHEMA, undelivered=False),
@@ -415,31 +304,6 @@ def _timer_lateness(spark: SparkSession, stores: list[StoreRef], at_ms: int, pro
 
 
 # -- retries ---------------------------------------------------------------------------------
-# The retry-path rows as the tasks that follow the chains get them.
-_RETRY_ROWS = pa.schema([(c, MESSAGE_SCHEMA.field(c).type) for c in embedded_retries._COLUMNS])
-
-
-def _retries_buckets(partitions: int) -> Callable[[pa.Table], np.ndarray]:
-    """Where each retry-path row goes: by its chain (ORIGIN_MESSAGE_ID, else UNIQ_KEY, as
-    follow_chains keys it), so every record of a chain meets in one task; a row with neither
-    nowhere (follow_chains leaves it out)."""
-    def bucket_of(rows: pa.Table) -> np.ndarray:
-        chain = pc.coalesce(rows.column("origin_message_id"), rows.column("uniq_key"))
-        bucket = (blocks.key_hash(chain) % np.uint64(partitions)).astype(np.int64)
-        bucket[~chain.is_valid().to_numpy(zero_copy_only=False)] = -1
-        return bucket
-
-    return bucket_of
-
-
-# The partial results of a task that follows chains: name -> (keys, schema) to fold them by.
-_RETRY_PARTIALS = {
-    "counts": (["store", "group"], embedded_retries.COUNTS_SCHEMA),
-    "spans": (["store", "group", "kind", "span"], embedded_retries.SPANS_SCHEMA),
-    "attempts": (["store", "group", "attempts"], embedded_retries.ATTEMPTS_SCHEMA),
-}
-
-
 def _retries(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: dict[int, int],
              keep_going: bool, messages_to: Path | None) -> AnalysisResult:
     problems = source.Problems(spark)
@@ -448,31 +312,23 @@ def _retries(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: di
     # gives back its share of the group figures: counts, a histogram of the spans (for exact
     # medians), the attempts per chain and the anomalies, which the driver folds.
     rows = source.keyed_blocks(spark, stores, embedded_retries._COLUMNS, embedded_retries._on_retry_path,
-                               problems, _retries_buckets(partitions), partitions)
+                               problems, lambda rows: embedded_retries.buckets(rows, partitions), partitions)
     with_messages = messages_to != _NO_MESSAGES
 
     def follow(keyed: Iterator[tuple[int, bytes]]) -> Iterator[tuple[str, bytes]]:
-        rows = blocks.table((block for _, block in keyed), _RETRY_ROWS)
+        rows = blocks.table((block for _, block in keyed), embedded_retries.ROWS_SCHEMA)
         chains, anomalies = embedded_retries.follow_chains(rows)
-        if not chains.num_rows:
-            return
-        yield "counts", blocks.block(embedded_retries.group_counts(chains))
-        yield "spans", blocks.block(embedded_retries.span_histogram(chains))
-        yield "attempts", blocks.block(embedded_retries.attempts(chains))
-        if anomalies.num_rows:
-            yield "anomalies", blocks.block(anomalies)
-        if with_messages:
+        for name, table in embedded_retries.partials(chains, anomalies).items():
+            if table.num_rows:
+                yield name, blocks.block(table)
+        if with_messages and chains.num_rows:
             yield _MESSAGES, blocks.block(chains.select(embedded_retries.MESSAGES_SCHEMA.names))
 
     followed = rows.partitionBy(partitions, blocks.partition_of).mapPartitions(follow)
     partials, messages = _gather(spark, followed, messages_to, embedded_retries.MESSAGES_SCHEMA,
-                                 ["store", "group", "chain"])
-    folded = {name: _fold_blocks(partials.get(name, []), schema, keys) for name, (keys, schema) in _RETRY_PARTIALS.items()}
-    anomalies = blocks.table(partials.get("anomalies", []), embedded_retries.ANOMALIES_SCHEMA)
-    tables = {
-        "groups": embedded_retries.groups_table(folded["counts"], folded["spans"]),
-        "attempts": folded["attempts"],
-        "anomalies": sort_table(anomalies, ["store", "group", "chain", "kind", "detail"]),
-    }
+                                 embedded_retries.MESSAGES_ORDER)
+    schemas = {name: schema for name, (_, schema) in embedded_retries.PARTIALS.items()}
+    schemas["anomalies"] = embedded_retries.ANOMALIES_SCHEMA
+    tables = embedded_retries.tables_of({name: [blocks.table(parts, schemas[name])] for name, parts in partials.items()})
     skipped = problems.resolve(stores, keep_going)
     return AnalysisResult("retries", tables, messages, skipped)

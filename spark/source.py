@@ -14,14 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.accumulators import AccumulatorParam
 from pyspark.rdd import RDD
 from pyspark.sql import DataFrame, SparkSession
 from rmqdelay.formats.scan import MESSAGE_SCHEMA
 
 from rmqdelay.analysis import StoreRef
-from rmqdelay.analysis.lateness import UNIT_COLUMNS
+from rmqdelay.analysis.lateness import UNIT_COLUMNS, file_units
 from rmqdelay.errors import StoreError
 from rmqdelay.store import Store
 from rmqdelay.store.scan import (
@@ -33,7 +32,7 @@ from rmqdelay.store.scan import (
     schedule_units,
 )
 
-from . import blocks
+from rmqdelay.analysis import blocks
 
 # (store, path, offset or None, bytes, expected) — what went wrong in one file.
 Problem = tuple[str, str, "int | None", int, str]
@@ -155,12 +154,8 @@ def keyed_blocks(spark: SparkSession, stores: list[StoreRef], columns: list[str]
             if join is not None:
                 store_path, start, end = where
                 with Store(store_path) as opened:
-                    units = schedule_units(opened, store, ranges).select(UNIT_COLUMNS)
-                offsets = units.column("commitlog_offset")
-                inside = pc.greater_equal(offsets, start)
-                if end is not None:
-                    inside = pc.and_(inside, pc.less(offsets, end))
-                rows = join(rows, units.filter(inside).cast(unit_schema))
+                    units = file_units(opened, store, ranges, start, end)
+                rows = join(rows, units.cast(unit_schema))
             if rows.num_rows:
                 yield from blocks.split(rows, bucket_of(rows), partitions)
 

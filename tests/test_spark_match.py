@@ -1,5 +1,5 @@
-"""The matching the Spark tasks of lateness do (exact integer codes of the keys, numpy
-lookups) gives the embedded engine's rows, whatever the keys hold: nulls, repeats, copies of
+"""The keyed matching of lateness (exact integer codes of the keys, numpy lookups: what the
+Spark tasks and the embedded engine's partitions run) gives the rows of the plain join, whatever the keys hold: nulls, repeats, copies of
 another store or topic, several units for one record."""
 
 from __future__ import annotations
@@ -13,9 +13,6 @@ from rmqdelay.analysis import lateness as embedded
 from rmqdelay.analysis.common import sort_table
 from rmqdelay.store import Store
 from rmqdelay.store.scan import commitlog_files, schedule_unit_ranges, schedule_units
-
-pytest.importorskip("pyspark")
-from rmqdelay.spark import jobs  # noqa: E402
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 
@@ -52,16 +49,16 @@ def _units(rng, rows):
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_spark_matching_gives_the_embedded_rows(seed):
+def test_keyed_matching_gives_the_rows_of_the_join(seed):
     rng = np.random.default_rng(seed)
     rows = _rows(rng, int(rng.integers(0, 60)))
     units = _units(rng, rows)
     schedule, copies = embedded.with_units(rows, units)
     expected = sort_table(embedded.match(schedule, copies), ["level", "schedule_offset", "intended_ms"])
 
-    joined = jobs._records_with_units(rows, units)
-    on_spark = joined.filter(joined.column("is_schedule"))
-    got = jobs._match(on_spark, joined.filter(pa.compute.invert(joined.column("is_schedule"))))
+    joined = embedded.records_with_units(rows, units)
+    keyed = joined.filter(joined.column("is_schedule"))
+    got = embedded.match_coded(keyed, joined.filter(pa.compute.invert(joined.column("is_schedule"))))
     assert sort_table(got, ["level", "schedule_offset", "intended_ms"]).equals(expected)
 
 

@@ -10,11 +10,12 @@ from rmqdelay.formats.constants import RMQ_SYS_SCHEDULE_TOPIC
 from rmqdelay.schedule.status import corrected_offset
 from rmqdelay.store import Store
 from rmqdelay.store.consumers import consumer_lag, read_consumer_offsets
-from rmqdelay.store.scan import delay_offsets, schedule_units
+from rmqdelay.store.scan import delay_offsets, schedule_unit_chunks
 
 from . import AnalysisResult, StoreRef
 from . import timer as timer_backlog
 from .common import sort_table
+from .spill import Messages, memory_budget
 
 OVERDUE = {"overdue_1s": 1_000, "overdue_1m": 60_000, "overdue_1h": 3_600_000}
 MINUTE_MS = 60_000
@@ -34,6 +35,7 @@ MESSAGES_SCHEMA = pa.schema([
     ("store", pa.string()), ("level", pa.int32()), ("queue_offset", pa.int64()),
     ("commitlog_offset", pa.int64()), ("deliver_ms", pa.int64()), ("effective_ms", pa.int64()),
 ])
+MESSAGES_ORDER = ["store", "level", "queue_offset"]
 
 
 def effective_deliver_ms(deliver_ms: np.ndarray, at_ms: int, delay_ms: int) -> np.ndarray:
@@ -59,39 +61,33 @@ def level_bounds(store: Store, delay_levels: dict[int, int]) -> list[tuple[int, 
     return bounds
 
 
+# Bytes a pending unit takes while a chunk of them is worked on (its columns, the per-message
+# rows and the temporaries): how many units a chunk holds within the memory budget.
+_UNIT_BYTES = 256
+
+
 def backlog(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *,
-            keep_going: bool = False) -> AnalysisResult:
-    levels_rows, drain_rows, lag_rows, messages = [], [], [], []
+            keep_going: bool = False, memory: int | None = None, messages: Messages | None = None) -> AnalysisResult:
+    """What waits in each level, from its pending units read in chunks that fit ``memory``
+    (spill.py): the counts and the drain minutes are summed over the chunks, nothing else is
+    held. ``messages``: where the per-message table goes (collected by default)."""
+    chunk = max(1, memory_budget(memory) // _UNIT_BYTES)
+    sink = messages or Messages(MESSAGES_SCHEMA, MESSAGES_ORDER)
+    levels_rows, drain_rows, lag_rows = [], [], []
     for ref in stores:
         with Store(ref.path) as store:
-            units = schedule_units(store, ref.name)
-            level_col = units.column("level").to_numpy()
-            qoff_col = units.column("queue_offset").to_numpy()
-            deliver_col = units.column("deliver_ms").to_numpy()
-            clog_col = units.column("commitlog_offset").to_numpy()
             for level, delay, offset, max_offset in level_bounds(store, delay_levels):
-                rows = np.flatnonzero((level_col == level) & (qoff_col >= offset) & (qoff_col < max_offset))
-                effective = effective_deliver_ms(deliver_col[rows], at_ms, delay)
-                due = effective <= at_ms
-                late = at_ms - effective
-                levels_rows.append({
-                    "store": ref.name, "level": level, "delay_ms": delay, "offset": offset,
-                    "max_offset": max_offset, "pending": len(rows), "due_now": int(due.sum()),
-                    **{name: int((late > ms).sum()) for name, ms in OVERDUE.items()},
-                    "oldest_due_ms": int(effective[due].min()) if due.any() else None,
-                })
-                # minute 0: due now; minute m: effective in (at + (m-1) min, at + m min].
-                minutes = np.where(due, 0, -((at_ms - effective) // MINUTE_MS))
-                for minute, count in zip(*np.unique(minutes, return_counts=True)):
-                    drain_rows.append({"store": ref.name, "level": level, "minute": int(minute), "due": int(count)})
-                messages.append(pa.table({
-                    "store": pa.array([ref.name] * len(rows), pa.string()),
-                    "level": pa.array(np.full(len(rows), level, dtype=np.int32)),
-                    "queue_offset": pa.array(qoff_col[rows]),
-                    "commitlog_offset": pa.array(clog_col[rows]),
-                    "deliver_ms": pa.array(deliver_col[rows]),
-                    "effective_ms": pa.array(effective.astype(np.int64)),
-                }, schema=MESSAGES_SCHEMA))
+                row = {"store": ref.name, "level": level, "delay_ms": delay, "offset": offset,
+                       "max_offset": max_offset, "pending": 0, "due_now": 0, **dict.fromkeys(OVERDUE, 0),
+                       "oldest_due_ms": None}
+                drain: dict[int, int] = {}
+                chunks = schedule_unit_chunks(store, ref.name, level, offset, max_offset, chunk) \
+                    if offset < max_offset else ()
+                for units in chunks:
+                    _count(units, row, drain, at_ms, delay, sink)
+                levels_rows.append(row)
+                drain_rows += [{"store": ref.name, "level": level, "minute": minute, "due": count}
+                               for minute, count in drain.items()]
             lag_rows.extend(retry_lag(store, ref.name))
     tables = {
         "levels": sort_table(pa.Table.from_pylist(levels_rows, schema=LEVELS_SCHEMA), ["store", "level"]),
@@ -99,10 +95,34 @@ def backlog(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *,
         "retry_lag": sort_table(pa.Table.from_pylist(lag_rows, schema=RETRY_LAG_SCHEMA),
                                 ["store", "group", "queue_id", "topic"]),
     }
-    msgs = pa.concat_tables(messages) if messages else MESSAGES_SCHEMA.empty_table()
-    msgs = sort_table(msgs, ["store", "level", "queue_offset"])
+    msgs = sink.table() if messages is None else MESSAGES_SCHEMA.empty_table()
     timer_tables, pending = timer_backlog.backlog(stores, at_ms)
     return AnalysisResult("backlog", tables | timer_tables, msgs, [], pending)
+
+
+def _count(units: pa.Table, row: dict, drain: dict[int, int], at_ms: int, delay: int, sink: Messages) -> None:
+    """One chunk of a level's pending units added to its ``row`` of the levels table, its
+    ``drain`` minutes and the per-message table."""
+    deliver = units.column("deliver_ms").to_numpy()
+    effective = effective_deliver_ms(deliver, at_ms, delay)
+    due = effective <= at_ms
+    late = at_ms - effective
+    row["pending"] += len(units)
+    row["due_now"] += int(due.sum())
+    for name, ms in OVERDUE.items():
+        row[name] += int((late > ms).sum())
+    if due.any():
+        oldest = int(effective[due].min())
+        row["oldest_due_ms"] = oldest if row["oldest_due_ms"] is None else min(row["oldest_due_ms"], oldest)
+    # minute 0: due now; minute m: effective in (at + (m-1) min, at + m min].
+    minutes = np.where(due, 0, -((at_ms - effective) // MINUTE_MS))
+    for minute, count in zip(*np.unique(minutes, return_counts=True)):
+        drain[int(minute)] = drain.get(int(minute), 0) + int(count)
+    sink.add(pa.table({
+        "store": units.column("store"), "level": units.column("level"),
+        "queue_offset": units.column("queue_offset"), "commitlog_offset": units.column("commitlog_offset"),
+        "deliver_ms": units.column("deliver_ms"), "effective_ms": pa.array(effective.astype(np.int64)),
+    }, schema=MESSAGES_SCHEMA))
 
 
 def retry_lag(store: Store, name: str, now_ms: int = 0) -> list[dict]:

@@ -1,9 +1,10 @@
 """What the analyses share: reading narrow commit log columns from many stores, nearest-rank
-percentiles, sorting result tables."""
+percentiles, folding partial results, sorting result tables."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -26,15 +27,57 @@ def read_messages(stores: list[StoreRef], columns: list[str],
     Batches stream through: only the selected narrow rows are held, never a whole file.
     """
     schema = pa.schema([MESSAGE_SCHEMA.field(c) for c in columns])
-    parts = []
-    for ref in stores:
-        for path in commitlog_files(ref.path):
-            for batch in scan_commitlog_file(path, ref.name, keep_going=keep_going, skipped=skipped):
-                mask = keep(batch)
-                selected = batch.filter(mask).select(columns)
-                if selected.num_rows:
-                    parts.append(selected)
+    parts = [batch for ref in stores for path in commitlog_files(ref.path)
+             for batch, _ in scan_selected(ref, path, columns, keep, keep_going, skipped)]
     return pa.Table.from_batches(parts, schema=schema)
+
+
+def commitlog_walk(stores: list[StoreRef]) -> Iterator[tuple[StoreRef, Path, int, int]]:
+    """(store, commit log file, the bytes of the files before it, the bytes of all) of every
+    commit log file of ``stores``, in order: how far a scan is, for a projection of its rows."""
+    files = [(ref, path) for ref in stores for path in commitlog_files(ref.path)]
+    total = max(1, sum(file_size(path) for _, path in files))
+    before = 0
+    for ref, path in files:
+        yield ref, path, before, total
+        before += file_size(path)
+
+
+def scan_stores(stores: list[StoreRef], columns: list[str], keep: Callable[[pa.RecordBatch], pa.Array],
+                keep_going: bool, skipped: list[Skipped]) -> Iterator[tuple[pa.Table, float]]:
+    """(the rows ``keep`` selects of a batch, only ``columns``; how much of the input is read,
+    0..1) of every commit log file of ``stores``."""
+    for ref, path, before, total in commitlog_walk(stores):
+        for batch, read in scan_selected(ref, path, columns, keep, keep_going, skipped):
+            yield pa.Table.from_batches([batch]), (before + read) / total
+
+
+def scan_selected(ref: StoreRef, path: Path, columns: list[str], keep: Callable[[pa.RecordBatch], pa.Array],
+                  keep_going: bool, skipped: list[Skipped]) -> Iterator[tuple[pa.RecordBatch, int]]:
+    """(the rows ``keep`` selects of a batch, only ``columns``, where in the file the batch
+    ends) of one commit log file of ``ref``; batches with no row selected are left out."""
+    for batch in scan_commitlog_file(path, ref.name, keep_going=keep_going, skipped=skipped):
+        selected = batch.filter(keep(batch)).select(columns)
+        if selected.num_rows:
+            offsets = batch.column("commitlog_offset")
+            yield selected, offsets[-1].as_py() + batch.column("store_size")[-1].as_py() - offsets[0].as_py()
+
+
+def file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def fold(table: pa.Table, keys: list[str], schema: pa.Schema) -> pa.Table:
+    """Partial results summed by ``keys`` (columns ending in ``_ms``: the smallest), cast to
+    ``schema``. Folding folded tables again gives the same table, so parts fold in any grouping."""
+    values = [f.name for f in schema if f.name not in keys]
+    aggs = [(v, "min" if v.endswith("_ms") else "sum") for v in values]
+    out = table.group_by(keys).aggregate(aggs)
+    names = {f"{v}_{how}": v for v, how in aggs}
+    return out.rename_columns([names.get(c, c) for c in out.column_names]).select(schema.names).cast(schema)
 
 
 def starts_with(array: pa.Array, prefix: str) -> pa.Array:

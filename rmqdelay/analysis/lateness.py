@@ -3,16 +3,29 @@ the deliver time in its schedule unit."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmqdelay.formats.constants import RMQ_SYS_SCHEDULE_TOPIC
 from rmqdelay.store import Store
-from rmqdelay.store.scan import SCHEDULE_UNIT_SCHEMA, Skipped, schedule_units
+from rmqdelay.store.scan import Skipped, schedule_unit_ranges, schedule_units
 
-from . import AnalysisResult, StoreRef, timer
-from .common import PERCENTILES, groups, nearest_rank_counted, read_messages, sort_table
+from . import AnalysisResult, StoreRef, blocks, timer
+from .common import (
+    PERCENTILES,
+    commitlog_files,
+    commitlog_walk,
+    fold,
+    groups,
+    nearest_rank_counted,
+    read_messages,
+    scan_selected,
+    sort_table,
+)
+from .spill import KeyedRows, Messages, memory_budget
 
 MESSAGES_SCHEMA = pa.schema([
     ("store", pa.string()), ("level", pa.int32()), ("real_topic", pa.string()), ("uniq_key", pa.string()),
@@ -51,26 +64,77 @@ def _is_schedule_or_copy(batch: pa.RecordBatch) -> pa.Array:
 
 
 def lateness(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *,
-             keep_going: bool = False) -> AnalysisResult:
+             keep_going: bool = False, memory: int | None = None, messages: Messages | None = None) -> AnalysisResult:
+    """Lateness over ``stores``. The rows held at once stay within ``memory`` (spill.py): the
+    schedule records meet their units file by file, then they and the copies are matched
+    by key, partition by partition when they do not fit, each partition folded into the
+    histogram the summaries come from. ``messages``: where the per-message table goes
+    (collected by default)."""
     skipped: list[Skipped] = []
-    rows = read_messages(stores, _COLUMNS, _is_schedule_or_copy, keep_going=keep_going, skipped=skipped)
-    units = []
-    for ref in stores:
-        with Store(ref.path) as store:
-            units.append(schedule_units(store, ref.name).select(UNIT_COLUMNS))
-    units = pa.concat_tables(units) if units else SCHEDULE_UNIT_SCHEMA.empty_table().select(UNIT_COLUMNS)
-    schedule, copies = with_units(rows, units)
-    messages = sort_table(match(schedule, copies), MESSAGES_ORDER)
-    hist = histogram(messages, at_ms)
+    sink = messages or Messages(MESSAGES_SCHEMA, MESSAGES_ORDER)
+    hists = []
+    with KeyedRows(ROWS_SCHEMA, buckets, memory_budget(memory)) as rows:
+        for units, batch, done in _records_and_units(stores, keep_going, skipped):
+            rows.add(records_with_units(batch, units), done)
+        for part in rows.partitions():
+            is_schedule = part.column("is_schedule")
+            matched = match_coded(part.filter(is_schedule), part.filter(pc.invert(is_schedule)))
+            hists.append(histogram(matched, at_ms))
+            sink.add(matched)
+    hist = fold(pa.concat_tables(hists) if hists else HISTOGRAM_SCHEMA.empty_table(), HISTOGRAM_KEYS, HISTOGRAM_SCHEMA)
     tables = {
         "levels": summaries(hist, "level", LEVELS_SCHEMA, undelivered=True),
         "topics": summaries(hist, "real_topic", TOPICS_SCHEMA, undelivered=False),
     }
+    per_message = sink.table() if messages is None else MESSAGES_SCHEMA.empty_table()
     # Timer messages (5.x stores with a timer store): a second pass over those stores' logs.
     timed = timer.timer_stores(stores)
     records = read_messages(timed, timer.COLUMNS, timer.is_timer_record, keep_going=keep_going, skipped=skipped)
     timer_tables, timer_messages = timer.lateness(timed, at_ms, records)
-    return AnalysisResult("lateness", tables | timer_tables, messages, _unique(skipped), timer_messages)
+    return AnalysisResult("lateness", tables | timer_tables, per_message, _unique(skipped), timer_messages)
+
+
+def _records_and_units(stores: list[StoreRef], keep_going: bool, skipped: list[Skipped]):
+    """(the schedule units that may point into the batch, a batch of schedule records and
+    copies, how much of the input is read: 0..1) for each batch of every commit log file of
+    ``stores``: a file's units are read once (file_units), sorted by offset, and each batch
+    takes the run of them between its first and last offsets."""
+    for ref, path, start, end, ranges, before, total in _files_with_ranges(stores):
+        with Store(ref.path) as store:
+            units = sort_table(file_units(store, ref.name, ranges, start, end), ["commitlog_offset"])
+        unit_offsets = units.column("commitlog_offset").to_numpy()
+        for batch, read in scan_selected(ref, path, _COLUMNS, _is_schedule_or_copy, keep_going, skipped):
+            offsets = batch.column("commitlog_offset").to_numpy()
+            lo = np.searchsorted(unit_offsets, offsets.min(), side="left")
+            hi = np.searchsorted(unit_offsets, offsets.max(), side="right")
+            yield units.slice(lo, hi - lo), batch, (before + read) / total
+
+
+def _files_with_ranges(stores: list[StoreRef]):
+    """(store, commit log file, its first offset, the next file's (None for the last), the
+    schedule unit ranges that may point into it, the bytes of the files before it, the bytes
+    of all) of every file of every store."""
+    of_file: dict[Path, tuple] = {}
+    for ref, path, before, total in commitlog_walk(stores):
+        if path not in of_file:
+            files = commitlog_files(ref.path)
+            starts = [int(p.name) for p in files]
+            with Store(ref.path) as store:
+                found = schedule_unit_ranges(store, starts)
+            of_file.update({p: (starts[i], ([*starts[1:], None])[i], found[i]) for i, p in enumerate(files)})
+        start, end, ranges = of_file[path]
+        yield ref, path, start, end, ranges, before, total
+
+
+def file_units(store: Store, name: str, ranges: dict[int, tuple[int, int]], start: int, end: int | None) -> pa.Table:
+    """The schedule units (``UNIT_COLUMNS``) that point into the commit log file [start, end)
+    of ``store``, read within ``ranges`` (schedule_unit_ranges)."""
+    units = schedule_units(store, name, ranges).select(UNIT_COLUMNS)
+    offsets = units.column("commitlog_offset")
+    inside = pc.greater_equal(offsets, start)
+    if end is not None:
+        inside = pc.and_(inside, pc.less(offsets, end))
+    return units.filter(inside)
 
 
 def _unique(skipped: list[Skipped]) -> list[Skipped]:
@@ -171,3 +235,103 @@ def summaries(hist: pa.Table, by: str, schema: pa.Schema, *, undelivered: bool) 
             row["oldest_undelivered_ms"] = pc.min(ages).as_py() if len(ages) else None
         out.append(row)
     return sort_table(pa.Table.from_pylist(out, schema=schema), ["store", by])
+
+
+# -- the keyed match (both engines) ------------------------------------------------------------
+# The rows behind lateness, as they leave the tasks that decode the commit log files:
+# schedule records already joined with their units, and delivered copies.
+ROWS_SCHEMA = pa.schema([
+    ("store", pa.string()), ("is_schedule", pa.bool_()), ("commitlog_offset", pa.int64()),
+    ("store_timestamp", pa.int64()), ("reconsume_times", pa.int32()), ("uniq_key", pa.string()),
+    ("real_topic", pa.string()), ("level", pa.int32()), ("deliver_ms", pa.int64()),
+])
+
+
+def records_with_units(rows: pa.Table, units: pa.Table) -> pa.Table:
+    """with_units on one file's rows (or a batch of them) and the units that point into it
+    (one store), as one table of ``ROWS_SCHEMA``: the same rows, joined by offset in numpy."""
+    stores = pc.unique(pa.concat_arrays([pc.unique(rows.column("store")).cast(pa.string()),
+                                         pc.unique(units.column("store")).cast(pa.string())]))
+    is_schedule = pc.equal(rows.column("topic"), RMQ_SYS_SCHEDULE_TOPIC)
+    if len(stores) > 1:
+        schedule, copies = with_units(rows, units)
+    else:
+        schedule = rows.filter(is_schedule)
+        copies = rows.filter(pc.invert(is_schedule))
+        # Every (record, unit) pair of one offset, as the inner join gives them.
+        unit_offsets = units.column("commitlog_offset").to_numpy()
+        order = np.argsort(unit_offsets, kind="stable")
+        unit_offsets = unit_offsets[order]
+        offsets = schedule.column("commitlog_offset").to_numpy()
+        first = np.searchsorted(unit_offsets, offsets, side="left")
+        count = np.searchsorted(unit_offsets, offsets, side="right") - first
+        record = np.repeat(np.arange(len(offsets)), count)
+        unit = order[np.repeat(first - np.cumsum(count) + count, count) + np.arange(int(count.sum()))]
+        schedule = schedule.take(pa.array(record))
+        schedule = (schedule.append_column("level", units.column("level").take(pa.array(unit)))
+                    .append_column("deliver_ms", units.column("deliver_ms").take(pa.array(unit))))
+
+    def part(table: pa.Table, is_schedule: bool) -> pa.Table:
+        n = table.num_rows
+        columns = {name: table.column(name) if name in table.column_names else pa.nulls(n, field.type)
+                   for name, field in zip(ROWS_SCHEMA.names, ROWS_SCHEMA)}
+        columns["is_schedule"] = pa.array(np.full(n, is_schedule), type=pa.bool_())
+        return pa.table(columns, schema=ROWS_SCHEMA)
+
+    return pa.concat_tables([part(schedule, True), part(copies, False)])
+
+
+def _codes(*columns: pa.ChunkedArray) -> tuple[np.ndarray, int]:
+    """Dense codes of the values of ``columns`` taken end to end (one dictionary: equal values,
+    equal codes), -1 for a null; and how many distinct values there are."""
+    joined = pa.chunked_array([chunk for column in columns for chunk in column.chunks], type=columns[0].type)
+    joined = joined.combine_chunks()
+    encoded = pc.dictionary_encode(joined)
+    return pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64), len(encoded.dictionary)
+
+
+def match_coded(schedule: pa.Table, copies: pa.Table) -> pa.Table:
+    """match, the same rows (unsorted), on one partition: the key (store,
+    UNIQ_KEY, real topic, reconsume times) packed into one exact 64-bit code per row (each
+    column dictionary-encoded over the partition, the codes combined positionally, so two
+    keys share a code only when they are equal), and the copies folded and looked up in numpy.
+    A key with a null never matches, as in the join. Falls back to ``match`` (a join) when the
+    codes would not fit in 64 bits."""
+    copies = copies.filter(pc.is_valid(copies.column("uniq_key")))
+    n_schedule = schedule.num_rows
+    key = np.zeros(n_schedule + copies.num_rows, dtype=np.int64)
+    valid = np.ones(len(key), dtype=bool)
+    span = 1
+    for name in _KEY:
+        codes, distinct = _codes(schedule.column(name), copies.column(name))
+        distinct = max(distinct, 1)
+        if span > (1 << 62) // distinct:
+            return match(schedule, copies)
+        span *= distinct
+        key = key * distinct + np.maximum(codes, 0)
+        valid &= codes >= 0
+    wanted, copy_keys = key[:n_schedule], key[n_schedule:]
+    stamps = copies.column("store_timestamp").to_numpy(zero_copy_only=False)
+    copy_keys, stamps = copy_keys[valid[n_schedule:]], stamps[valid[n_schedule:]]
+    order = np.argsort(copy_keys, kind="stable")
+    keys, first, counts = np.unique(copy_keys[order], return_index=True, return_counts=True)
+    earliest = np.minimum.reduceat(stamps[order], first) if len(keys) else np.zeros(0, dtype=np.int64)
+    at = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
+    hit = valid[:n_schedule] & (keys[at] == wanted if len(keys) else False)
+    actual = pa.array(np.where(hit, earliest[at] if len(keys) else 0, 0), mask=~hit, type=pa.int64())
+    deliveries = pa.array(np.where(hit, counts[at] if len(keys) else 0, 0).astype(np.int64))
+    return messages_table(schedule, actual, deliveries)
+
+
+def buckets(rows: pa.Table, partitions: int) -> np.ndarray:
+    """Where each row of ``ROWS_SCHEMA`` goes of ``partitions``: by its UNIQ_KEY, so a schedule
+    record and its copies meet; a record without one by its offset (it has nothing to meet),
+    and a copy without one nowhere, -1 (nothing can match it)."""
+    uniq = rows.column("uniq_key")
+    bucket = (blocks.key_hash(uniq) % np.uint64(partitions)).astype(np.int64)
+    no_key = ~uniq.is_valid().to_numpy(zero_copy_only=False)
+    if no_key.any():
+        schedule = rows.column("is_schedule").to_numpy(zero_copy_only=False)
+        offsets = rows.column("commitlog_offset").to_numpy(zero_copy_only=False)
+        bucket[no_key] = np.where(schedule[no_key], offsets[no_key] % partitions, -1)
+    return bucket

@@ -12,10 +12,12 @@ from rmqdelay.formats.constants import (
     RETRY_GROUP_TOPIC_PREFIX,
     RMQ_SYS_SCHEDULE_TOPIC,
 )
+from rmqdelay.formats.scan import MESSAGE_SCHEMA
 from rmqdelay.store.scan import Skipped
 
-from . import AnalysisResult, StoreRef
-from .common import groups, nearest_rank_counted, read_messages, sort_table, starts_with
+from . import AnalysisResult, StoreRef, blocks
+from .common import fold, groups, nearest_rank_counted, scan_stores, sort_table, starts_with
+from .spill import KeyedRows, Messages, memory_budget
 
 # SubscriptionGroupConfig.retryMaxTimes / the client's maxReconsumeTimes default.
 MAX_RECONSUME_TIMES = 16
@@ -47,6 +49,16 @@ ANOMALIES_SCHEMA = pa.schema([("store", pa.string()), ("group", pa.string()), ("
 
 _COLUMNS = ["store", "topic", "store_timestamp", "reconsume_times", "delay_level", "real_topic",
             "uniq_key", "origin_message_id"]
+# The retry-path rows, as the chains are followed from them.
+ROWS_SCHEMA = pa.schema([(c, MESSAGE_SCHEMA.field(c).type) for c in _COLUMNS])
+MESSAGES_ORDER = ["store", "group", "chain"]
+# The partial results of following some whole chains: name -> (keys to fold them by, schema);
+# and "anomalies", taken as they are.
+PARTIALS = {
+    "counts": (["store", "group"], COUNTS_SCHEMA),
+    "spans": (["store", "group", "kind", "span"], SPANS_SCHEMA),
+    "attempts": (["store", "group", "attempts"], ATTEMPTS_SCHEMA),
+}
 
 
 def _on_retry_path(batch: pa.RecordBatch) -> pa.Array:
@@ -57,17 +69,53 @@ def _on_retry_path(batch: pa.RecordBatch) -> pa.Array:
 
 
 def retries(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *,
-            keep_going: bool = False) -> AnalysisResult:
+            keep_going: bool = False, memory: int | None = None, messages: Messages | None = None) -> AnalysisResult:
+    """The retry path over ``stores``. The rows held at once stay within ``memory``
+    (spill.py): split by chain when they do not fit, each partition's chains followed on
+    their own and folded. ``messages``: where the per-chain table goes (collected by default)."""
     skipped: list[Skipped] = []
-    rows = read_messages(stores, _COLUMNS, _on_retry_path, keep_going=keep_going, skipped=skipped)
-    chains, anomalies = follow_chains(rows)
-    tables = {
-        "groups": groups_table(group_counts(chains), span_histogram(chains)),
-        "attempts": sort_table(attempts(chains), ["store", "group", "attempts"]),
+    sink = messages or Messages(MESSAGES_SCHEMA, MESSAGES_ORDER)
+    found: dict[str, list[pa.Table]] = {}
+    with KeyedRows(ROWS_SCHEMA, buckets, memory_budget(memory)) as rows:
+        for batch, done in scan_stores(stores, _COLUMNS, _on_retry_path, keep_going, skipped):
+            rows.add(batch, done)
+        for part in rows.partitions():
+            chains, anomalies = follow_chains(part)
+            for name, table in partials(chains, anomalies).items():
+                found.setdefault(name, []).append(table)
+            sink.add(chains.select(MESSAGES_SCHEMA.names))
+    msgs = sink.table() if messages is None else MESSAGES_SCHEMA.empty_table()
+    return AnalysisResult("retries", tables_of(found), msgs, skipped)
+
+
+def buckets(rows: pa.Table, partitions: int) -> np.ndarray:
+    """Where each retry-path row goes of ``partitions``: by its chain (ORIGIN_MESSAGE_ID, else
+    UNIQ_KEY, as follow_chains keys it), so every record of a chain meets in one; a row with
+    neither nowhere, -1 (follow_chains leaves it out)."""
+    chain = pc.coalesce(rows.column("origin_message_id"), rows.column("uniq_key"))
+    bucket = (blocks.key_hash(chain) % np.uint64(partitions)).astype(np.int64)
+    bucket[~chain.is_valid().to_numpy(zero_copy_only=False)] = -1
+    return bucket
+
+
+def partials(chains: pa.Table, anomalies: pa.Table) -> dict[str, pa.Table]:
+    """What the tables need from some whole chains (follow_chains): PARTIALS, and the anomalies."""
+    if not chains.num_rows:
+        return {}
+    return {"counts": group_counts(chains), "spans": span_histogram(chains), "attempts": attempts(chains),
+            "anomalies": anomalies}
+
+
+def tables_of(found: dict[str, list[pa.Table]]) -> dict[str, pa.Table]:
+    """The result tables from the partial results of every part of the chains (``partials``)."""
+    folded = {name: sort_table(fold(pa.concat_tables(found.get(name) or [schema.empty_table()]), keys, schema), keys)
+              for name, (keys, schema) in PARTIALS.items()}
+    anomalies = pa.concat_tables(found.get("anomalies") or [ANOMALIES_SCHEMA.empty_table()])
+    return {
+        "groups": groups_table(folded["counts"], folded["spans"]),
+        "attempts": folded["attempts"],
         "anomalies": sort_table(anomalies, ["store", "group", "chain", "kind", "detail"]),
     }
-    msgs = sort_table(chains.select(MESSAGES_SCHEMA.names), ["store", "group", "chain"])
-    return AnalysisResult("retries", tables, msgs, skipped)
 
 
 def follow_chains(rows: pa.Table) -> tuple[pa.Table, pa.Table]:

@@ -38,7 +38,7 @@ from rmqdelay.timer.status import cancelled_targets, restart_read_ms
 from rmqdelay.timer.store import TimerStore, unit_slot_times
 
 from . import StoreRef
-from .common import PERCENTILES, groups, nearest_rank_counted, sort_table
+from .common import PERCENTILES, fold, groups, nearest_rank_counted, sort_table
 
 MINUTE_MS = 60_000
 OVERDUE = {"overdue_1s": 1_000, "overdue_1m": 60_000, "overdue_1h": 3_600_000}
@@ -383,16 +383,6 @@ def messages_of(keys: pa.Table) -> pa.Table:
     """The per-message table: keys of a message (a parked record or a delivered copy), not
     those only a marker names."""
     return keys.filter(pc.is_valid(keys.column("out_ms"))).select(MESSAGES_SCHEMA.names)
-
-
-def fold(table: pa.Table, keys: list[str], schema: pa.Schema) -> pa.Table:
-    """Partial results summed by ``keys`` (columns ending in ``_ms``: the smallest), cast to
-    ``schema``. Folding folded tables again gives the same table, so parts fold in any grouping."""
-    values = [f.name for f in schema if f.name not in keys]
-    aggs = [(v, "min" if v.endswith("_ms") else "sum") for v in values]
-    out = table.group_by(keys).aggregate(aggs)
-    names = {f"{v}_{how}": v for v, how in aggs}
-    return out.rename_columns([names.get(c, c) for c in out.column_names]).select(schema.names).cast(schema)
 
 
 def partials(keys: pa.Table, at_ms: int) -> dict[str, pa.Table]:

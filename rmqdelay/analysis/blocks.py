@@ -1,6 +1,7 @@
-"""Rows moved between Spark tasks as Arrow IPC blocks, split by a hash of their key.
+"""Rows split by a hash of their key into Arrow IPC blocks: moved between Spark tasks, or
+spilled to disk by the embedded engine when they do not fit its memory (spill.py).
 
-A task with rows to send on splits them by a 64-bit hash of their key over ``partitions``
+A Spark task with rows to send on splits them by a 64-bit hash of their key over ``partitions``
 buckets and hands on each bucket as one Arrow IPC stream: the shuffle moves a few large
 values per task (a block per bucket) instead of a Spark row per row, and the rows stay in
 Arrow from the task that decodes them to the task that matches them (no conversion to Spark
