@@ -6,8 +6,8 @@
   one store and for all of them, per analysis that scans the commit log (lateness, retries),
   each measured two ways: ``tables`` (the summary tables the analysis computes, nothing
   written) and ``+parquet`` (the tables and the per-message table written as Parquet: on Spark
-  by the executors, as ``--output`` does; the embedded engine writes what it holds, as the CLI
-  does); on Spark each analysis first runs once cold (printed apart), then the measured runs
+  by the executors, as ``--output`` does; the embedded engine writes it as it makes it, as the
+  CLI does); on Spark each analysis first runs once cold (printed apart), then the measured runs
   are warm, in ``--rounds`` rounds (best of each kept), the embedded engine's runs alternating
   with Spark ``local[1]``'s;
 - the ratios: Spark local[1] vs embedded (one core's worth), local[2] vs local[1] (cores),
@@ -15,10 +15,14 @@
   commit log is never held in the driver: it streams on the executors).
 
     python3 benchmarks/bench_analyze.py [--stores 4] [--messages-per-store 2500000] [--dir DIR] [--keep]
-                                        [--local-cluster]
+                                        [--local-cluster] [--standalone]
 
 ``--local-cluster`` also runs Spark on ``local-cluster[2,1,2048]`` (two executor processes of one
 core and 2 GiB each, as a real cluster's executors are separate JVMs) beside ``local[2]``.
+``--standalone`` also runs it on a real standalone cluster started for the run: a master and
+two workers of one core each from pyspark's own launcher, bound to 127.0.0.1 only
+(rmqdelay.spark.cluster), stopped at the end however the run ends; the driver is this
+process, on loopback too.
 
 The fleet is made with `rmqdelay samples generate` (seeds 1..N) when that command exists,
 else with the scan benchmark's StoreWriter mix of ~500-byte records.
@@ -27,7 +31,9 @@ else with the scan benchmark's StoreWriter mix of ~500-byte records.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -36,7 +42,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 
 from rmqdelay.analysis import StoreRef, analyze
 from rmqdelay.store import Store
@@ -44,6 +49,7 @@ from rmqdelay.store.scan import commitlog_files
 
 HERE = Path(__file__).resolve().parent
 KINDS = ("lateness", "retries")
+STANDALONE_WORKERS, STANDALONE_CORES = 2, 2  # two workers of one core each
 # tables: the summary tables only; +parquet: and the per-message table written as Parquet.
 WHAT = ("tables", "+parquet")
 
@@ -101,6 +107,56 @@ def timed(fn) -> float:
     return time.perf_counter() - started
 
 
+def measure_spark(masters: list[str], refs: list[StoreRef], at_ms: int, root: Path, rounds: int, spark_analyze,
+                  get_session) -> tuple[dict[tuple, float], dict[tuple, float], int]:
+    """(best seconds per (engine, analysis, stores, what), cold first runs, the JVM's peak RSS in
+    kB) of every master, the embedded engine alternating with Spark local[1]."""
+    results: dict[tuple, float] = {}
+    cold = {}
+    jvm_peak = 0
+
+    def record(key: tuple, seconds: float) -> None:
+        results[key] = min(results.get(key, float("inf")), seconds)
+
+    for master in masters:
+        spark = get_session(master)
+        if master.startswith("spark://"):
+            # A task per core of the cluster, as a local master has (Spark's 200 are for big
+            # clusters); its shuffle stays compressed, as a real cluster's.
+            spark.conf.set("spark.sql.shuffle.partitions", str(STANDALONE_CORES))
+        # A first run of each analysis pays the JVM's code generation and JIT and the Python
+        # workers' imports: timed and printed apart, then the measured runs are warm.
+        spark_analyze("backlog", refs[:1], at_ms, spark=spark)
+        for kind in KINDS:
+            out = root / f"messages-{kind}-cold"
+            cold[(f"spark {master}", kind)] = timed(
+                lambda: spark_analyze(kind, refs[:1], at_ms, spark=spark, messages_to=out))
+            shutil.rmtree(out, ignore_errors=True)
+        for _ in range(rounds):
+            for kind in KINDS:
+                for n in sorted({1, len(refs)}):
+                    engine = f"spark {master}"
+                    record((engine, kind, n, "tables"),
+                           timed(lambda: spark_analyze(kind, refs[:n], at_ms, spark=spark, with_messages=False)))
+                    # The per-message table stays on the executors (written as Parquet), as the CLI does.
+                    out = root / f"messages-{kind}-{n}"
+                    record((engine, kind, n, "+parquet"),
+                           timed(lambda: spark_analyze(kind, refs[:n], at_ms, spark=spark, messages_to=out)))
+                    shutil.rmtree(out, ignore_errors=True)
+                    if master == "local[1]":
+                        # The embedded engine in the same rounds as Spark on one core, so the
+                        # ratio compares times taken side by side on a shared machine.
+                        record(("embedded", kind, n, "tables"),
+                               timed(lambda: analyze(kind, refs[:n], at_ms, with_messages=False)))
+                        out = root / f"messages-{kind}-{n}.parquet"
+                        record(("embedded", kind, n, "+parquet"),
+                               timed(lambda: analyze(kind, refs[:n], at_ms, messages_to=out)))
+                        out.unlink()
+        jvm_peak = max(jvm_peak, _peak_rss_kb(spark.sparkContext._gateway.proc.pid))
+        spark.stop()
+    return results, cold, jvm_peak
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stores", type=int, default=4)
@@ -108,6 +164,8 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the fleet afterwards")
     parser.add_argument("--local-cluster", action="store_true", help="also measure local-cluster[2,1,2048]")
+    parser.add_argument("--standalone", action="store_true",
+                        help="also measure a standalone cluster (master and two 1-core workers on 127.0.0.1)")
     parser.add_argument("--rounds", type=int, default=2, help="measured rounds; the best of each is kept")
     args = parser.parse_args()
 
@@ -135,49 +193,16 @@ def main() -> None:
     from rmqdelay.spark.jobs import analyze as spark_analyze
     from rmqdelay.spark.session import get_session
 
-    masters = ["local[1]", "local[2]"] + (["local-cluster[2,1,2048]"] if args.local_cluster else [])
-    results: dict[tuple, float] = {}
-    cold = {}
-    jvm_peak = 0
+    with contextlib.ExitStack() as cluster:
+        masters = ["local[1]", "local[2]"] + (["local-cluster[2,1,2048]"] if args.local_cluster else [])
+        if args.standalone:
+            from rmqdelay.spark.cluster import LOOPBACK_ENV, standalone_cluster
 
-    def record(key: tuple, seconds: float) -> None:
-        results[key] = min(results.get(key, float("inf")), seconds)
-
-    for master in masters:
-        spark = get_session(master)
-        # A first run of each analysis pays the JVM's code generation and JIT and the Python
-        # workers' imports: timed and printed apart, then the measured runs are warm.
-        spark_analyze("backlog", refs[:1], at_ms, spark=spark)
-        for kind in KINDS:
-            out = root / f"messages-{kind}-cold"
-            cold[(f"spark {master}", kind)] = timed(
-                lambda: spark_analyze(kind, refs[:1], at_ms, spark=spark, messages_to=out))
-            shutil.rmtree(out, ignore_errors=True)
-        for _ in range(args.rounds):
-            for kind in KINDS:
-                for n in sorted({1, len(refs)}):
-                    engine = f"spark {master}"
-                    record((engine, kind, n, "tables"),
-                           timed(lambda: spark_analyze(kind, refs[:n], at_ms, spark=spark, with_messages=False)))
-                    # The per-message table stays on the executors (written as Parquet), as the CLI does.
-                    out = root / f"messages-{kind}-{n}"
-                    record((engine, kind, n, "+parquet"),
-                           timed(lambda: spark_analyze(kind, refs[:n], at_ms, spark=spark, messages_to=out)))
-                    shutil.rmtree(out, ignore_errors=True)
-                    if master == "local[1]":
-                        # The embedded engine in the same rounds as Spark on one core, so the
-                        # ratio compares times taken side by side on a shared machine.
-                        started = time.perf_counter()
-                        result = analyze(kind, refs[:n], at_ms)
-                        tables = time.perf_counter() - started
-                        out = root / f"messages-{kind}-{n}.parquet"
-                        written = timed(lambda: pq.write_table(result.messages, out))
-                        out.unlink()
-                        del result
-                        record(("embedded", kind, n, "tables"), tables)
-                        record(("embedded", kind, n, "+parquet"), tables + written)
-        jvm_peak = max(jvm_peak, _peak_rss_kb(spark.sparkContext._gateway.proc.pid))
-        spark.stop()
+            os.environ.update(LOOPBACK_ENV)  # the driver's JVM binds to loopback as well
+            masters.append(cluster.enter_context(
+                standalone_cluster(root / "cluster", workers=STANDALONE_WORKERS, memory="2g")))
+        results, cold, jvm_peak = measure_spark(masters, refs, at_ms, root, args.rounds, spark_analyze, get_session)
+    shutil.rmtree(root / "cluster", ignore_errors=True)  # its logs
     process_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
     for (engine, kind), seconds in cold.items():
@@ -201,6 +226,10 @@ def main() -> None:
             if args.local_cluster:
                 lc = results[("spark local-cluster[2,1,2048]", kind, n, what)]
                 print(f"{kind} ({what}): local-cluster[2,1,2048] / local[2] (same {n} stores) = {lc / s2:.2f}x time")
+            if args.standalone:
+                sa = results[(f"spark {masters[-1]}", kind, n, what)]
+                print(f"{kind} ({what}): standalone cluster (2 workers x 1 core) / local[2] (same {n} stores) = "
+                      f"{sa / s2:.2f}x time; / embedded = {sa / emb_n:.2f}x time")
     largest = max(p.stat().st_size for s in paths for p in commitlog_files(s))
     print(f"peak RSS: this process (Spark driver Python and the embedded engine) {process_peak / 1024:,.0f} MB, "
           f"Spark JVM (driver + local executors) {jvm_peak / 1024:,.0f} MB "

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from clirun import CONSOLE_SCRIPT, assert_one_line, console
 from conftest import SAMPLES
-from sparkcluster import standalone_cluster
 from test_analysis import corrupt
 
 pytest.importorskip("pyspark")
 
 from rmqdelay.spark import submit  # noqa: E402
+from rmqdelay.spark.cluster import standalone_cluster  # noqa: E402
 
 STORE = SAMPLES / "delay-partial" / "store"
 REPO = SAMPLES.parent

@@ -1,6 +1,10 @@
-"""A real Spark standalone cluster for a test: a master and workers started with pyspark's own
-launcher (bin/spark-class), bound to 127.0.0.1 only, each worker with a working directory of
-its own (so an executor does not see the test's working directory), stopped by the test."""
+"""A real Spark standalone cluster on this machine, for the tests and the benchmarks: a master
+and workers started with pyspark's own launcher (bin/spark-class), bound to 127.0.0.1 only,
+each worker with a working directory of its own (so an executor does not see the caller's
+working directory), stopped when the ``with`` block ends, however it ends.
+
+A driver that uses it must bind to loopback too: SPARK_LOCAL_IP=127.0.0.1 in its environment
+(``LOOPBACK_ENV``) before its JVM starts."""
 
 from __future__ import annotations
 
@@ -13,6 +17,9 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+
+LOOPBACK_ENV = {"SPARK_LOCAL_IP": "127.0.0.1"}
 
 
 def _free_port() -> int:
@@ -39,10 +46,12 @@ def _wait_for(log: Path, text: str, count: int, proc: subprocess.Popen, timeout_
 
 
 @contextlib.contextmanager
-def standalone_cluster(root: Path, workers: int = 2, timeout_s: float = 180) -> Iterator[str]:
-    """Yields the master's URL (spark://127.0.0.1:PORT) once every worker has registered."""
+def standalone_cluster(root: Path, workers: int = 2, timeout_s: float = 180, *, cores: int = 1,
+                       memory: str = "1g") -> Iterator[str]:
+    """Yields the master's URL (spark://127.0.0.1:PORT) once every worker (``cores`` cores and
+    ``memory`` for executors each) has registered; the logs are in ``root``."""
     home = _spark_home()
-    env = dict(os.environ, SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1", SPARK_MASTER_HOST="127.0.0.1",
+    env = dict(os.environ, **LOOPBACK_ENV, SPARK_HOME=str(home), SPARK_MASTER_HOST="127.0.0.1",
                PYSPARK_PYTHON=sys.executable, SPARK_NO_DAEMONIZE="1")
     launcher = str(home / "bin" / "spark-class")
     port = _free_port()
@@ -65,8 +74,8 @@ def standalone_cluster(root: Path, workers: int = 2, timeout_s: float = 180) -> 
         _wait_for(master_log, "Starting Spark master", 1, master, timeout_s)
         for n in range(workers):
             start(f"worker{n}", "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
-                  "--port", str(_free_port()), "--webui-port", str(_free_port()), "--cores", "1",
-                  "--memory", "1g", "--work-dir", str(root / f"worker{n}" / "work"), cwd=root / f"worker{n}")
+                  "--port", str(_free_port()), "--webui-port", str(_free_port()), "--cores", str(cores),
+                  "--memory", memory, "--work-dir", str(root / f"worker{n}" / "work"), cwd=root / f"worker{n}")
         _wait_for(master_log, "Registering worker", workers, master, timeout_s)
         yield url
     finally:
