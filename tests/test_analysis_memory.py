@@ -106,3 +106,16 @@ def test_backlog_chunks_count_every_unit(spill_dir):
         assert one.tables[name].equals(whole.tables[name])
     assert one.messages.equals(whole.messages)
 
+
+
+def test_unit_ranges_counted_chunk_by_chunk_are_those_of_the_whole_queue(monkeypatch):
+    """schedule_unit_ranges reads each queue a chunk at a time: chunks of 7 units give the
+    ranges one chunk gives."""
+    from rmqdelay.store import Store, scan
+
+    starts = [int(p.name) for p in scan.commitlog_files(GENERATED)]
+    with Store(GENERATED) as store:
+        whole = scan.schedule_unit_ranges(store, starts)
+        monkeypatch.setattr(scan, "UNIT_CHUNK", 7)
+        assert scan.schedule_unit_ranges(store, starts) == whole
+    assert any(len(r) > 0 for r in whole[1:])

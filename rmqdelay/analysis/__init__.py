@@ -19,11 +19,9 @@ from rmqdelay.store import Store
 from rmqdelay.store.kind import timer_files_present
 from rmqdelay.store.levels import parse_delay_levels
 from rmqdelay.store.ref import StoreRef, store_ref
-from rmqdelay.store.scan import Skipped, delay_offsets, schedule_unit_chunks
+from rmqdelay.store.scan import UNIT_CHUNK, Skipped, delay_offsets, schedule_unit_chunks
 
 KINDS = ("backlog", "lateness", "retries")
-# Schedule units checked at a time by check_stores.
-_CHECK_UNITS = 1 << 20
 
 __all__ = ["KINDS", "AnalysisResult", "Skipped", "StoreRef", "analyze", "check_stores", "checked_request",
            "store_ref"]
@@ -61,7 +59,7 @@ def check_stores(stores: list[StoreRef]) -> None:
         with Store(ref.path) as store:
             delay_offsets(store)
             for queue_id in store.topics().get(RMQ_SYS_SCHEDULE_TOPIC, []):
-                for _ in schedule_unit_chunks(store, ref.name, queue_id + 1, rows=_CHECK_UNITS):
+                for _ in schedule_unit_chunks(store, ref.name, queue_id + 1, rows=UNIT_CHUNK):
                     pass
             if timer_files_present(ref.path):
                 with TimerStore(store) as ts:

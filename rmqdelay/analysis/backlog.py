@@ -10,7 +10,7 @@ from rmqdelay.formats.constants import RMQ_SYS_SCHEDULE_TOPIC
 from rmqdelay.schedule.status import corrected_offset
 from rmqdelay.store import Store
 from rmqdelay.store.consumers import consumer_lag, read_consumer_offsets
-from rmqdelay.store.scan import delay_offsets, schedule_unit_chunks
+from rmqdelay.store.scan import UNIT_CHUNK, delay_offsets, schedule_unit_chunks
 
 from . import AnalysisResult, StoreRef
 from . import timer as timer_backlog
@@ -62,7 +62,7 @@ def level_bounds(store: Store, delay_levels: dict[int, int]) -> list[tuple[int, 
 
 
 # Bytes a pending unit takes while a chunk of them is worked on (its columns, the per-message
-# rows and the temporaries): how many units a chunk holds within the memory budget.
+# rows and the temporaries): a chunk holds UNIT_CHUNK units, fewer if the budget asks.
 _UNIT_BYTES = 256
 
 
@@ -71,7 +71,7 @@ def backlog(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *,
     """What waits in each level, from its pending units read in chunks that fit ``memory``
     (spill.py): the counts and the drain minutes are summed over the chunks, nothing else is
     held. ``messages``: where the per-message table goes (collected by default)."""
-    chunk = max(1, memory_budget(memory) // _UNIT_BYTES)
+    chunk = max(1, min(UNIT_CHUNK, memory_budget(memory) // _UNIT_BYTES))
     sink = messages or Messages(MESSAGES_SCHEMA, MESSAGES_ORDER)
     levels_rows, drain_rows, lag_rows = [], [], []
     for ref in stores:

@@ -51,6 +51,9 @@ _HISTOGRAM_NAMES = {"one_sum": "rows", "duplicates_sum": "duplicates", "overdue_
                     "overdue_ms_min": "oldest_overdue_ms"}
 
 _KEY = ["store", "uniq_key", "real_topic", "reconsume_times"]
+# Matching a partition takes about this many times its rows' bytes (the key codes, the sort,
+# the joined table): the rows held are the budget over it.
+_MATCH_FACTOR = 4
 _COLUMNS = ["store", "commitlog_offset", "topic", "store_timestamp", "reconsume_times", "uniq_key",
             "delay_level", "real_topic"]
 
@@ -73,7 +76,7 @@ def lateness(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *
     skipped: list[Skipped] = []
     sink = messages or Messages(MESSAGES_SCHEMA, MESSAGES_ORDER)
     hists = []
-    with KeyedRows(ROWS_SCHEMA, buckets, memory_budget(memory)) as rows:
+    with KeyedRows(ROWS_SCHEMA, buckets, memory_budget(memory) // _MATCH_FACTOR) as rows:
         for units, batch, done in _records_and_units(stores, keep_going, skipped):
             rows.add(records_with_units(batch, units), done)
         for part in rows.partitions():

@@ -52,6 +52,9 @@ _COLUMNS = ["store", "topic", "store_timestamp", "reconsume_times", "delay_level
 # The retry-path rows, as the chains are followed from them.
 ROWS_SCHEMA = pa.schema([(c, MESSAGE_SCHEMA.field(c).type) for c in _COLUMNS])
 MESSAGES_ORDER = ["store", "group", "chain"]
+# Following a partition's chains takes about this many times its rows' bytes (they become
+# Python objects): the rows held are the budget over it.
+_FOLLOW_FACTOR = 8
 # The partial results of following some whole chains: name -> (keys to fold them by, schema);
 # and "anomalies", taken as they are.
 PARTIALS = {
@@ -76,7 +79,7 @@ def retries(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *,
     skipped: list[Skipped] = []
     sink = messages or Messages(MESSAGES_SCHEMA, MESSAGES_ORDER)
     found: dict[str, list[pa.Table]] = {}
-    with KeyedRows(ROWS_SCHEMA, buckets, memory_budget(memory)) as rows:
+    with KeyedRows(ROWS_SCHEMA, buckets, memory_budget(memory) // _FOLLOW_FACTOR) as rows:
         for batch, done in scan_stores(stores, _COLUMNS, _on_retry_path, keep_going, skipped):
             rows.add(batch, done)
         for part in rows.partitions():

@@ -10,9 +10,10 @@ in a temporary directory, then hands the partitions back one at a time. Every ke
 partition, so each is matched on its own and only small partial results (histograms, counts)
 are kept and folded, exactly: nothing is approximated.
 
-The budget: ``RMQDELAY_ANALYZE_MEMORY`` (bytes, or with K, M, G), 256 MiB by default. It bounds
-the rows held at once, not the process: the process takes the libraries, one scan batch and
-a few times a partition's rows to match them (docs/scale.md has the measured figures).
+The budget: ``RMQDELAY_ANALYZE_MEMORY`` (bytes, or with K, M, G), 256 MiB by default, for the
+rows held and the work of matching them: each analysis holds the budget over what matching
+takes per byte of rows (lateness 4, retries 8), and a partition is half of that. The process
+takes besides the libraries and one scan batch (docs/scale.md has the measured figures).
 """
 
 from __future__ import annotations

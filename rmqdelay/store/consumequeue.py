@@ -9,6 +9,7 @@ import numpy as np
 from rmqdelay.errors import StoreError
 from rmqdelay.formats.constants import CQ_PRE_BLANK_SIZE, CQ_STORE_UNIT_SIZE, MAX_DELIVER_MS
 from rmqdelay.formats.consumequeue import CQ_EXT_MAX_ADDR, CqUnit, decode_units
+from rmqdelay.store.fileio import release_pages
 from rmqdelay.store.mappedfiles import MappedFile, MappedFileReader, list_mapped_files
 from rmqdelay.store.problems import FILE_SIZE, Problems, report
 
@@ -41,6 +42,15 @@ class ConsumeQueue:
 
     def file_units(self, index: int) -> np.ndarray:
         return decode_units(self._reader.view(index))
+
+    def release(self, stop: int) -> None:
+        """Let go of the mapped pages of the units before logical offset ``stop`` (a reader
+        that walks the queue keeps only what it reads now resident; fileio.release_pages)."""
+        for index, mf in enumerate(self.files):
+            first = mf.start // CQ_STORE_UNIT_SIZE
+            if first >= stop:
+                break
+            release_pages(self._reader.view(index), (stop - first) * CQ_STORE_UNIT_SIZE)
 
     @property
     def max_offset(self) -> int:

@@ -25,7 +25,7 @@ from rmqdelay.store.fileio import map_for_read, release_pages
 
 __all__ = [
     "MESSAGE_SCHEMA", "SCHEDULE_UNIT_SCHEMA", "Skipped", "scan_commitlog_file", "commitlog_files",
-    "schedule_units", "schedule_unit_chunks", "schedule_unit_ranges", "delay_offsets", "consumer_offsets"
+    "UNIT_CHUNK", "schedule_units", "schedule_unit_chunks", "schedule_unit_ranges", "delay_offsets", "consumer_offsets"
 ]
 
 SCHEDULE_UNIT_SCHEMA = pa.schema([
@@ -36,6 +36,13 @@ SCHEDULE_UNIT_SCHEMA = pa.schema([
     pa.field("size", pa.int32(), nullable=False),
     pa.field("deliver_ms", pa.int64(), nullable=False),
 ])
+
+# Units a chunk of schedule_unit_chunks holds for a reader that wants its memory to stay
+# small whatever the queue's length: as many as a scan batch has records (DEFAULT_BATCH_ROWS).
+UNIT_CHUNK = DEFAULT_BATCH_ROWS
+
+# No real unit read yet (below any offset: a pre-blank unit at the head takes it).
+_NONE_YET = np.iinfo(np.int64).min
 
 # ConsumeQueue.fillPreBlank units stand for nothing.
 _PRE_BLANK_SIZE = 0x7FFFFFFF
@@ -172,33 +179,48 @@ def schedule_unit_chunks(store: Store, store_name: str, level: int, first: int =
             "size": pa.array(units["size"][real].astype(np.int32)),
             "deliver_ms": pa.array(units["tagsCode"][real].astype(np.int64)),
         }, schema=SCHEDULE_UNIT_SCHEMA)
+        if rows is not None:
+            cq.release(end)
 
 
 def schedule_unit_ranges(store: Store, file_starts: list[int]) -> list[dict[int, tuple[int, int]]]:
     """For each commit log file (``file_starts``, ascending), the units of each schedule level
     that may point into it, as {level: (first, stop)} logical ranges: a queue's units are
     appended in commit log order, so a file's units are one run of each queue, found by
-    bisection; a queue whose offsets go back anywhere is given whole to every file. A reader
-    still keeps only the units that point into its file."""
+    counting, chunk by chunk (UNIT_CHUNK units at a time), the units before each file's start;
+    a queue whose offsets go back anywhere is given whole to every file. A reader still keeps
+    only the units that point into its file."""
     out: list[dict[int, tuple[int, int]]] = [{} for _ in file_starts]
+    bounds = np.asarray(file_starts[1:], dtype=np.int64)
     for queue_id in store.topics().get(RMQ_SYS_SCHEDULE_TOPIC, []):
         cq = store.schedule_queue(queue_id + 1)
         first, stop = cq.min_offset, cq.max_offset
         if first >= stop:
             continue
-        units = cq.units(first, stop)
-        raw = units["commitLogOffset"].astype(np.int64)
-        real = units["size"] != _PRE_BLANK_SIZE
-        if (np.diff(raw[real]) < 0).any():
-            for bounds in out:
-                bounds[queue_id + 1] = (first, stop)
+        before = np.zeros(len(bounds), dtype=np.int64)  # units pointing before each later file
+        last = _NONE_YET  # the last real unit's offset so far
+        ordered = True
+        for start in range(first, stop, UNIT_CHUNK):
+            units = cq.units(start, min(start + UNIT_CHUNK, stop))
+            raw = units["commitLogOffset"].astype(np.int64)
+            real = units["size"] != _PRE_BLANK_SIZE
+            seen = raw[real] if last == _NONE_YET else np.concatenate([[last], raw[real]])
+            if (np.diff(seen) < 0).any():
+                ordered = False
+                break
+            # A pre-blank unit stands for nothing: it takes the offset before it.
+            offsets = np.maximum.accumulate(np.where(real, raw, last))
+            last = int(offsets[-1]) if len(offsets) else last
+            before += np.searchsorted(offsets, bounds, side="left")
+            cq.release(start + len(units))
+        if not ordered:
+            for ranges in out:
+                ranges[queue_id + 1] = (first, stop)
             continue
-        # A pre-blank unit stands for nothing: it takes the offset before it.
-        offsets = np.maximum.accumulate(np.where(real, raw, np.iinfo(np.int64).min))
-        cuts = [first, *(first + np.searchsorted(offsets, file_starts[1:], side="left")).tolist(), stop]
-        for index, bounds in enumerate(out):
+        cuts = [first, *(first + before).tolist(), stop]
+        for index, ranges in enumerate(out):
             if cuts[index] < cuts[index + 1]:
-                bounds[queue_id + 1] = (int(cuts[index]), int(cuts[index + 1]))
+                ranges[queue_id + 1] = (int(cuts[index]), int(cuts[index + 1]))
     return out
 
 
