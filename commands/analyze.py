@@ -56,9 +56,10 @@ def analyze(
                                     "local[*], or spark-submit's."),
 ) -> None:
     """Backlog (what waits, when it falls due), lateness (delivered vs due) and retries (the
-    16-retry path into the DLQ) over one store or many. Without --spark, at most
-    RMQDELAY_ANALYZE_MEMORY (default 256M) of rows is held at once; the rest waits in a
-    temporary directory.
+    16-retry path into the DLQ) over one store or many.
+
+    Without --spark, the rows held and their matching take about RMQDELAY_ANALYZE_MEMORY
+    (default 256M), whatever the stores' size; the rest waits in a temporary directory.
 
     Example: `rmqdelay analyze all broker-a=/data/a/store broker-b=/data/b/store --report fleet.html`
     """
