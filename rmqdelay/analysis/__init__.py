@@ -70,8 +70,8 @@ def analyze(kind: str, stores: list[StoreRef], at_ms: int, *, delay_levels: dict
             keep_going: bool = False, done: Callable[[StoreRef], None] | None = None, memory: int | None = None,
             messages_to: Path | None = None, with_messages: bool = True) -> AnalysisResult:
     """Run one analysis over ``stores`` as of ``at_ms``, one store at a time (``done`` is
-    called after each), each within ``memory`` bytes of rows held at once (spill.py; the
-    default: RMQDELAY_ANALYZE_MEMORY, else 256 MiB). Every result table is keyed by store
+    called after each), its rows and their matching within about ``memory`` bytes (spill.py;
+    the default: RMQDELAY_ANALYZE_MEMORY, else 256 MiB). Every result table is keyed by store
     first, so the stores' tables, taken in name order and joined end to end, are the tables
     of one run over all of them.
 

@@ -68,8 +68,8 @@ _UNIT_BYTES = 256
 
 def backlog(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *,
             keep_going: bool = False, memory: int | None = None, messages: Messages | None = None) -> AnalysisResult:
-    """What waits in each level, from its pending units read in chunks that fit ``memory``
-    (spill.py): the counts and the drain minutes are summed over the chunks, nothing else is
+    """What waits in each level, from its pending units read in chunks of UNIT_CHUNK units (fewer
+    if ``memory`` asks): the counts and the drain minutes are summed over the chunks, nothing else is
     held. ``messages``: where the per-message table goes (collected by default)."""
     chunk = max(1, min(UNIT_CHUNK, memory_budget(memory) // _UNIT_BYTES))
     sink = messages or Messages(MESSAGES_SCHEMA, MESSAGES_ORDER)

@@ -68,8 +68,8 @@ def _is_schedule_or_copy(batch: pa.RecordBatch) -> pa.Array:
 
 def lateness(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *,
              keep_going: bool = False, memory: int | None = None, messages: Messages | None = None) -> AnalysisResult:
-    """Lateness over ``stores``. The rows held at once stay within ``memory`` (spill.py): the
-    schedule records meet their units file by file, then they and the copies are matched
+    """Lateness over ``stores``. The rows held and their matching take about ``memory``
+    (spill.py): the schedule records meet their units batch by batch, then they and the copies are matched
     by key, partition by partition when they do not fit, each partition folded into the
     histogram the summaries come from. ``messages``: where the per-message table goes
     (collected by default)."""

@@ -73,9 +73,9 @@ def _on_retry_path(batch: pa.RecordBatch) -> pa.Array:
 
 def retries(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *,
             keep_going: bool = False, memory: int | None = None, messages: Messages | None = None) -> AnalysisResult:
-    """The retry path over ``stores``. The rows held at once stay within ``memory``
-    (spill.py): split by chain when they do not fit, each partition's chains followed on
-    their own and folded. ``messages``: where the per-chain table goes (collected by default)."""
+    """The retry path over ``stores``. The rows held and the following of their chains take
+    about ``memory`` (spill.py): split by chain when they do not fit, each partition's chains
+    followed on their own and folded. ``messages``: where the per-chain table goes (collected by default)."""
     skipped: list[Skipped] = []
     sink = messages or Messages(MESSAGES_SCHEMA, MESSAGES_ORDER)
     found: dict[str, list[pa.Table]] = {}
