@@ -78,10 +78,6 @@ class KeyedRows:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    @property
-    def partitions_count(self) -> int:
-        return max(1, len(self._writers))
-
     def add(self, rows: pa.Table, done: float) -> None:
         """Rows read when ``done`` (0..1] of the input has been read: the projection of the
         total, if they overflow the budget."""
