@@ -274,8 +274,30 @@ def _in_command(message: str, hint: bool = True) -> str:
     return f"rmqdelay: {command}: {message}" + (f" (see 'rmqdelay {command} --help')" if hint else "")
 
 
+_typer_command_help = TyperCommand.format_help
+_typer_group_help = TyperGroup.format_help
+
+
+def _command_help(self: TyperCommand, ctx: _click.Context, formatter: _click.HelpFormatter) -> None:
+    # Typer imports typer.rich_utils to show a help: imported first by helpmarkdown, it
+    # renders the help's Markdown without loading a Markdown parser or Pygments.
+    from .helpmarkdown import load_rich_utils
+
+    load_rich_utils()
+    _typer_command_help(self, ctx, formatter)
+
+
+def _group_help(self: TyperGroup, ctx: _click.Context, formatter: _click.HelpFormatter) -> None:
+    from .helpmarkdown import load_rich_utils
+
+    load_rich_utils()
+    _typer_group_help(self, ctx, formatter)
+
+
 def main() -> None:
     configure_streams()
+    TyperCommand.format_help = _command_help
+    TyperGroup.format_help = _group_help
     TyperOption.display_type_rich = _option_value_hint
     TyperArgument._usage_display_name = _argument_usage
     TyperArgument.display_type_rich = _argument_type

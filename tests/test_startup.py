@@ -23,6 +23,9 @@ STORE = SAMPLES / "delay-partial" / "store"
 # the analysis engine.
 CORE = ("numpy", "numba", "llvmlite", "pyarrow", "pyspark", "pandas", "construct",
         "rmqdelay.store", "rmqdelay.schedule", "rmqdelay.timer", "rmqdelay.analysis", "rmqdelay.spark")
+# Nor, to render the help, a Markdown parser or Pygments: the help's Markdown is rendered by
+# commands/helpmarkdown.py, and Typer's pretty tracebacks are off.
+NOT_FOR_HELP = ("markdown_it", "pygments", "rich.markdown", "rich.syntax", "rich.traceback")
 # What a store read that needs no compiled scan, no Arrow and no Spark must not load.
 NOT_FOR_A_READ = ("numba", "llvmlite", "pyarrow", "pyspark", "pandas", "rmqdelay.analysis", "rmqdelay.spark")
 
@@ -73,7 +76,7 @@ def test_version_loads_no_command_and_not_even_importlib_metadata():
 def test_the_root_help_lists_every_command_without_importing_one():
     code, modules, output = loaded_by("--help")
     assert code == 0
-    assert heavy(modules, CORE) == []
+    assert heavy(modules, CORE + NOT_FOR_HELP) == []
     assert not set(f"rmqdelay.commands.{lazy.module}" for lazy in COMMANDS.values()) & modules
     for name in COMMANDS:
         assert f" {name} " in output
@@ -83,7 +86,7 @@ def test_the_root_help_lists_every_command_without_importing_one():
 def test_the_help_of_a_command_loads_none_of_the_core(command):
     code, modules, output = loaded_by(*command.split(), "--help")
     assert code == 0 and f"Usage: rmqdelay {command}" in output
-    assert heavy(modules, CORE) == []
+    assert heavy(modules, CORE + NOT_FOR_HELP) == []
     # Typer builds a parameter's pydantic adapter to coerce it; the root Group keeps the flags
     # left unset from needing one: pydantic would be the slowest import of this --help.
     assert "pydantic" not in modules
