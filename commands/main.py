@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import typer
 from typer import _click
 from typer._click.exceptions import BadParameter, MissingParameter, NoArgsIsHelpError, NoSuchOption
-from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption, _TyperParameter
 
 from rmqdelay.errors import EXIT_BAD_INPUT, ConfigFallbackWarning, RmqDelayError, UsageError
 
@@ -294,8 +294,19 @@ def _group_help(self: TyperGroup, ctx: _click.Context, formatter: _click.HelpFor
     _typer_group_help(self, ctx, formatter)
 
 
+def _runtime_param(self: _TyperParameter):
+    # Typer's coercion of this parameter's values, without importing pydantic for the values
+    # that need none of it (coercion.py).
+    if self._runtime_param is None:
+        from .coercion import runtime_param
+
+        self._runtime_param = runtime_param(self.type_descriptor)
+    return self._runtime_param
+
+
 def main() -> None:
     configure_streams()
+    _TyperParameter.get_runtime_param = _runtime_param
     TyperCommand.format_help = _command_help
     TyperGroup.format_help = _group_help
     TyperOption.display_type_rich = _option_value_hint

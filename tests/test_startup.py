@@ -27,7 +27,10 @@ CORE = ("numpy", "numba", "llvmlite", "pyarrow", "pyspark", "pandas", "construct
 # commands/helpmarkdown.py, and Typer's pretty tracebacks are off.
 NOT_FOR_HELP = ("markdown_it", "pygments", "rich.markdown", "rich.syntax", "rich.traceback")
 # What a store read that needs no compiled scan, no Arrow and no Spark must not load.
-NOT_FOR_A_READ = ("numba", "llvmlite", "pyarrow", "pyspark", "pandas", "rmqdelay.analysis", "rmqdelay.spark")
+NOT_FOR_A_READ = ("numba", "llvmlite", "pyarrow", "pyspark", "pandas", "rmqdelay.analysis", "rmqdelay.spark",
+                  # Typer's coercion of the arguments through pydantic, and pydantic's plugin
+                  # look-up in the installed distributions: commands/coercion.py does without.
+                  "pydantic", "pydantic_core", "importlib.metadata")
 
 EVERY_COMMAND = ["run", "analyze", "send", "trace",
                  "inspect", "inspect store", "inspect cq", "inspect commitlog", "inspect message",
