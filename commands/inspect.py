@@ -49,7 +49,6 @@ def inspect_store(store_dir: Path = options.store(), json_out: bool = options.js
     from rmqdelay.store import Store
     from rmqdelay.store.kind import store_features
     from rmqdelay.store.lock import describe_holder
-    from rmqdelay.timer.store import timer_summary
 
     with Store(store_dir, lenient=True) as store:
         problems = store.problems
@@ -62,7 +61,10 @@ def inspect_store(store_dir: Path = options.store(), json_out: bool = options.js
                 return default
 
         features = store_features(store)
-        features.timer = timer_summary(store, broker_config, problems)
+        if features.timerFiles:  # the timer store's modules, only for a store that has one
+            from rmqdelay.timer.store import timer_summary
+
+            features.timer = timer_summary(store, broker_config, problems)
         files = [{"file": mf.path.name, "size": mf.size} for mf in store.commitlog.files]
         queues = []
         for topic, ids in store.topics().items():

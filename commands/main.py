@@ -274,24 +274,21 @@ def _in_command(message: str, hint: bool = True) -> str:
     return f"rmqdelay: {command}: {message}" + (f" (see 'rmqdelay {command} --help')" if hint else "")
 
 
-_typer_command_help = TyperCommand.format_help
-_typer_group_help = TyperGroup.format_help
+def _with_help_markdown(format_help):
+    """Typer's format_help of a command or group, typer.rich_utils imported first by
+    helpmarkdown: the help's Markdown rendered without a Markdown parser or Pygments."""
+
+    def with_help_markdown(self, ctx: _click.Context, formatter: _click.HelpFormatter) -> None:
+        from .helpmarkdown import load_rich_utils
+
+        load_rich_utils()
+        format_help(self, ctx, formatter)
+
+    return with_help_markdown
 
 
-def _command_help(self: TyperCommand, ctx: _click.Context, formatter: _click.HelpFormatter) -> None:
-    # Typer imports typer.rich_utils to show a help: imported first by helpmarkdown, it
-    # renders the help's Markdown without loading a Markdown parser or Pygments.
-    from .helpmarkdown import load_rich_utils
-
-    load_rich_utils()
-    _typer_command_help(self, ctx, formatter)
-
-
-def _group_help(self: TyperGroup, ctx: _click.Context, formatter: _click.HelpFormatter) -> None:
-    from .helpmarkdown import load_rich_utils
-
-    load_rich_utils()
-    _typer_group_help(self, ctx, formatter)
+_command_help = _with_help_markdown(TyperCommand.format_help)
+_group_help = _with_help_markdown(TyperGroup.format_help)
 
 
 def _runtime_param(self: _TyperParameter):

@@ -30,7 +30,9 @@ NOT_FOR_HELP = ("markdown_it", "pygments", "rich.markdown", "rich.syntax", "rich
 NOT_FOR_A_READ = ("numba", "llvmlite", "pyarrow", "pyspark", "pandas", "rmqdelay.analysis", "rmqdelay.spark",
                   # Typer's coercion of the arguments through pydantic, and pydantic's plugin
                   # look-up in the installed distributions: commands/coercion.py does without.
-                  "pydantic", "pydantic_core", "importlib.metadata")
+                  "pydantic", "pydantic_core", "importlib.metadata",
+                  # The timer store's modules (their structs built at import): STORE is 4.x.
+                  "rmqdelay.timer", "rmqdelay.formats.timerlog", "rmqdelay.formats.timerwheel")
 
 EVERY_COMMAND = ["run", "analyze", "send", "trace",
                  "inspect", "inspect store", "inspect cq", "inspect commitlog", "inspect message",
