@@ -8,16 +8,24 @@ from datetime import datetime, timezone
 
 
 def format_time_ms(ms: int | None) -> str:
-    """An instant in full, to the millisecond: ``2026-11-23 16:12:09.969Z``."""
+    """An instant in full, to the millisecond: ``2026-11-23 16:12:09.969Z``; one no date
+    can hold (a damaged field: before year 1 or after 9999) as its milliseconds:
+    ``-8095489983854422230 (not a date)``."""
     if ms is None:
         return "-"
-    moment = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
-    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d}Z"
+    try:
+        moment = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        return f"{ms} (not a date)"
+    return f"{moment.year:04d}-{moment:%m-%d %H:%M:%S}.{ms % 1000:03d}Z"
 
 
 def format_date_ms(ms: int | None) -> str:
     """An instant to the second, for tables: ``2026-11-23 16:12:09Z``."""
-    return "-" if ms is None else format_time_ms(ms)[:19] + "Z"
+    if ms is None:
+        return "-"
+    text = format_time_ms(ms)
+    return text[:19] + "Z" if text.endswith("Z") else text
 
 
 _UNITS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000))

@@ -11,7 +11,7 @@ import pytest
 from clirun import assert_one_line, console, run_cli
 from conftest import SAMPLES, load_expected
 
-from rmqdelay.commands.common import format_duration_ms, format_when_ms
+from rmqdelay.commands.common import format_date_ms, format_duration_ms, format_time_ms, format_when_ms
 
 DELAY = SAMPLES / "delay-partial" / "store"
 FAR = "2100-01-01T00:00:00Z"
@@ -27,6 +27,14 @@ def test_durations_read_as_durations(ms, text):
 def test_an_instant_on_the_clocks_day_shows_the_time_alone():
     assert format_when_ms(1795450347000, 1795450330000) == "16:12:27Z (in 17 s)"
     assert format_when_ms(1795450347000, 1795450347000 + 3 * 86_400_000) == "2026-11-23 16:12:27Z (3d ago)"
+
+
+def test_an_instant_no_date_can_hold_shows_its_milliseconds():
+    """A damaged timer unit's slot time, in `timer repair`'s table of dropped units."""
+    assert format_date_ms(-8095489983854422230) == format_time_ms(-8095489983854422230) == \
+        "-8095489983854422230 (not a date)"
+    assert format_time_ms(253402300799999) == "9999-12-31 23:59:59.999Z"
+    assert format_date_ms(-62135596800000) == "0001-01-01 00:00:00Z"
 
 
 # -- old spellings --------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
-from clirun import run_cli
+from clirun import assert_one_line, console, run_cli
 from conftest import ALL_SAMPLES, SAMPLES, TIMER_SAMPLES, load_expected
 from test_analysis import corrupt
 
@@ -128,6 +128,13 @@ def test_a_corrupt_file_is_named_and_skipped_as_the_embedded_engine_does(spark, 
     assert (info.value.path, info.value.offset) == (target, offset)
     assert_same(analyze(kind, stores, at_ms, keep_going=True),
                 spark_analyze(kind, stores, at_ms, keep_going=True, spark=spark))
+
+
+def test_a_bad_record_on_spark_is_one_line_naming_its_file_and_byte(spark, store_copy):
+    path = store_copy("retry")
+    target, offset = corrupt(path, 1, 5)
+    assert_one_line(console("analyze", "lateness", f"bad={path}", "--now", str(at_end_of("retry")), "--spark",
+                            "--master", "local[2]"), 2, f"{target} at byte {offset}")
 
 
 def test_cli_on_spark_writes_parquet_from_the_executors(spark, tmp_path, capsys):

@@ -22,13 +22,18 @@ from __future__ import annotations
 import random
 import subprocess
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from clirun import console
 from support.timerdamage import DAMAGES, FILES, damage_store
 
+from rmqdelay.samples.generate import GenerateOptions
+from rmqdelay.samples.generate_timer import TimerOptions, generate_timer
 from rmqdelay.store import Store
+from rmqdelay.store.index import IndexSettings
+from rmqdelay.timer.config import timer_config
 
 pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
 
@@ -74,6 +79,17 @@ def recalled(store: Path) -> set[tuple[str, str]]:
     return keys
 
 
+def generate(dest: Path) -> dict:
+    """The matrix's generated store, as `samples generate --timer` writes it, with small commit
+    log, consume queue, index and timer log files (the timer log's is the broker's
+    mappedFileSizeTimerLog, which the command leaves at 5.3.3's 100 MB): several files of each,
+    so the first, a middle and the last timer log file are three files, and nothing a cell
+    reads is large. Its plan."""
+    options = GenerateOptions(messages=1500, seed=5, commitlog_file_size=128 << 10, cq_file_size=20 * 1000,
+                              index=IndexSettings(maxHashSlotNum=5000, maxIndexNum=20000), writer_process=False)
+    return generate_timer(dest, options, TimerOptions(config=replace(timer_config(), timerLogFileSize=4096)))
+
+
 @pytest.fixture(scope="session")
 def damage_reference(tmp_path_factory, sample_store):
     """Per store: (the undamaged store, its commit log end, the deliveries of a run to the end,
@@ -87,8 +103,12 @@ def damage_reference(tmp_path_factory, sample_store):
                 src = copy_store(sample_store(name), base / "src")
             else:
                 src = base / "src"
-                code, out, err = _cli("samples", "generate", src, "--timer", "--messages", "3000", "--seed", "5")
-                assert code == 0, err
+                plan = generate(src)
+                # It exercises every file of the matrix: several commit log and timer log files,
+                # rolled messages still to come back, recalls.
+                assert len(list((src / "commitlog").iterdir())) > 2
+                assert len(list((src / "timerlog").iterdir())) >= 4
+                assert plan["timer"]["pending_rolled"] and plan["timer"]["recalls"]
             end = log_end(src)
             ref = copy_store(src, base / "ref")
             code, _, err = _cli("run", ref, "--until-empty", "--now", FAR)
