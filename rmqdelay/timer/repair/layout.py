@@ -15,6 +15,7 @@ from rmqdelay.formats.timerlog import (
     units_per_file,
 )
 from rmqdelay.formats.timerwheel import SLOTS_DTYPE, WHEEL_FILE_SIZE, WHEEL_SLOTS
+from rmqdelay.store.commitlog import first_nonzero
 
 from ..store import TimerStore, unit_slot_times
 from ..verify import readable_log_end
@@ -65,7 +66,8 @@ def relayout(ts: TimerStore, kept: np.ndarray, plan: RepairPlan) -> tuple[np.nda
         start = base + j * file_size
         name = f"{start:020d}"
         old = _old_file(ts, start)
-        if old is None or len(old) != file_size or bytes(old[:len(data)]) != data or any(old[len(data):]):
+        if old is None or len(old) != file_size or bytes(old[:len(data)]) != data \
+                or first_nonzero(old, len(data)) is not None:
             plan.log_files[name] = data
     plan.log_removed = [mf.path.name for mf in files if mf.start >= base + count * file_size]
     if plan.log_files or plan.log_removed:
