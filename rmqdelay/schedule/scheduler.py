@@ -587,7 +587,7 @@ def _known_queues(store) -> set[tuple[str, int]]:
     numbers, what consumers and producers use), and for a topic it does not list, the queues
     it has on disk. A REAL_QID outside is delivered all the same, as the broker does, and said
     once per topic and queue."""
-    from rmqdelay.store.brokerconfig import read_topic_table
+    from rmqdelay.store.brokerconfig import queue_nums, read_topic_table
 
     try:
         table = read_topic_table(store.path)
@@ -595,7 +595,6 @@ def _known_queues(store) -> set[tuple[str, int]]:
         table = {}  # an unreadable topics.json: the queues on disk say it
     known = {(t, q) for t, ids in store.topics().items() if t not in table for q in ids}
     for topic, entry in table.items():
-        numbers = [entry.get(k) for k in ("readQueueNums", "writeQueueNums")] if isinstance(entry, dict) else []
-        count = max([n for n in numbers if isinstance(n, int) and not isinstance(n, bool)] or [0])
+        count = max(queue_nums(entry, "readQueueNums"), queue_nums(entry, "writeQueueNums"))
         known.update((topic, q) for q in range(min(count, 1 << 16)))
     return known

@@ -66,9 +66,14 @@ def read_topic_table(store_path: Path | str) -> dict[str, dict]:
     return table
 
 
-def write_queue_nums(entry: dict) -> int:
-    value = entry.get("writeQueueNums", 0) if isinstance(entry, dict) else 0
+def queue_nums(entry: dict, key: str = "writeQueueNums") -> int:
+    """A topic entry's ``writeQueueNums`` (or ``readQueueNums``); 0 when it holds no number."""
+    value = entry.get(key, 0) if isinstance(entry, dict) else 0
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def write_queue_nums(entry: dict) -> int:
+    return queue_nums(entry, "writeQueueNums")
 
 
 def add_topics(store_path: Path | str, queue_nums: dict[str, int], now_ms: int | None = None) -> list[str]:
