@@ -108,7 +108,6 @@ def plan_repair(ts: TimerStore, now_ms: int, wall_ms: int, *, fix_metrics: bool 
     new_units, log_end = relayout(ts, kept, plan)
     groups = slot_groups(new_units)
     rebuild_wheel(ts, groups, read_ms, log_end, plan)
-    log_changed = bool(plan.log_files or plan.log_removed)
     if derived:
         cp = TimerCheckpoint(cp.lastReadTimeMs, min(cp.lastTimerLogFlushPos, log_end), cp.lastTimerQueueOffset,
                              cp.masterTimerQueueOffset, cp.dataVersion)
@@ -118,10 +117,10 @@ def plan_repair(ts: TimerStore, now_ms: int, wall_ms: int, *, fix_metrics: bool 
                                    f"masterTimerQueueOffset {cp.masterTimerQueueOffset}"))
     elif cp is not None:
         cp = _checkpoint(ts, cp, kept, records, read_ms, log_end, wall_ms, plan, damage=damage)
-    if state is not None and (log_changed or plan.wheel is not None or plan.checkpoint is not None):
+    rewritten = bool(plan.log_files or plan.log_removed) or plan.wheel is not None or plan.checkpoint is not None
+    if state is not None and rewritten:
         carry(state, None if damage is not None else found, cp, log_end, plan)
-    _metrics(ts, new_units, read_ms, wall_ms, plan,
-             force=fix_metrics or log_changed or plan.wheel is not None or plan.checkpoint is not None)
+    _metrics(ts, new_units, read_ms, wall_ms, plan, force=fix_metrics or rewritten)
     return plan
 
 
