@@ -8,7 +8,9 @@ no command module, and no command module loads the core at its top (tests/test_s
 
 from __future__ import annotations
 
+import copy
 import importlib
+import inspect
 import sys
 import warnings
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ import typer
 from typer import _click
 from typer._click.exceptions import BadParameter, MissingParameter, NoArgsIsHelpError, NoSuchOption
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption, _TyperParameter
+from typer.models import CommandInfo
 
 from rmqdelay.errors import EXIT_BAD_INPUT, ConfigFallbackWarning, RmqDelayError, UsageError
 
@@ -60,6 +63,27 @@ class _Unloaded(TyperCommand):
     the shell completion of command names read."""
 
 
+class _Unbuilt(TyperCommand):
+    """A command of a command group, imported but not built yet: its name, help and panel,
+    all that the group's --help and the completion of command names read. Building a
+    command (its parameters, from the function's signature) is most of a --help's own work:
+    only the one given is built."""
+
+    def __init__(self, info: CommandInfo, rich_markup_mode: str, pretty_exceptions_short: bool) -> None:
+        self.info = info
+        self.pretty_exceptions_short = pretty_exceptions_short
+        # What typer.main.get_command_from_info gives the built command.
+        given = info.help
+        super().__init__(info.name or typer.main.get_command_name(info.callback.__name__),
+                         help=inspect.getdoc(info.callback) if given is None else inspect.cleandoc(given),
+                         short_help=info.short_help, hidden=info.hidden, deprecated=info.deprecated,
+                         rich_markup_mode=rich_markup_mode, rich_help_panel=info.rich_help_panel)
+
+    def build(self) -> _click.Command:
+        return typer.main.get_command_from_info(self.info, pretty_exceptions_short=self.pretty_exceptions_short,
+                                                rich_markup_mode=self.rich_markup_mode)
+
+
 class _Invocation:
     """What this run of the CLI was asked: the command's path (``inspect cq``) once resolved,
     and the old option spellings it used ({new: old}), for the one-line messages of main()."""
@@ -86,6 +110,9 @@ class Group(TyperGroup):
 
     def resolve_command(self, ctx: _click.Context,
                         args: list[str]) -> tuple[str | None, _click.Command | None, list[str]]:
+        unbuilt = self.commands.get(args[0]) if args else None
+        if isinstance(unbuilt, _Unbuilt):
+            self.commands[args[0]] = unbuilt.build()
         name, command, rest = super().resolve_command(ctx, args)
         if command is not None and not isinstance(command, TyperGroup) and not ctx.resilient_parsing:
             from . import aliases
@@ -126,11 +153,18 @@ class LazyGroup(Group):
         holder = typer.Typer(rich_markup_mode=self.rich_markup_mode, pretty_exceptions_enable=False,
                              add_completion=False)
         holder.callback()(_no_options)  # a callback makes it a group, as the root is
-        if isinstance(target, typer.Typer):
-            holder.add_typer(target, name=name, cls=Group)
-        else:
+        if not isinstance(target, typer.Typer):
             holder.command(name)(target)
-        return typer.main.get_command(holder).commands[name]
+            return typer.main.get_command(holder).commands[name]
+        # The group without its commands, then each command unbuilt (built when given).
+        shell = copy.copy(target)
+        shell.registered_commands = []
+        holder.add_typer(shell, name=name, cls=Group)
+        group = typer.main.get_command(holder).commands[name]
+        for info in target.registered_commands:
+            unbuilt = _Unbuilt(info, self.rich_markup_mode, holder.pretty_exceptions_short)
+            group.commands[unbuilt.name] = unbuilt
+        return group
 
 
 def _no_options() -> None:

@@ -103,11 +103,16 @@ _HISTOGRAM, _MESSAGES = "histogram", "messages"
 
 
 def _partitions(spark: SparkSession, stores: list[StoreRef]) -> int:
-    """How many tasks the rows are split over by key: spark.sql.shuffle.partitions, and at
-    least as many as there are commit log files, so a task that matches holds about as many
-    rows as a task that decodes a file, however large the stores."""
+    """How many tasks the rows are split over by key: spark.sql.shuffle.partitions where it
+    is set (a local master sets it to its cores; spark-submit's --conf or the session may),
+    else a task per core of the executors: Spark's default of 200 is for big clusters, and on
+    a small one 200 tasks over a few stores cost minutes more than their rows. At least as
+    many as there are commit log files, so a task that matches holds about as many rows as a
+    task that decodes a file, however large the stores."""
     files = len(source.commitlog_tasks(stores))
-    return max(int(spark.conf.get("spark.sql.shuffle.partitions")), files, 1)
+    given = spark.conf.getAll.get("spark.sql.shuffle.partitions")
+    wanted = int(given) if given is not None else spark.sparkContext.defaultParallelism
+    return max(wanted, files, 1)
 
 
 def _gather(spark: SparkSession, results: RDD, messages_to: Path | None, schema: pa.Schema,

@@ -30,6 +30,13 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
+def pytest_collection_modifyitems(config, items):
+    """The tests marked ``long`` (minutes each) run first. pytest-xdist hands each worker a
+    contiguous share of this order and steals from the ends of the shares, so a long test
+    starts at once on the first worker instead of keeping one busy after the rest are done."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 @pytest.fixture(autouse=True)
 def _wall_clock(request, monkeypatch):
     """A test marked ``clock`` runs on the pinned wall clock (wallclock.py), one marked

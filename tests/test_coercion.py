@@ -27,6 +27,8 @@ def every_parameter():
     found = []
     for name in list(root.commands):
         command = root._load(name)
+        for sub_name in getattr(command, "commands", {}):  # a group's commands are built when given
+            command.resolve_command(_click.Context(command), [sub_name])
         for sub in [command, *getattr(command, "commands", {}).values()]:
             found += [(f"{name} {sub.name} {param.name}", sub, param) for param in sub.params
                       if hasattr(param, "type_descriptor")]

@@ -63,6 +63,7 @@ def test_no_java_is_one_line_saying_which_java_and_how_to_point_java_home(tmp_pa
 
 @pytest.mark.spark
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_standalone_cluster_gives_the_embedded_result_for_store_paths_as_typed(tmp_path, monkeypatch):
     """Two applications on one cluster: the CLI and spark-submit. The bad store rides along
     with --keep-going, so the problem a task meets on an executor comes back to the driver

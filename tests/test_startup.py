@@ -120,3 +120,32 @@ def test_the_root_lists_each_command_with_the_commands_own_help():
         first = inspect.cleandoc(command.help).split("\n\n")[0]
         assert " ".join(first.split()) == lazy.help, name
         assert command.name == name
+
+
+@pytest.mark.parametrize("group", [name for name, lazy in COMMANDS.items() if lazy.attr == "app"])
+def test_a_group_builds_only_the_command_given_and_its_help_is_typers(group, capsys, monkeypatch):
+    from clirun import in_process
+
+    from rmqdelay.commands import main
+
+    root = typer.main.get_command(app)
+    loaded = root._load(group)
+    assert loaded.commands and all(isinstance(c, main._Unbuilt) for c in loaded.commands.values())
+    first, *rest = loaded.commands
+    loaded.resolve_command(_click.Context(loaded), [first])
+    assert not isinstance(loaded.commands[first], main._Unbuilt)
+    assert all(isinstance(loaded.commands[name], main._Unbuilt) for name in rest)
+    # What the group's --help and a command's --help show is what Typer shows having built
+    # every command at once.
+    monkeypatch.setenv("COLUMNS", "100")
+    lazy = [in_process([group, "--help"]), in_process([group, first, "--help"])]
+    load = main.LazyGroup._load
+
+    def every_command_built(self, name):
+        built = load(self, name)
+        built.commands = {sub: c.build() if isinstance(c, main._Unbuilt) else c for sub, c in built.commands.items()}
+        return built
+
+    monkeypatch.setattr(main.LazyGroup, "_load", every_command_built)
+    assert lazy == [in_process([group, "--help"]), in_process([group, first, "--help"])]
+    assert lazy[0][0] == 0 and all(f" {name} " in lazy[0][1] for name in loaded.commands)
