@@ -12,6 +12,7 @@ fold the same way.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -102,17 +103,22 @@ def _timer_messages_to(messages_to: Path | None, kind: str) -> Path | None:
 _HISTOGRAM, _MESSAGES = "histogram", "messages"
 
 
+# The commit log bytes whose rows one match task holds at most: a commit log file of the
+# broker's default size (mappedFileSizeCommitLog, 1 GiB).
+MATCH_BYTES = 1 << 30
+
+
 def _partitions(spark: SparkSession, stores: list[StoreRef]) -> int:
     """How many tasks the rows are split over by key: spark.sql.shuffle.partitions where it
     is set (a local master sets it to its cores; spark-submit's --conf or the session may),
     else a task per core of the executors: Spark's default of 200 is for big clusters, and on
-    a small one 200 tasks over a few stores cost minutes more than their rows. At least as
-    many as there are commit log files, so a task that matches holds about as many rows as a
-    task that decodes a file, however large the stores."""
-    files = len(source.commitlog_tasks(stores))
+    a small one 200 tasks over a few stores cost minutes more than their rows. At least one
+    per MATCH_BYTES of commit log, so a task that matches holds no more rows than a task that
+    decodes a full file of the broker's default size, however large the stores."""
+    data = sum(os.path.getsize(path) for _, path in source.commitlog_tasks(stores))
     given = spark.conf.getAll.get("spark.sql.shuffle.partitions")
     wanted = int(given) if given is not None else spark.sparkContext.defaultParallelism
-    return max(wanted, files, 1)
+    return max(wanted, -(-data // MATCH_BYTES), 1)
 
 
 def _gather(spark: SparkSession, results: RDD, messages_to: Path | None, schema: pa.Schema,

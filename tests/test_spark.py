@@ -99,6 +99,21 @@ def test_one_task_per_commit_log_file_of_every_store(spark):
                                                           for p in commitlog_files(ref.path) if p.stat().st_size)
 
 
+def test_rows_are_matched_in_the_shuffle_partitions_and_one_per_gib_of_commit_log(spark, tmp_path):
+    from rmqdelay.spark.jobs import _partitions
+
+    small = [StoreRef(name, SAMPLES / name / "store") for name in SAMPLE_NAMES]
+    assert len([p for ref in small for p in commitlog_files(ref.path)]) > 2
+    assert _partitions(spark, small) == 2  # the session's spark.sql.shuffle.partitions
+    # Three commit log files of the broker's default size (sparse: nothing is written).
+    log = tmp_path / "big" / "commitlog"
+    log.mkdir(parents=True)
+    for n in range(3):
+        with open(log / f"{n << 30:020d}", "wb") as fh:
+            fh.truncate(1 << 30)
+    assert _partitions(spark, [*small, StoreRef("big", tmp_path / "big")]) == 4
+
+
 def test_anomalies_agree(spark, store_copy):
     """A send-back at a level the broker would not pick, and one sent straight to the DLQ."""
     path = store_copy("retry")
