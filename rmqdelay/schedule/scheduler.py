@@ -257,7 +257,8 @@ class Scheduler:
         if not (timer_files_present(store.path) or store.has_queue(RMQ_SYS_WHEEL_TIMER_TOPIC, TIMER_QUEUE_ID)):
             return
         self.timer = TimerEngine(store, writer, clock=self.clock, wall_clock=wall_clock_ms,
-                                 broker_config=self.broker_config, dry_run=self.dry_run, gate=self.filter)
+                                 broker_config=self.broker_config, dry_run=self.dry_run, gate=self.filter,
+                                 batch=self.batch_size)
         yield from self.timer.setup()
 
     def _stopped(self, reason: str) -> Stopped:

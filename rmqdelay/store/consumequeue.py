@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,7 @@ class ConsumeQueue:
                        f"a consume queue file of whole {CQ_STORE_UNIT_SIZE}-byte units "
                        f"({mf.size} bytes, starting at {mf.start})")
         self._reader = MappedFileReader(self.files)
+        self._starts = [mf.start for mf in self.files]  # the files in order: where a read begins, by bisection
         self._max_offset: int | None = None
 
     def close(self) -> None:
@@ -85,10 +87,15 @@ class ConsumeQueue:
         """Units [start, stop) as one structured array (stop defaults to max_offset)."""
         stop = self.max_offset if stop is None else min(stop, self.max_offset)
         parts = []
-        for index, mf in enumerate(self.files):
+        # From the file holding ``start`` (a queue of small files has thousands: not each looked at).
+        at = max(bisect_right(self._starts, start * CQ_STORE_UNIT_SIZE) - 1, 0)
+        for index in range(at, len(self.files)):
+            mf = self.files[index]
             first = mf.start // CQ_STORE_UNIT_SIZE
             last = first + mf.size // CQ_STORE_UNIT_SIZE
-            if last <= start or first >= stop:
+            if first >= stop:
+                break
+            if last <= start:
                 continue
             units = self.file_units(index)
             parts.append(units[max(start, first) - first:min(stop, last) - first])

@@ -109,10 +109,6 @@ class Dequeue:
             outcomes.append(self._output(msg, unit.currWriteTime, bool(unit.magic & TIMER_MAGIC_ROLL), t, out))
         yield from self._put_outputs(outcomes)
 
-    def _put(self, msg: Message, enqueue_time: int, roll: bool, slot_ms: int | None,
-             timer_out: int | None) -> Iterator[TimerEvent]:
-        yield from self._put_outputs([self._output(msg, enqueue_time, roll, slot_ms, timer_out)])
-
     def _output(self, msg: Message, enqueue_time: int, roll: bool, slot_ms: int | None,
                 timer_out: int | None) -> TimerEvent | _Output | None:
         """What becomes of one message read from a slot (or put at once): an event to yield

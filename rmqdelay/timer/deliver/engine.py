@@ -40,6 +40,7 @@ from .replay import Replay
 from ..runstate import own_checkpoint, read_timer_state
 
 CHAIN_LIMIT = 50_000_000  # the most units a slot's chain is walked for
+ENQUEUE_BATCH = 1024  # queue entries read, and outputs put at once, a batch at a time
 
 
 class TimerEngine(Enqueue, Dequeue, Replay, Publish):
@@ -48,7 +49,9 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
 
     def __init__(self, store: Store, writer: StoreWriter | None, *, clock: Callable[[], int],
                  wall_clock: Callable[[], int], broker_config: Path | None = None, dry_run: bool = False,
-                 gate: RunFilter | None = None) -> None:
+                 gate: RunFilter | None = None, batch: int = ENQUEUE_BATCH) -> None:
+        """``batch``: how many queue entries are read, and how many outputs put at once, in one
+        go (1: one at a time; the same bytes either way)."""
         self.store = store
         self.path = store.path
         self.writer = writer
@@ -81,6 +84,9 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         self._dry_units: dict[int, TimerLogUnit] = {}
         self._reput_slots: dict[int, int] = {}  # re-puts of this run: commit log offset -> roll slot read  # units a dry run would have appended
         self.horizon_units = 0
+        self.enqueue_batch = max(batch, 1)
+        self._entries_at = 0  # the queue's units from this logical offset, read a batch at a time
+        self._entries = None
 
     # -- setup -------------------------------------------------------------------------------
     def setup(self) -> Iterator[TimerEvent]:
@@ -205,10 +211,14 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         mine = self._appended.get(queue_offset)
         if mine is not None:
             return mine
-        unit = self._cq.unit(queue_offset)
-        if unit is None:
-            raise StoreError(self._cq.directory, queue_offset * 20, "a rmq_sys_wheel_timer unit")
-        return QueueEntry(unit.commitLogOffset, unit.size)
+        units = self._entries
+        row = queue_offset - self._entries_at
+        if units is None or not 0 <= row < len(units):
+            units = self._entries = self._cq.units(queue_offset, min(queue_offset + self.enqueue_batch, self._cq_max))
+            self._entries_at, row = queue_offset, 0
+            if not len(units):
+                raise StoreError(self._cq.directory, queue_offset * 20, "a rmq_sys_wheel_timer unit")
+        return QueueEntry(int(units["commitLogOffset"][row]), int(units["size"][row]))
 
     def _message(self, offset_py: int, size: int) -> Message:
         mine = self._messages.get(offset_py)

@@ -48,14 +48,27 @@ class Enqueue:
     when it is already due. A part of TimerEngine (whose state it works on), not used alone."""
 
     def _enqueue_all(self) -> Iterator[TimerEvent]:
+        """Every entry in turn. The messages entries put at once (already due) are put a batch
+        at a time (``enqueue_batch`` entries' outcomes, put_all), then the events of those
+        entries in queue order; the rest of the batch goes out when the queue ends or an entry
+        waits. Under --rate each goes out on its own, after its turn. A batch moves nothing
+        the run publishes ahead of what is written: the queue offset and the outputs go out
+        together at the next publish, as one entry's did (the writer buffers either way)."""
+        outcomes: list = []
+        one_by_one = self.gate is not None and self.gate.rate
         while self.queue_offset < self.cq_end:
             qoff = self.queue_offset
             entry = self._entry(qoff)
             if self._replaying and qoff not in self._adopted and self._wait_for_origin(entry):
                 break
-            if (yield from self._enqueue(qoff, entry)) is False:
+            if self._enqueue(qoff, entry, outcomes) is False:
                 break  # its slot's wheel index holds a slot not read yet: read first
             self.queue_offset = qoff + 1
+            if len(outcomes) >= self.enqueue_batch or (one_by_one and outcomes):
+                yield from self._put_outputs(outcomes)
+                outcomes = []
+        if outcomes:
+            yield from self._put_outputs(outcomes)
 
     def _entry_write_ms(self, offset_py: int, props: dict[str, str], out: int) -> int:
         """The write clock an entry is enqueued at (see ``step``)."""
@@ -81,8 +94,9 @@ class Enqueue:
             return False
         return self.read_ms <= held.timeSlot * self.precision < slot_ms
 
-    def _enqueue(self, qoff: int, entry: QueueEntry) -> Iterator[TimerEvent]:
-        """Enqueue one entry; False (nothing done) when it has to wait for a slot to be read."""
+    def _enqueue(self, qoff: int, entry: QueueEntry, outcomes: list) -> bool | None:
+        """Enqueue one entry; False (nothing done) when it has to wait for a slot to be read.
+        Its events, and its output when it is put at once, join ``outcomes`` (put_outputs)."""
         if qoff in self._adopted:
             # Its unit, appended by the killed run, is in the wheel already (adopted in setup;
             # a resume marker's too: in a slot read already).
@@ -95,14 +109,15 @@ class Enqueue:
             raise
         except StoreError as exc:
             self.skipped += 1
-            yield TimerSkipped(entry.offsetPy, f"no readable message ({exc}); the broker skips it", qoff)
+            outcomes.append(TimerSkipped(entry.offsetPy, f"no readable message ({exc}); the broker skips it", qoff))
             return
         props = msg.properties
         out = java_parse_long(props.get(PROPERTY_TIMER_OUT_MS, ""))
         if out is None:
             self.skipped += 1
-            yield TimerSkipped(entry.offsetPy, f"TIMER_OUT_MS is not a number: {props.get(PROPERTY_TIMER_OUT_MS)!r} "
-                                               f"(the broker's enqueue stops at it for good)", qoff)
+            outcomes.append(TimerSkipped(entry.offsetPy, f"TIMER_OUT_MS is not a number: "
+                                                         f"{props.get(PROPERTY_TIMER_OUT_MS)!r} (the broker's "
+                                                         f"enqueue stops at it for good)", qoff))
             return
         if PROPERTY_TIMER_DEL_UNIQKEY in props and "RMQDELAY" in props:
             return  # one of rmqdelay's markers: the units pointing at it were written with it
@@ -111,18 +126,18 @@ class Enqueue:
             if PROPERTY_TIMER_DEL_UNIQKEY in props:
                 if "RMQDELAY" not in props:
                     # doPut: "Trying do put delete timer msg" - a cancellation past due is dropped.
-                    yield TimerNotice("cancel-dropped", f"cancellation of {props[PROPERTY_TIMER_DEL_UNIQKEY]} "
-                                                        f"reached the timer after its time: dropped, as the broker "
-                                                        f"does (its target is not cancelled)")
+                    outcomes.append(TimerNotice("cancel-dropped", f"cancellation of {props[PROPERTY_TIMER_DEL_UNIQKEY]} "
+                                                                  f"reached the timer after its time: dropped, as the "
+                                                                  f"broker does (its target is not cancelled)"))
                 return
             if self.gate is not None and self.gate.holds_any:
                 reason = self.gate.holds(props.get(PROPERTY_REAL_TOPIC), out)
                 if reason is not None:
                     # Put at once, it would be delivered: held here, the queue offset stays.
                     self.held = f"rmq_sys_wheel_timer offset {qoff}: {reason}"
-                    yield TimerHeld(None, qoff, props.get(PROPERTY_REAL_TOPIC), reason)
+                    outcomes.append(TimerHeld(None, qoff, props.get(PROPERTY_REAL_TOPIC), reason))
                     return False
-            yield from self._put(msg, TIMER_NEVER_ENQUEUED, False, None, out)
+            outcomes.append(self._output(msg, TIMER_NEVER_ENQUEUED, False, None, out))
             return
         magic = TIMER_MAGIC_DEFAULT
         slot_ms = out
