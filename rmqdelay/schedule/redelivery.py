@@ -55,25 +55,34 @@ def message_timeup(msg: Message, *, broker5x: bool = False) -> NewMessage:
     message is not delayed again. A 5.x broker (``broker5x``) builds the string from its
     128-bucket map, and clears TIMER_DELIVER_MS and TIMER_DELAY_SEC from the map as well.
     """
+    return timeup_message(dict(msg.properties), msg.propertiesRaw, msg.body, msg.flag, msg.sysFlag,
+                          msg.bornTimestamp, (msg.bornHostAddress, msg.bornPort),
+                          (msg.storeHostAddress, msg.storePort), msg.reconsumeTimes, broker5x=broker5x)
+
+
+def timeup_message(properties: dict[str, str], properties_raw: str, body: bytes, flag: int, sys_flag: int,
+                   born_timestamp: int, born_host: tuple[bytes, int], store_host: tuple[bytes, int],
+                   reconsume_times: int, *, broker5x: bool = False) -> NewMessage:
+    """``message_timeup`` from a stored message's parts; ``properties`` (the map parsed from
+    ``properties_raw``) is the caller's own: it becomes the new message's, less DELAY."""
     if broker5x:
-        raw = broker_properties_string(msg.properties)
+        raw = broker_properties_string(properties)
     else:
-        raw = reformat_properties(msg.properties, msg.propertiesRaw)
-    properties = dict(msg.properties)
+        raw = reformat_properties(properties, properties_raw)
     for name in _CLEARED_5X if broker5x else (PROPERTY_DELAY_TIME_LEVEL,):
         properties.pop(name, None)
     return NewMessage(
         topic=properties.get(PROPERTY_REAL_TOPIC, ""),
         queueId=_real_queue_id(properties),
-        body=msg.body,
+        body=body,
         properties=properties,
         propertiesRaw=raw,
-        flag=msg.flag,
-        sysFlag=msg.sysFlag,
-        bornTimestamp=msg.bornTimestamp,
-        bornHost=(msg.bornHostAddress, msg.bornPort),
-        storeHost=(msg.storeHostAddress, msg.storePort),
-        reconsumeTimes=msg.reconsumeTimes,
+        flag=flag,
+        sysFlag=sys_flag,
+        bornTimestamp=born_timestamp,
+        bornHost=born_host,
+        storeHost=store_host,
+        reconsumeTimes=reconsume_times,
     )
 
 
@@ -127,20 +136,28 @@ def restore_unit(store: Store, commit_log_offset: int, size: int, *,
     except StoreError as exc:
         # lookMessageByOffset finding nothing: the broker moves on to the next unit.
         return None, None, f"no readable message ({exc})"
-    props = msg.properties
+    reason = restore_problem(msg.properties, broker5x)
+    if reason is not None:
+        return msg, None, reason
+    return msg, message_timeup(msg, broker5x=broker5x), None
+
+
+def restore_problem(props: dict[str, str], broker5x: bool) -> str | None:
+    """Why the broker skips a due message with these properties (its REAL_TOPIC and
+    REAL_QID), or None: it is delivered."""
     topic = props.get(PROPERTY_REAL_TOPIC)
     if topic is None:
-        return msg, None, "no REAL_TOPIC property"
+        return "no REAL_TOPIC property"
     problem = topic_problem(topic)
     if problem and not (broker5x and long_retry_topic(topic)):
-        return msg, None, f"REAL_TOPIC is {problem}"
+        return f"REAL_TOPIC is {problem}"
     if topic == RMQ_SYS_TRANS_HALF_TOPIC:
-        return msg, None, "REAL_TOPIC is the transaction half topic (the broker discards it)"
+        return "REAL_TOPIC is the transaction half topic (the broker discards it)"
     if topic == RMQ_SYS_SCHEDULE_TOPIC:
-        return msg, None, "REAL_TOPIC is SCHEDULE_TOPIC_XXXX itself"
+        return "REAL_TOPIC is SCHEDULE_TOPIC_XXXX itself"
     qid_text = props.get(PROPERTY_REAL_QUEUE_ID)
     # messageTimeup: Integer.parseInt, whose NumberFormatException drops the message.
     qid = java_parse_int(qid_text) if qid_text is not None else None
     if qid is None or not 0 <= qid <= 0x7FFFFFFF:
-        return msg, None, f"REAL_QID is not a queue id: {qid_text!r}"
-    return msg, message_timeup(msg, broker5x=broker5x), None
+        return f"REAL_QID is not a queue id: {qid_text!r}"
+    return None

@@ -39,6 +39,7 @@ from rmqdelay.schedule.events import (
 )
 from rmqdelay.schedule.offsets import OffsetPublisher
 from rmqdelay.schedule.redelivery import restore_unit
+from rmqdelay.schedule.restore import restore_one_by_one, restore_units
 from rmqdelay.schedule.replay import exact_offsets
 from rmqdelay.runfilter import RunFilter
 from rmqdelay.schedule.status import corrected_deliver_times
@@ -152,7 +153,10 @@ class Scheduler:
                  dry_run: bool = False, flush_interval_ms: int = 10_000, batch_size: int = 1024,
                  sync: bool = True, clock: Callable[[], int] | None = None,
                  index: IndexSettings | None = None, broker_config: Path | None = None,
-                 run_filter: RunFilter | None = None) -> None:
+                 run_filter: RunFilter | None = None, batched: bool = True) -> None:
+        """``batch_size``: the units of a level read at a time. ``batched`` False: every due
+        message restored and put one at a time, on the levels and the timer wheel alike (the
+        reference the batches are held to: the same bytes, the same events)."""
         if mode not in MODES:
             raise UsageError(f"mode: one of {', '.join(MODES)}, found {mode!r}")
         self.store_path = Path(store_path)
@@ -168,6 +172,7 @@ class Scheduler:
         self.dry_run = dry_run
         self.flush_interval_ms = flush_interval_ms
         self.batch_size = batch_size
+        self.batched = batched
         self.sync = sync
         self.index = index
         self.broker_config = broker_config
@@ -258,7 +263,7 @@ class Scheduler:
             return
         self.timer = TimerEngine(store, writer, clock=self.clock, wall_clock=wall_clock_ms,
                                  broker_config=self.broker_config, dry_run=self.dry_run, gate=self.filter,
-                                 batch=self.batch_size)
+                                 batch=self.batch_size if self.batched else 1)
         yield from self.timer.setup()
 
     def _stopped(self, reason: str) -> Stopped:
@@ -467,8 +472,8 @@ class Scheduler:
         held = None
         deliveries = 0  # of the batch so far: --limit counts them before they are written
         gate = self.filter
-        for i in range(len(offsets_py)):
-            msg, new, reason = restore_unit(store, offsets_py[i], sizes_py[i], broker5x=self.broker5x)
+        restore = restore_units if self.batched else restore_one_by_one
+        for i, (uniq, new, reason) in enumerate(restore(store, offsets_py, sizes_py, broker5x=self.broker5x)):
             if reason is None:
                 if gate.holds_any:
                     held = gate.held_by_time(times_py[i]) or gate.held_by_topic(new.topic) \
@@ -477,8 +482,8 @@ class Scheduler:
                         held_topic = new.topic
                         break
                 deliveries += 1
-            restored.append((msg, new, reason))
-        step = 1 if self.filter.rate else max(len(restored), 1)
+            restored.append((uniq, new, reason))
+        step = 1 if self.filter.rate or not self.batched else max(len(restored), 1)
         for first in range(0, len(restored), step):
             part = restored[first:first + step]
             news = [new for _, new, reason in part if reason is None]
@@ -486,7 +491,7 @@ class Scheduler:
                 return  # stopped while waiting for its turn: not written
             puts = writer.put_all(news) if news else None
             j = 0
-            for i, (msg, new, reason) in enumerate(part, first):
+            for i, (uniq, new, reason) in enumerate(part, first):
                 cl_offset = offsets_py[i]
                 offset = start + i
                 state.offset = table[level] = offset + 1
@@ -505,8 +510,7 @@ class Scheduler:
                 store_ts = puts.store_timestamps[j]
                 lateness = store_ts - times_py[i]
                 lateness_batch.append(lateness)
-                yield Delivered(level, offset, cl_offset,
-                                msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), puts.topics[j],
+                yield Delivered(level, offset, cl_offset, uniq, puts.topics[j],
                                 puts.queue_ids[j], puts.queue_offsets[j], puts.commit_log_offsets[j],
                                 puts.msg_ids[j],
                                 times_py[i], store_ts, lateness)

@@ -1,0 +1,121 @@
+"""`rmqdelay run` a batch at a time writes what it writes one message at a time: the due units
+of a level read and restored together, the timer's already-due entries put together, and the
+stores left byte for byte the same - commit log, consume queues, index, timer log and wheel,
+offsets and checkpoint files - with the same events in the same order."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLES
+
+from rmqdelay.schedule.redelivery import restore_unit
+from rmqdelay.schedule.restore import restore_units
+from rmqdelay.schedule.scheduler import Scheduler
+from rmqdelay.store import Store
+from rmqdelay.store.writer import NewMessage, StoreWriter
+
+FAR = 4_102_444_800_000  # 2100-01-01: everything is due
+FROZEN_NS = 1_795_521_600_000 * 1_000_000  # the wall clock the timer's metrics and versions are stamped with
+DELAY_SAMPLES = sorted(p.name for p in SAMPLES.iterdir() if (p / "store" / "commitlog").is_dir())
+
+
+def store_bytes(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def drained(path: Path, batched: bool) -> list:
+    return list(Scheduler(path, now_ms=FAR, mode="until-empty", batched=batched).events())
+
+
+def assert_same_run(source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list:
+    """Drain two copies of ``source``, one message at a time and in batches: the same events,
+    the same bytes in every file. The wall clock stands still (the timer stamps its metrics and
+    data versions with it)."""
+    monkeypatch.setattr(time, "time_ns", lambda: FROZEN_NS)
+    monkeypatch.setattr(time, "time", lambda: FROZEN_NS / 1e9)
+    one, many = tmp_path / "one-at-a-time", tmp_path / "batched"
+    shutil.copytree(source, one)
+    shutil.copytree(source, many)
+    events_one = drained(one, False)
+    events_many = drained(many, True)
+    # The same events, but for the store's path in a reason.
+    assert [repr(e).replace(str(many), "STORE") for e in events_many] == \
+        [repr(e).replace(str(one), "STORE") for e in events_one]
+    before, after_one, after_many = store_bytes(source), store_bytes(one), store_bytes(many)
+    assert after_one != before  # the run wrote
+    assert sorted(after_many) == sorted(after_one)
+    differ = [name for name in after_one if after_one[name] != after_many[name]]
+    assert differ == []
+    return events_many
+
+
+def bad_and_good_store(path: Path) -> None:
+    """A 4.x store whose levels mix deliverable messages with ones the broker skips (no
+    REAL_TOPIC, a bad topic, a bad queue id, the schedule topic itself: put straight into the
+    schedule queues, due at once) and a unit whose size is not its message's."""
+    born = 1_700_000_000_000
+    odd = [{"REAL_QID": "0"}, {"REAL_TOPIC": "bad topic!", "REAL_QID": "0"}, {"REAL_TOPIC": "TopicA", "REAL_QID": "x1"},
+           {"REAL_TOPIC": "SCHEDULE_TOPIC_XXXX", "REAL_QID": "0"}]
+    with StoreWriter(path, create=True, commitlog_file_size=1 << 20, clock=lambda: born, sync=False) as w:
+        for i in range(300):
+            if i % 60 == 59:
+                w.put(NewMessage(topic="SCHEDULE_TOPIC_XXXX", queueId=i % 4, body=b"odd",
+                                 properties=dict(odd[i // 60 % 4], UNIQ_KEY=f"ODD{i}")))
+            w.put(NewMessage(topic=("TopicA", "TopicB")[i % 2], queueId=i % 3, body=b"b%d" % i, bornTimestamp=born + i,
+                             properties={"UNIQ_KEY": f"U{i:06d}", "KEYS": f"k{i}", "DELAY": str(1 + i % 4)}))
+    # One more unit of level 4, naming the first record with another size: no readable message.
+    with Store(path) as store:
+        cq = store.schedule_queue(4)
+        at, first = cq.locate(cq.max_offset)
+        first_record = int(cq.units(cq.min_offset, cq.min_offset + 1)["commitLogOffset"][0])
+    with open(at, "r+b") as fh:
+        fh.seek(first)
+        fh.write(first_record.to_bytes(8, "big") + (999).to_bytes(4, "big") + (0).to_bytes(8, "big"))
+
+
+@pytest.mark.parametrize("name", DELAY_SAMPLES)
+def test_batched_run_leaves_the_same_bytes_as_one_message_at_a_time(name, sample_store, tmp_path, monkeypatch):
+    assert_same_run(sample_store(name), tmp_path, monkeypatch)
+
+
+def test_batched_run_skips_what_it_skipped_one_at_a_time_with_the_same_bytes(tmp_path, monkeypatch):
+    source = tmp_path / "source"
+    bad_and_good_store(source)
+    events = assert_same_run(source, tmp_path, monkeypatch)
+    skipped = [e for e in events if type(e).__name__ == "Skipped"]
+    delivered = [e for e in events if type(e).__name__ == "Delivered"]
+    assert len(delivered) == 300
+    reasons = sorted(e.reason.split(" (")[0].split(":")[0] for e in skipped)
+    assert reasons == ["REAL_QID is not a queue id", "REAL_TOPIC is SCHEDULE_TOPIC_XXXX itself",
+                       "REAL_TOPIC is a topic name outside ^[%|a-zA-Z0-9_-]+$", "no REAL_TOPIC property",
+                       "no REAL_TOPIC property", "no readable message"]
+
+
+@pytest.mark.parametrize("name", ["timer-fresh", "timer-partial"])
+def test_batched_timer_run_leaves_the_same_bytes_as_one_message_at_a_time(name, sample_store, tmp_path,
+                                                                          monkeypatch):
+    events = assert_same_run(sample_store(name), tmp_path, monkeypatch)
+    assert sum(type(e).__name__ == "TimerDelivered" for e in events) > 100
+
+
+@pytest.mark.parametrize("name", ["delay-partial", "broker5-e2e"])
+def test_restored_a_batch_at_a_time_as_one_unit_at_a_time(name, sample_store):
+    """Every unit of every level, delivered or not: what restore_units says of it is what
+    restore_unit says (its UNIQ_KEY, the message put, the reason it is skipped)."""
+    with Store(sample_store(name)) as store:
+        broker5x = name.startswith("broker5")
+        seen = 0
+        for level in range(1, 19):
+            cq = store.schedule_queue(level)
+            units = cq.units(cq.min_offset, cq.max_offset)
+            offsets, sizes = units["commitLogOffset"].tolist(), units["size"].tolist()
+            batched = restore_units(store, offsets, sizes, broker5x=broker5x)
+            for (uniq, new, reason), offset, size in zip(batched, offsets, sizes):
+                msg, one_new, one_reason = restore_unit(store, offset, size, broker5x=broker5x)
+                assert (uniq, new, reason) == (msg.properties.get("UNIQ_KEY") if msg else None, one_new, one_reason)
+                seen += 1
+        assert seen > 0
