@@ -66,7 +66,9 @@ class Dequeue:
                 return reason
         return gate.held_by_limit(len(kept)) if kept else None
 
-    def _dequeue_slot(self, t: int) -> Iterator[TimerEvent]:
+    def _dequeue_slot(self, t: int) -> None:
+        """Read slot ``t``: its outcomes (events, outputs) join the pending ones, put by
+        ``_put_pending`` (several slots' at once while nothing else waits)."""
         units = self._chain(t)
         self._processed.append(t)
         delete_keys: set[str] = set()
@@ -85,7 +87,7 @@ class Dequeue:
             else:
                 normals.append(unit)
         normals.reverse()  # normalMsgStack.addFirst while walking back: append order
-        outcomes: list = []  # in append order: events, and outputs to put
+        outcomes = self._pending_outcomes  # in append order: events, and outputs to put
         for unit in normals:
             try:
                 msg = self._message(unit.offsetPy, unit.sizePy)
@@ -106,8 +108,15 @@ class Dequeue:
             if java_parse_long(props.get(PROPERTY_TIMER_ENQUEUE_MS, "")) != TIMER_NEVER_ENQUEUED:
                 self._count(real_topic, -1)
             out = java_parse_long(props.get(PROPERTY_TIMER_OUT_MS, ""))
-            outcomes.append(self._output(msg, unit.currWriteTime, bool(unit.magic & TIMER_MAGIC_ROLL), t, out))
-        yield from self._put_outputs(outcomes)
+            roll = bool(unit.magic & TIMER_MAGIC_ROLL)
+            self._rolls_pending = self._rolls_pending or roll
+            outcomes.append(self._output(msg, unit.currWriteTime, roll, t, out))
+
+    def _put_pending(self) -> Iterator[TimerEvent]:
+        """The outcomes of the slots read since the last call: outputs put, events in order."""
+        outcomes, self._pending_outcomes, self._rolls_pending = self._pending_outcomes, [], False
+        if outcomes:
+            yield from self._put_outputs(outcomes)
 
     def _output(self, msg: Message, enqueue_time: int, roll: bool, slot_ms: int | None,
                 timer_out: int | None) -> TimerEvent | _Output | None:

@@ -73,6 +73,7 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         self._heap: list[int] = []
         self._processed: list[int] = []  # slot times read this run (ahead ones are neutralised on publish)
         self._appended: dict[int, QueueEntry] = {}  # rmq_sys_wheel_timer units this run put (rolls)
+        self._appended_end = 0  # the queue offset after the last of them
         self._messages: dict[int, Message] = {}  # what those records hold, by commit log offset
         self._replay: dict[tuple, list[int]] = {}  # outputs past the published state: key -> offsets
         # units past the published timer log end, by the commit log offset they point at
@@ -87,6 +88,8 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         self.enqueue_batch = max(batch, 1)
         self._entries_at = 0  # the queue's units from this logical offset, read a batch at a time
         self._entries = None
+        self._pending_outcomes: list = []  # of slots read, not put yet (dequeue.py)
+        self._rolls_pending = False  # among them a re-put, which is enqueued at once
 
     # -- setup -------------------------------------------------------------------------------
     def setup(self) -> Iterator[TimerEvent]:
@@ -262,7 +265,7 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
 
     @property
     def cq_end(self) -> int:
-        return max(self._cq_max, max(self._appended, default=-1) + 1)
+        return max(self._cq_max, self._appended_end)
 
     @property
     def drained(self) -> bool:
@@ -328,9 +331,18 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         # once, as doEnqueue's expired path - never parked in a slot no read reaches again (or
         # over the wheel index of a later slot not read yet).
         self.write_ms = max(target, self.read_ms)
+        # The outputs of slot after slot are put together (``batch`` at most) while the queue
+        # has nothing to enqueue: before an enqueue (a re-put is enqueued at once, at its
+        # slot's clock, as the broker's threads do; the queue's own puts follow in order), a
+        # hold and the end of the step, whatever was read is put. Nothing is published
+        # between steps' ends, so the state published never names an output not written.
+        one_by_one = self.enqueue_batch == 1 or (self.gate is not None and self.gate.rate)
         while True:
-            yield from self._enqueue_all()  # re-puts are enqueued at once, as the broker's threads do
+            if self._rolls_pending or self.queue_offset < self.cq_end:
+                yield from self._put_pending()
+            yield from self._enqueue_all()
             if self.held is not None:
+                yield from self._put_pending()
                 return self.delivered + self.rolled - before  # held at an entry enqueue would put
             t = self._next_slot()
             if t is None or t >= target:
@@ -338,12 +350,16 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
             if self.gate is not None and self.gate.holds_any:
                 reason = self._slot_held(t)
                 if reason is not None:
+                    yield from self._put_pending()
                     self.held = f"slot {_iso(t)}: {reason}"
                     yield TimerHeld(t, None, None, reason)
                     return self.delivered + self.rolled - before  # the read clock stays before the slot
             self.read_ms = t
-            yield from self._dequeue_slot(t)
+            self._dequeue_slot(t)
+            if one_by_one or len(self._pending_outcomes) >= self.enqueue_batch:
+                yield from self._put_pending()
             self.read_ms = t + self.precision
+        yield from self._put_pending()
         self.read_ms = max(self.read_ms, target)
         yield from self._enqueue_all()
         if self._replaying and self.queue_offset >= self.cq_end:

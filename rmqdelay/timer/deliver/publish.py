@@ -156,6 +156,7 @@ class Publish:
     def _remember(self, new, result) -> None:
         """A record this run put into rmq_sys_wheel_timer: its queue entry and its content."""
         self._appended[result.queueOffset] = QueueEntry(result.commitLogOffset, result.storeSize)
+        self._appended_end = max(self._appended_end, result.queueOffset + 1)
         self._messages[result.commitLogOffset] = as_message(new, result)
         self._last_put = result
 
