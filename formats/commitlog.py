@@ -286,6 +286,30 @@ def decode_message(buf, pos: int, limit: int) -> Message:
                    prepared, body, topic, props, parse_properties(props))
 
 
+def plain_message_parts(buf, pos: int, total: int) -> tuple | None:
+    """What a re-put copies from the message record of ``total`` bytes at ``pos`` (inside
+    ``buf``, its magic code V1 already seen): (flag, sysFlag, bornTimestamp, bornHost,
+    bornPort, storeHost, storePort, reconsumeTimes, body, propertiesRaw), or None when the
+    record is not of the plain kind (IPv4 hosts) or its lengths do not add up as
+    decode_message checks them - decode_message then reads it, or says why it cannot."""
+    if total < MIN_MESSAGE_SIZE:
+        return None
+    (_, _, _, _, flag, _, _, sys_flag, born_ts, born_addr, born_port, _, store_addr, store_port, reconsume, _,
+     body_len) = _IPV4_HEAD.unpack_from(buf, pos)
+    end = pos + total
+    p = pos + _IPV4_HEAD.size
+    if sys_flag & _V6_FLAGS or body_len < 0 or p + body_len + 1 > end:
+        return None
+    body = bytes(buf[p:p + body_len])
+    p += body_len
+    topic_len = buf[p] if buf[p] < 128 else -1  # a signed byte
+    p += 1 + topic_len
+    if topic_len < 0 or p + 2 > end or _SHORT.unpack_from(buf, p)[0] != end - p - 2:
+        return None
+    return (flag, sys_flag, born_ts, born_addr, born_port, store_addr, store_port, reconsume, body,
+            _text(bytes(buf[p + 2:end])))
+
+
 def encode_message(msg: Message) -> bytes:
     """The fast encoder: the record bytes, with storeSize taken as given."""
     topic = _raw(msg.topic)

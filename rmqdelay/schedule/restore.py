@@ -2,8 +2,9 @@
 (redelivery.py), read the cheap way.
 
 A level's due units point at records one after another in a few commit log files: the file
-is looked up once for a run of them, each record is decoded straight from the mapped file
-(``decode_message``, the one decoder), the REAL_TOPIC / REAL_QID verdict is taken once per
+is looked up once for a run of them, each record is read straight from the mapped file (a
+plain one - IPv4 hosts, V1 - for only the parts a re-put copies; any other by
+``decode_message``), the REAL_TOPIC / REAL_QID verdict is taken once per
 distinct pair, and the delivered copy is built from the decoded map itself (it is not used
 again). A unit the fast path cannot read as a whole message of its size - outside the
 files, another record there, a damaged record - goes through ``restore_unit``, which says
@@ -12,7 +13,7 @@ exactly why. The result is the same, unit by unit, as ``restore_unit``'s.
 
 from __future__ import annotations
 
-from rmqdelay.formats.commitlog import decode_message
+from rmqdelay.formats.commitlog import RECORD_HEAD, decode_message, plain_message_parts
 from rmqdelay.formats.constants import (
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
@@ -21,6 +22,7 @@ from rmqdelay.formats.constants import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
 )
 from rmqdelay.formats.errors import FormatError
+from rmqdelay.formats.properties import parse_properties
 from rmqdelay.schedule.redelivery import restore_problem, restore_unit, timeup_message
 from rmqdelay.store import Store
 from rmqdelay.store.writer import NewMessage
@@ -50,16 +52,24 @@ def restore_units(store: Store, offsets: list[int], sizes: list[int], *, broker5
         pos = offset - file_start
         # Only a whole message record of the unit's size is read here (the head checked
         # first, as read_message checks it); anything else is restore_unit's to explain.
-        if pos + 8 > limit or int.from_bytes(view[pos:pos + 4], "big", signed=True) != size \
-                or int.from_bytes(view[pos + 4:pos + 8], "big", signed=True) not in _MAGICS:
+        if pos + 8 > limit:
             out.append(_slow(store, offset, size, broker5x))
             continue
-        try:
-            msg = decode_message(view, pos, limit)
-        except FormatError:
+        total, magic = RECORD_HEAD.unpack_from(view, pos)
+        if total != size or magic not in _MAGICS or pos + total > limit:
             out.append(_slow(store, offset, size, broker5x))
             continue
-        props = msg.properties
+        parts = plain_message_parts(view, pos, size) if magic == MESSAGE_MAGIC_CODE else None
+        if parts is None:
+            try:
+                msg = decode_message(view, pos, limit)
+            except FormatError:
+                out.append(_slow(store, offset, size, broker5x))
+                continue
+            parts = (msg.flag, msg.sysFlag, msg.bornTimestamp, msg.bornHostAddress, msg.bornPort,
+                     msg.storeHostAddress, msg.storePort, msg.reconsumeTimes, msg.body, msg.propertiesRaw)
+        flag, sys_flag, born_ts, born_addr, born_port, store_addr, store_port, reconsume, body, raw = parts
+        props = parse_properties(raw)
         key = (props.get(PROPERTY_REAL_TOPIC), props.get(PROPERTY_REAL_QUEUE_ID))
         try:
             reason = verdicts[key]
@@ -69,10 +79,8 @@ def restore_units(store: Store, offsets: list[int], sizes: list[int], *, broker5
         if reason is not None:
             out.append((uniq, None, reason))
             continue
-        out.append((uniq, timeup_message(props, msg.propertiesRaw, msg.body, msg.flag, msg.sysFlag,
-                                         msg.bornTimestamp, (msg.bornHostAddress, msg.bornPort),
-                                         (msg.storeHostAddress, msg.storePort), msg.reconsumeTimes,
-                                         broker5x=broker5x), None))
+        out.append((uniq, timeup_message(props, raw, body, flag, sys_flag, born_ts, (born_addr, born_port),
+                                         (store_addr, store_port), reconsume, broker5x=broker5x), None))
     return out
 
 
