@@ -4,9 +4,10 @@ TimerWheel.putSlot writes them.
 
 Units are written with pwrite (fileio) and read back with pread, so what this run appended is
 read like the rest. Wheel slots are kept in memory (every non-empty slot of the file, then the
-changes) and written back, changed slots only, on ``flush``: the broker's own TimerWheel also
-works on a copy and writes back the bytes that differ. Nothing here is fsynced until
-``sync``: the engine publishes the timer checkpoint only after it.
+changes) and written back, changed slots only (a run of neighbouring ones in one write), on
+``flush``: the broker's own TimerWheel also works on a copy and writes back the bytes that
+differ. Nothing here is fsynced until ``sync``: the engine publishes the timer checkpoint
+only after it.
 """
 
 from __future__ import annotations
@@ -195,10 +196,14 @@ class WheelFile:
                 os.close(fd)
                 raise
             self._fd = fd
-        for index in sorted(self._dirty):
+        indexes = sorted(self._dirty)
+        run: list[bytes] = []  # the slots of a run of neighbouring indexes, written at once
+        for i, index in enumerate(indexes):
             s = self.slots[index]
-            data = build_slot(Slot(index, s.timeSlot, s.firstPos, s.lastPos, s.num, s.magic, self.precision_ms))
-            fileio.write_all(self._fd, data, index * SLOT_SIZE, self.path)
+            run.append(build_slot(Slot(index, s.timeSlot, s.firstPos, s.lastPos, s.num, s.magic, self.precision_ms)))
+            if i + 1 == len(indexes) or indexes[i + 1] != index + 1:
+                fileio.write_all(self._fd, b"".join(run), (index + 1 - len(run)) * SLOT_SIZE, self.path)
+                run = []
         self._dirty.clear()
 
     def sync(self) -> None:
