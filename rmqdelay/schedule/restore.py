@@ -92,4 +92,3 @@ def restore_one_by_one(store: Store, offsets: list[int], sizes: list[int], *, br
 def _slow(store: Store, offset: int, size: int, broker5x: bool) -> Restored:
     msg, new, reason = restore_unit(store, offset, size, broker5x=broker5x)
     return (msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) if msg is not None else None), new, reason
-

@@ -126,9 +126,10 @@ class Enqueue:
             if PROPERTY_TIMER_DEL_UNIQKEY in props:
                 if "RMQDELAY" not in props:
                     # doPut: "Trying do put delete timer msg" - a cancellation past due is dropped.
-                    outcomes.append(TimerNotice("cancel-dropped", f"cancellation of {props[PROPERTY_TIMER_DEL_UNIQKEY]} "
-                                                                  f"reached the timer after its time: dropped, as the "
-                                                                  f"broker does (its target is not cancelled)"))
+                    outcomes.append(TimerNotice("cancel-dropped",
+                                                f"cancellation of {props[PROPERTY_TIMER_DEL_UNIQKEY]} reached the "
+                                                f"timer after its time: dropped, as the broker does (its target is "
+                                                f"not cancelled)"))
                 return
             if self.gate is not None and self.gate.holds_any:
                 reason = self.gate.holds(props.get(PROPERTY_REAL_TOPIC), out)
