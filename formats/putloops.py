@@ -5,7 +5,9 @@
 every record, and its host addresses, body, topic and properties as slices of four
 concatenated buffers. ``seal_crc_digits`` writes the ``__CRC32#`` digits of records whose
 CRC the caller computed (``propcrc``: UtilAll.crc32 of the record but its last 20 bytes).
-``units`` lays out consume queue units (CqUnit: offset, size, tagsCode, big-endian).
+``units`` lays out consume queue units (CqUnit: offset, size, tagsCode, big-endian);
+``index_key_hashes`` hashes the index keys of records (IndexService.buildIndex) from their
+KEYS and UNIQ_KEY, without making the ``topic#key`` strings.
 
 They only read their inputs and write into arrays the caller allocated; what goes in (the
 delay rewrite, the properties string, the tagsCode) is decided by the caller
@@ -18,13 +20,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .constants import BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE_V2, STOREHOSTADDRESS_V6_FLAG
+from .constants import BORNHOST_V6_FLAG, KEY_SEPARATOR, MESSAGE_MAGIC_CODE_V2, STOREHOSTADDRESS_V6_FLAG
 
 # The columns of ``fields`` (int64, one row per record).
 SIZE, MAGIC, BODY_CRC, QUEUE_ID, FLAG, QUEUE_OFFSET, PHYSICAL_OFFSET, SYS_FLAG, BORN_TS, \
     BORN_PORT, STORE_TS, STORE_PORT, RECONSUME, PREPARED_OFFSET = range(14)
 FIELDS = 14
 
+KEY_SEPARATOR_BYTE = ord(KEY_SEPARATOR)
 CRC_DIGITS_AT = 11  # the ten digits start 11 bytes before the record's end (then 0x02)
 
 
@@ -35,13 +38,15 @@ def _put_be(out: np.ndarray, pos: int, value: int, nbytes: int) -> None:
 
 
 @njit(cache=True, nogil=True)
-def encode_records(out: np.ndarray, at: np.ndarray, fields: np.ndarray, hosts: np.ndarray, host_at: np.ndarray,
-                   bodies: np.ndarray, body_at: np.ndarray, topics: np.ndarray, topic_at: np.ndarray,
-                   props: np.ndarray, props_at: np.ndarray) -> None:
+def encode_records(out: np.ndarray, at: np.ndarray, fields: np.ndarray, born: np.ndarray, born_at: np.ndarray,
+                   stored: np.ndarray, stored_at: np.ndarray, bodies: np.ndarray, body_at: np.ndarray,
+                   topics: np.ndarray, topic_at: np.ndarray, topic_len: np.ndarray, props: np.ndarray,
+                   props_at: np.ndarray) -> None:
     """Record i at ``out[at[i]:]``: its numbers from ``fields[i]``, its born and store
-    addresses from ``hosts[host_at[i]:]`` (the born address then the store address, 4 or 16
-    bytes each as its sysFlag says), its body, topic and properties from slices
-    ``[x_at[i], x_at[i + 1])`` of their buffers."""
+    addresses from ``born[born_at[i]:]`` and ``stored[stored_at[i]:]`` (4 or 16 bytes each as
+    its sysFlag says), its topic from ``topics[topic_at[i]:][:topic_len[i]]`` (a buffer of the
+    batch's distinct topics), its body and properties from slices ``[x_at[i], x_at[i + 1])``
+    of their buffers."""
     for i in range(fields.shape[0]):
         f = fields[i]
         pos = at[i]
@@ -56,16 +61,16 @@ def encode_records(out: np.ndarray, at: np.ndarray, fields: np.ndarray, hosts: n
         _put_be(out, pos + 36, sys_flag, 4)
         _put_be(out, pos + 40, f[BORN_TS], 8)
         pos += 48
-        h = host_at[i]
+        h = born_at[i]
         n = 16 if sys_flag & BORNHOST_V6_FLAG else 4
-        out[pos:pos + n] = hosts[h:h + n]
-        h += n
+        out[pos:pos + n] = born[h:h + n]
         pos += n
         _put_be(out, pos, f[BORN_PORT], 4)
         _put_be(out, pos + 4, f[STORE_TS], 8)
         pos += 12
+        h = stored_at[i]
         n = 16 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 4
-        out[pos:pos + n] = hosts[h:h + n]
+        out[pos:pos + n] = stored[h:h + n]
         pos += n
         _put_be(out, pos, f[STORE_PORT], 4)
         _put_be(out, pos + 4, f[RECONSUME], 4)
@@ -75,7 +80,8 @@ def encode_records(out: np.ndarray, at: np.ndarray, fields: np.ndarray, hosts: n
         pos += 20
         out[pos:pos + b1 - b0] = bodies[b0:b1]
         pos += b1 - b0
-        t0, t1 = topic_at[i], topic_at[i + 1]
+        t0 = topic_at[i]
+        t1 = t0 + topic_len[i]
         if f[MAGIC] == MESSAGE_MAGIC_CODE_V2:
             _put_be(out, pos, t1 - t0, 2)
             pos += 2
@@ -124,3 +130,49 @@ def queue_offsets(queue_index: np.ndarray, dispatch: np.ndarray, next_offsets: n
             next_offsets[q] += 1
         else:
             out[i] = 0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _index_hash(h: int) -> int:
+    """IndexFile.indexKeyHashMethod of a String.hashCode kept as an unsigned 32-bit value:
+    abs of the signed int, Integer.MIN_VALUE (whose abs stays negative) as 0."""
+    if h >= 0x80000000:
+        h = 0x100000000 - h
+    return 0 if h == 0x80000000 else h
+
+
+@njit(cache=True, nogil=True)
+def index_key_hashes(indexed: np.ndarray, seeds: np.ndarray, uniqs: np.ndarray, uniq_at: np.ndarray,
+                     has_uniq: np.ndarray, keys: np.ndarray, keys_at: np.ndarray, records: np.ndarray,
+                     hashes: np.ndarray) -> int:
+    """IndexService.buildIndex's keys of every record ``indexed[i]``, hashed, in its order:
+    ``topic#UNIQ_KEY`` when ``has_uniq[i]``, then ``topic#k`` for every non-empty token of its
+    KEYS split at single spaces. The keys are ASCII (a byte is a UTF-16 code unit) and
+    ``seeds[i]`` is String.hashCode of ``topic#`` (unsigned 32-bit), so each hash goes on
+    from it. Writes (record, hash) pairs into ``records``/``hashes``; returns how many."""
+    k = 0
+    for i in range(indexed.shape[0]):
+        if not indexed[i]:
+            continue
+        seed = seeds[i]
+        if has_uniq[i]:
+            h = seed
+            for j in range(uniq_at[i], uniq_at[i + 1]):
+                h = (31 * h + uniqs[j]) & 0xFFFFFFFF
+            records[k] = i
+            hashes[k] = _index_hash(h)
+            k += 1
+        h = seed
+        empty = True
+        for j in range(keys_at[i], keys_at[i + 1] + 1):
+            if j == keys_at[i + 1] or keys[j] == KEY_SEPARATOR_BYTE:
+                if not empty:
+                    records[k] = i
+                    hashes[k] = _index_hash(h)
+                    k += 1
+                h = seed
+                empty = True
+            else:
+                h = (31 * h + keys[j]) & 0xFFFFFFFF
+                empty = False
+    return k

@@ -14,13 +14,31 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 
+from rmqdelay.errors import UsageError
 from rmqdelay.formats import putloops
+from rmqdelay.formats.commitlog import message_size
+from rmqdelay.formats.constants import (
+    BORNHOST_V6_FLAG,
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    RMQ_SYS_SCHEDULE_TOPIC,
+    STOREHOSTADDRESS_V6_FLAG,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+)
+from rmqdelay.formats.constants import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as PROPERTY_UNIQ
+from rmqdelay.formats.javahash import tags_code
 from rmqdelay.formats.msgid import create_message_id
 from rmqdelay.formats.propcrc import CRC32_RESERVED_LEN, crc_digits
-from rmqdelay.store.encode import PutEncoder, PutResult
+from rmqdelay.store import batchprops
+from rmqdelay.store.encode import PutEncoder, PutResult, java_length
 
 _CRC_DIGITS_LEN = 10
 
@@ -35,18 +53,23 @@ class Gathered:
     queues: list[tuple[str, int]]  # the distinct (topic, queueId) of the batch
     dispatch: np.ndarray  # bool: gets a unit and a queue offset
     fields: np.ndarray  # (n, putloops.FIELDS) int64; queue and physical offsets still 0
-    hosts: np.ndarray
-    host_at: np.ndarray
+    born: np.ndarray  # the born addresses back to back, and where each message's starts
+    born_at: np.ndarray
+    stored: np.ndarray  # the store addresses, the same way
+    stored_at: np.ndarray
     bodies: np.ndarray
     body_at: np.ndarray
-    topic_bytes: np.ndarray
-    topic_at: np.ndarray
+    topic_bytes: np.ndarray  # the batch's distinct topics back to back
+    topic_at: np.ndarray  # where each message's topic starts in it, and its length
+    topic_len: np.ndarray
     props: np.ndarray
     props_at: np.ndarray
     props_raw: list[str]  # as stored, the CRC digits (when sealed) still reserved
     tags_codes: np.ndarray  # int64, of the units
     keys: list[str | None]  # KEYS and UNIQ_KEY as the index reads them
     uniqs: list[str | None]
+    index_records: np.ndarray  # int64: the message of each index key (ascending), and its hash
+    index_hashes: np.ndarray
     store_hosts: list[tuple[bytes, int]]
     sealed: bool  # the records end with a reserved __CRC32#
 
@@ -62,58 +85,131 @@ class Gathered:
         return self.fields[:, putloops.STORE_TS]
 
 
-def _buffer(parts: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+_BASE_SIZE = message_size(0, 0, 0, 0)  # IPv4 hosts, a one-byte topic length, nothing else
+_V6_EXTRA = 12  # an IPv6 host's 16-byte address instead of 4
+_first = itemgetter(0)
+_second = itemgetter(1)
+
+
+def _buffer(parts: list) -> tuple[np.ndarray, np.ndarray]:
     """The parts back to back, and where each starts (one more entry: the end)."""
     at = np.zeros(len(parts) + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)), out=at[1:])
     return np.frombuffer(b"".join(parts), dtype=np.uint8), at
 
 
+def _strings(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``_buffer`` of the texts in UTF-8 (undecodable bytes kept as they came: surrogateescape)."""
+    joined = "".join(texts)
+    data = joined.encode("utf-8", "surrogateescape")
+    if len(data) != len(joined):
+        return _buffer([t.encode("utf-8", "surrogateescape") for t in texts])
+    at = np.zeros(len(texts) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)), out=at[1:])
+    return np.frombuffer(data, dtype=np.uint8), at
+
+
+def _index_of(items: list) -> tuple[list, np.ndarray]:
+    """The distinct items in order of appearance, and which of them each item is."""
+    distinct = list(dict.fromkeys(items))
+    position = {item: i for i, item in enumerate(distinct)}
+    return distinct, np.fromiter(map(position.__getitem__, items), dtype=np.int64, count=len(items))
+
+
 def gather(encoder: PutEncoder, news: Sequence) -> Gathered:
     """putMessage's rewrites of every message (NewMessage), as put() does them, in columns. A
-    message put() would refuse refuses the batch here, before anything is placed."""
-    prepare = encoder.prepare
+    message put() would refuse refuses the batch here, before anything is placed.
+
+    A column at a time: the clock read for each message without a store timestamp, in order;
+    the stored properties strings from one template per key set (batchprops.py); the tagsCode
+    once per distinct TAGS; sizes, flags and magic codes as arrays. Messages put() rewrites
+    (a delay level, a ``propertiesRaw``, SCHEDULE_TOPIC_XXXX itself, a value no template makes)
+    go through put()'s own ``PutEncoder.prepare``, one by one."""
     n = len(news)
-    values: list[int] = []
-    hosts: list[bytes] = []
-    bodies, topic_bytes, props = [], [], []
-    topics, queue_ids, props_raw, codes, keys, uniqs, store_hosts = [], [], [], [], [], [], []
-    dispatch = np.zeros(n, dtype=np.bool_)
-    queue_index = np.zeros(n, dtype=np.int64)
-    queues: dict[tuple[str, int], int] = {}
-    crc32 = zlib.crc32
-    for i, new in enumerate(news):
-        p = prepare(new)
-        born, store = new.bornHost, new.storeHost
-        values += (p.size, p.magic, crc32(new.body) & 0x7FFFFFFF, p.queue_id, new.flag, 0, 0, p.sys_flag,
-                   new.bornTimestamp, born[1], p.store_ts, store[1], new.reconsumeTimes,
-                   new.preparedTransactionOffset)
-        hosts += (born[0], store[0])
-        bodies.append(new.body)
-        topic_bytes.append(p.topic_bytes)
-        props.append(p.props_bytes)
-        topics.append(p.topic)
-        queue_ids.append(p.queue_id)
-        props_raw.append(p.props_raw)
-        codes.append(p.tags_code)
-        keys.append(p.keys)
-        uniqs.append(p.uniq)
-        store_hosts.append(store)
-        if p.dispatch:
-            dispatch[i] = True
-            key = (p.topic, p.queue_id)
-            index = queues.get(key)
-            if index is None:
-                index = queues[key] = len(queues)
-            queue_index[i] = index
-    fields = np.array(values, dtype=np.int64).reshape(n, putloops.FIELDS)
-    host_buf, host_at = _buffer(hosts)
+    fmt = encoder.write_format
+    sealed = fmt.propCrc
+    topics = [m.topic for m in news]
+    queue_ids = [m.queueId for m in news]
+    bodies = [m.body for m in news]
+    props = [m.properties for m in news]
+    raws = [m.propertiesRaw for m in news]
+    born = [m.bornHost for m in news]
+    store = [m.storeHost for m in news]
+    given_ts = [m.storeTimestamp for m in news]
+    for topic in set(topics):
+        encoder.check_topic(topic)
+    clock = encoder.clock
+    store_ts = [t if t is not None else clock() for t in given_ts] if None in given_ts else given_ts
+
+    shapes, values = batchprops.shapes(props)
+    slow: set[int] = set()
+    if raws.count(None) != n:
+        slow.update(i for i, r in enumerate(raws) if r is not None)
+    complex_shapes = {s for s in set(shapes) if not batchprops.shape(s, sealed).simple}
+    if complex_shapes:
+        slow.update(i for i, s in enumerate(shapes) if s in complex_shapes)
+    if RMQ_SYS_SCHEDULE_TOPIC in topics:
+        slow.update(i for i, t in enumerate(topics) if t == RMQ_SYS_SCHEDULE_TOPIC)
+    fast = [i for i in range(n) if i not in slow] if slow else None
+    strings, demoted = batchprops.stored_properties(props, shapes, fast, sealed, values)
+    if fast is None:
+        props_raw = strings
+    else:
+        props_raw = [""] * n
+        for i, text in zip(fast, strings):
+            props_raw[i] = text
+    slow.update(demoted)
+    codes = list(map(tags_code, [p.get(PROPERTY_TAGS) for p in props]))
+    keys = [p.get(PROPERTY_KEYS) or None for p in props]
+    uniqs = [p.get(PROPERTY_UNIQ) or None for p in props]
+    for i in sorted(slow):
+        p = encoder.prepare(news[i], store_ts[i])
+        topics[i], queue_ids[i], props_raw[i], codes[i], keys[i], uniqs[i] = \
+            p.topic, p.queue_id, p.props_raw, p.tags_code, p.keys, p.uniq
+
+    topic_names, topic_index = _index_of(topics)
+    topic_buf, topic_starts = _buffer([t.encode("utf-8") for t in topic_names])
+    topic_at = topic_starts[topic_index]
+    topic_len = np.diff(topic_starts)[topic_index]
+    v2 = np.array([fmt.autoMessageVersionOnTopicLen and java_length(t) > 127 for t in topic_names],
+                  dtype=np.bool_)[topic_index]
+    props_buf, props_at = _strings(props_raw)
+    props_len = np.diff(props_at)
+    if n and int(props_len.max()) > 32767:
+        raise UsageError(f"properties of {int(props_len.max())} bytes; a record holds at most 32767")
     body_buf, body_at = _buffer(bodies)
-    topic_buf, topic_at = _buffer(topic_bytes)
-    props_buf, props_at = _buffer(props)
-    return Gathered(topics, queue_ids, queue_index, list(queues), dispatch, fields, host_buf, host_at[::2].copy(),
-                    body_buf, body_at, topic_buf, topic_at, props_buf, props_at, props_raw,
-                    np.array(codes, dtype=np.int64), keys, uniqs, store_hosts, encoder.write_format.propCrc)
+    born_buf, born_at = _buffer(list(map(_first, born)))
+    stored_buf, stored_at = _buffer(list(map(_first, store)))
+    born_v6 = np.diff(born_at) == 16
+    store_v6 = np.diff(stored_at) == 16
+    flags_v = np.array([m.sysFlag for m in news], dtype=np.int64)
+    flags_v = np.where(born_v6, flags_v | BORNHOST_V6_FLAG, flags_v & ~BORNHOST_V6_FLAG)
+    flags_v = np.where(store_v6, flags_v | STOREHOSTADDRESS_V6_FLAG, flags_v & ~STOREHOSTADDRESS_V6_FLAG)
+    tran = flags_v & TRANSACTION_TYPE_MASK
+    dispatch = (tran != TRANSACTION_PREPARED_TYPE) & (tran != TRANSACTION_ROLLBACK_TYPE)
+
+    fields = np.empty((n, putloops.FIELDS), dtype=np.int64)
+    fields[:, putloops.SIZE] = (_BASE_SIZE + _V6_EXTRA * born_v6 + _V6_EXTRA * store_v6 + v2 + np.diff(body_at)
+                                + topic_len + props_len)
+    fields[:, putloops.MAGIC] = np.where(v2, MESSAGE_MAGIC_CODE_V2, MESSAGE_MAGIC_CODE)
+    fields[:, putloops.BODY_CRC] = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
+    fields[:, putloops.QUEUE_ID] = queue_ids
+    fields[:, putloops.FLAG] = [m.flag for m in news]
+    fields[:, putloops.QUEUE_OFFSET] = 0
+    fields[:, putloops.PHYSICAL_OFFSET] = 0
+    fields[:, putloops.SYS_FLAG] = flags_v
+    fields[:, putloops.BORN_TS] = [m.bornTimestamp for m in news]
+    fields[:, putloops.BORN_PORT] = list(map(_second, born))
+    fields[:, putloops.STORE_TS] = store_ts
+    fields[:, putloops.STORE_PORT] = list(map(_second, store))
+    fields[:, putloops.RECONSUME] = [m.reconsumeTimes for m in news]
+    fields[:, putloops.PREPARED_OFFSET] = [m.preparedTransactionOffset for m in news]
+
+    queues, queue_index = _index_of(list(zip(topics, queue_ids)))
+    index_records, index_hashes = batchprops.index_hashes(topics, keys, uniqs, tran != TRANSACTION_ROLLBACK_TYPE)
+    return Gathered(topics, queue_ids, queue_index, queues, dispatch, fields, born_buf, born_at, stored_buf,
+                    stored_at, body_buf, body_at, topic_buf, topic_at, topic_len, props_buf, props_at, props_raw,
+                    np.array(codes, dtype=np.int64), keys, uniqs, index_records, index_hashes, store, sealed)
 
 
 def lay_out(g: Gathered, first: int, stop: int) -> tuple[np.ndarray, np.ndarray | None]:
@@ -124,9 +220,9 @@ def lay_out(g: Gathered, first: int, stop: int) -> tuple[np.ndarray, np.ndarray 
     sizes = fields[:, putloops.SIZE]
     ends = np.cumsum(sizes)
     out = np.empty(int(ends[-1]) if len(ends) else 0, dtype=np.uint8)
-    putloops.encode_records(out, ends - sizes, fields, g.hosts, g.host_at[first:stop], g.bodies,
-                            g.body_at[first:stop + 1], g.topic_bytes, g.topic_at[first:stop + 1], g.props,
-                            g.props_at[first:stop + 1])
+    putloops.encode_records(out, ends - sizes, fields, g.born, g.born_at[first:stop], g.stored,
+                            g.stored_at[first:stop], g.bodies, g.body_at[first:stop + 1], g.topic_bytes,
+                            g.topic_at[first:stop], g.topic_len[first:stop], g.props, g.props_at[first:stop + 1])
     if not g.sealed:
         return out, None
     # UtilAll.crc32 of each record but its reserved 20 bytes, once every other byte is final.

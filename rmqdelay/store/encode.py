@@ -162,9 +162,10 @@ class PutEncoder:
                     return store_ts + self.delay_levels[level]
         return tags_code(properties.get(PROPERTY_TAGS))
 
-    def rewrite(self, new) -> Rewritten:
+    def rewrite(self, new, store_ts: int | None = None) -> Rewritten:
         """CommitLog.putMessage's rewrites of ``new`` (a NewMessage): where it is stored, the
-        properties string it is stored with, its unit's tagsCode and the keys it is indexed by."""
+        properties string it is stored with, its unit's tagsCode and the keys it is indexed by.
+        ``store_ts``: its store timestamp when the caller read the clock for it already."""
         topic, queue_id = new.topic, new.queueId
         self.check_topic(topic)
         props = new.properties
@@ -188,7 +189,8 @@ class PutEncoder:
                 topic, queue_id = RMQ_SYS_SCHEDULE_TOPIC, level - 1
         if props_raw is None:
             props_raw = format_java_order(props)
-        store_ts = new.storeTimestamp if new.storeTimestamp is not None else self.clock()
+        if store_ts is None:
+            store_ts = new.storeTimestamp if new.storeTimestamp is not None else self.clock()
         simple = new.propertiesRaw is None
         code = self.tags_code(topic, props if simple else _StoredProperties(props_raw), store_ts)
         if simple and props_raw.count(PROPERTY_SEPARATOR) == len(props) - 1 \
@@ -200,10 +202,10 @@ class PutEncoder:
         return Rewritten(topic, queue_id, props, props_raw, store_ts, code, keys, uniq,
                          tran not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE))
 
-    def prepare(self, new) -> Prepared:
+    def prepare(self, new, store_ts: int | None = None) -> Prepared:
         """CommitLog.putMessage up to the encoding: ``new`` is a NewMessage. What put() and
         the batch encoder (batchencode.py) lay out, each its own way, as the same bytes."""
-        topic, queue_id, _props, props_raw, store_ts, code, keys, uniq, dispatch = self.rewrite(new)
+        topic, queue_id, _props, props_raw, store_ts, code, keys, uniq, dispatch = self.rewrite(new, store_ts)
         fmt = self.write_format
         sys_flag = new.sysFlag
         sys_flag = (sys_flag | BORNHOST_V6_FLAG) if len(new.bornHost[0]) == 16 else (sys_flag & ~BORNHOST_V6_FLAG)
@@ -219,7 +221,7 @@ class PutEncoder:
             raise UsageError(f"properties of {len(props_bytes)} bytes; a record holds at most 32767")
         # CommitLog.asyncPutMessage: V2 (two-byte topic length) for a topic longer than
         # Byte.MAX_VALUE Java characters.
-        magic = MESSAGE_MAGIC_CODE_V2 if fmt.autoMessageVersionOnTopicLen and _java_length(topic) > 127 \
+        magic = MESSAGE_MAGIC_CODE_V2 if fmt.autoMessageVersionOnTopicLen and java_length(topic) > 127 \
             else MESSAGE_MAGIC_CODE
         size = message_size(sys_flag, len(new.body), len(topic_bytes), len(props_bytes), magic)
         return Prepared(topic, queue_id, topic_bytes, props_raw, props_bytes, sys_flag, magic, size, store_ts,
@@ -237,7 +239,7 @@ class PutEncoder:
                           len(p.props_bytes))
 
 
-def _java_length(text: str) -> int:
+def java_length(text: str) -> int:
     """String.length(): UTF-16 code units."""
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
 

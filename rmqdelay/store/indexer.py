@@ -308,6 +308,8 @@ class MessageIndexer:
         self._keys: list[str] = []
         self._records: list[tuple[int, int, int]] = []  # (offset, store time, keys) of each record queued
         self._appended: list[tuple[int, int, str, str | None, str | None]] = []  # add()ed, keys not built yet
+        # Entries queued before the keys above, hashed: (key hashes, offsets, store times) arrays.
+        self._hashed: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._file: _FileWriter | None = None
         self._names = [p.name for p in list_index_files(directory)]
         self._previous: IndexHeader | None = None  # the header of the file before the open one
@@ -398,6 +400,29 @@ class MessageIndexer:
             # Keys are built at flush, for a whole batch: put() stays a tuple append.
             self._appended.append((phy_offset, store_timestamp, topic, keys, uniq_key))
 
+    def add_hashed(self, hashes: np.ndarray, offsets: np.ndarray, store_timestamps: np.ndarray) -> None:
+        """``add`` for many records at once, their keys already hashed (IndexFile.indexKeyHashMethod
+        of each ``topic#key``, in buildIndex's order), one entry a row: the physical offset
+        and store timestamp of its record. The records are new ones, after the resume point."""
+        if not len(hashes):
+            return
+        if int(offsets[0]) <= self.resume_offset:
+            raise UsageError(f"index entries of records at {int(offsets[0])}, not after the index's last "
+                             f"record at {self.resume_offset}")
+        self._settle()
+        self._hashed.append((hashes, offsets, store_timestamps))
+
+    def _settle(self) -> None:
+        """The keys queued so far, hashed, after the entries hashed before them."""
+        self._expand()
+        if not self._keys:
+            return
+        records = np.array(self._records, dtype=np.int64).reshape(-1, 3)
+        self._hashed.append((key_hashes(self._keys), np.repeat(records[:, 0], records[:, 2]),
+                             np.repeat(records[:, 1], records[:, 2])))
+        self._keys.clear()
+        self._records.clear()
+
     def add_stored(self, phy_offset: int, store_timestamp: int, topic: str, properties_raw: str,
                    sys_flag: int) -> None:
         """``add`` for a record whose properties are at hand only as stored."""
@@ -431,7 +456,7 @@ class MessageIndexer:
 
     @property
     def pending(self) -> int:
-        return len(self._keys) + len(self._appended)
+        return len(self._keys) + len(self._appended) + sum(len(h) for h, _, _ in self._hashed)
 
     def catch_up(self, commitlog: CommitLog, stop: int) -> int:
         """Index the records of [resume point, stop) that the index lacks; returns how many."""
@@ -455,15 +480,15 @@ class MessageIndexer:
         """Write the pending entries and their slots. They count (the header is written) at
         once when ``sync``, else at ``sync_to_disk``/``close``: a header never counts entries
         that are not on disk before it. A file that fills up is committed before the next."""
-        self._expand()
-        if not self._keys:
+        self._settle()
+        if not self._hashed:
             return
-        hashes = key_hashes(self._keys)
-        records = np.array(self._records, dtype=np.int64).reshape(-1, 3)
-        offsets = np.repeat(records[:, 0], records[:, 2])
-        timestamps = np.repeat(records[:, 1], records[:, 2])
-        self._keys.clear()
-        self._records.clear()
+        hashed = self._hashed
+        if len(hashed) == 1:
+            hashes, offsets, timestamps = hashed[0]
+        else:
+            hashes, offsets, timestamps = (np.concatenate(column) for column in zip(*hashed))
+        hashed.clear()
         done = 0
         while done < len(hashes):
             f = self._writable(int(timestamps[done]))
@@ -513,6 +538,7 @@ class MessageIndexer:
         committed are indexed again from the commit log on the next open."""
         self._keys.clear()
         self._records.clear()
+        self._hashed.clear()
         if self._file is not None:
             self._file.close()
             self._file = None

@@ -479,23 +479,39 @@ class StoreWriter(Flush):
         self._pending_bytes += len(records)
         store_ts = seg[:, putloops.STORE_TS]
         if self._indexer is not None:
-            add = self._indexer.add
-            for i, offset, ts, sys_flag in zip(range(first, stop), offsets.tolist(), store_ts.tolist(),
-                                               seg[:, putloops.SYS_FLAG].tolist()):
-                add(offset, ts, g.topics[i], g.keys[i], g.uniqs[i], sys_flag)
+            lo, hi = np.searchsorted(g.index_records, (first, stop)).tolist()
+            if hi > lo:
+                rows = g.index_records[lo:hi]
+                self._indexer_call(self._indexer.add_hashed, g.index_hashes[lo:hi],
+                                   fields[rows, putloops.PHYSICAL_OFFSET], fields[rows, putloops.STORE_TS])
         dispatch = g.dispatch[first:stop]
         if dispatch.any():
             which = np.flatnonzero(dispatch)
             queue_index = g.queue_index[first:stop][which]
             queue_offsets = seg[which, putloops.QUEUE_OFFSET]
-            units = unit_bytes(offsets[which], sizes[which], g.tags_codes[first:stop][which])
-            # One pending entry per run of consecutive units of one queue, in commit log order.
-            runs = np.flatnonzero(np.diff(queue_index)) + 1
-            bounds = [0, *runs.tolist(), len(which)]
+            codes = g.tags_codes[first:stop][which]
             pending = self._pending_units
-            for a, b in zip(bounds, bounds[1:]):
-                topic, queue_id = g.queues[int(queue_index[a])]
-                pending.append((topic, queue_id, int(queue_offsets[a]), units[20 * a:20 * b]))
+            if self._abort.owned:
+                # The flush writes a queue's units at once (its dispatch floor covers a kill part
+                # way): one pending entry per queue, the queues in the order of their first unit,
+                # so the first entry still starts with the first unit (the floor the flush marks).
+                order = np.argsort(queue_index, kind="stable")
+                ordered = queue_index[order]
+                starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+                ends = np.append(starts[1:], len(order))
+                units = unit_bytes(offsets[which][order], sizes[which][order], codes[order])
+                for k in np.argsort(order[starts], kind="stable").tolist():
+                    a, b = int(starts[k]), int(ends[k])
+                    topic, queue_id = g.queues[int(ordered[a])]
+                    pending.append((topic, queue_id, int(queue_offsets[order[a]]), units[20 * a:20 * b]))
+            else:
+                # One pending entry per run of consecutive units of one queue, in commit log order.
+                units = unit_bytes(offsets[which], sizes[which], codes)
+                runs = np.flatnonzero(np.diff(queue_index)) + 1
+                bounds = [0, *runs.tolist(), len(which)]
+                for a, b in zip(bounds, bounds[1:]):
+                    topic, queue_id = g.queues[int(queue_index[a])]
+                    pending.append((topic, queue_id, int(queue_offsets[a]), units[20 * a:20 * b]))
             last = np.full(len(g.queues), -1, dtype=np.int64)
             np.maximum.at(last, queue_index, queue_offsets)
             for q in np.flatnonzero(last >= 0).tolist():
