@@ -70,10 +70,10 @@ def ticking_clock():
 
 
 def open_writer(path: Path, write_format: WriteFormat, index: bool = True,
-                commitlog_file_size: int = 16384) -> StoreWriter:
+                commitlog_file_size: int = 16384, index_num: int = 512) -> StoreWriter:
     return StoreWriter(path, delay_levels=DELAYS, commitlog_file_size=commitlog_file_size, cq_file_size=200,
                        sync=False,
-                       create=True, index=IndexSettings(64, 512, messageIndexEnable=index),
+                       create=True, index=IndexSettings(64, index_num, messageIndexEnable=index),
                        clock=ticking_clock(), write_format=write_format)
 
 
@@ -176,3 +176,89 @@ def test_a_kill_between_the_queues_unit_writes_leaves_no_record_without_its_unit
             units = store.consume_queue(f"Topic{q % 2}", q).units(0, 50)
             assert [int(o) for o in units["commitLogOffset"]] == [
                 m.commitLogOffset for m in store.commitlog.records() if m.queueId == q]
+
+
+def shaped_messages(crc: bool) -> list[NewMessage]:
+    """Messages whose properties the batch encoder tells apart: runs of one key set (made in
+    one template), key sets in another insertion order, keys that share a HashMap bucket,
+    values it must leave to put() (None, holding a separator, the text "None"), DELAY,
+    UNIQ_KEY and KEYS with empty tokens, unicode, no properties at all, a __CRC32# of its own
+    (5.x), SCHEDULE_TOPIC_XXXX put directly, transactions and
+    IPv6 hosts; bodies long enough that records cross the small commit log files' ends."""
+    out = []
+    plain = {"TAGS": "TagA", "KEYS": "ORDER_1", "UNIQ_KEY": "C0A80114", "CLUSTER": "DefaultCluster"}
+    for i in range(60):  # one key set: the template's fast path
+        out.append(NewMessage("TopicA", i % 4, b"a%d" % i * (3 + i % 50),
+                              {**plain, "KEYS": f"ORDER_{i}", "UNIQ_KEY": f"U{i:08X}"}, storeTimestamp=T0 + i))
+    reordered = {"CLUSTER": "C", "UNIQ_KEY": "U", "KEYS": "K", "TAGS": "T"}
+    colliding = {"Aa": "1", "BB": "2", "KEYS": "k1 k2"}  # "Aa" and "BB": one String.hashCode
+    variants = [
+        {"KEYS": "  lead  double  trail "}, {"KEYS": " "}, {"UNIQ_KEY": ""}, {"KEYS": ""},
+        {"TAGS": "x"}, {}, reordered, colliding, dict(reversed(colliding.items())),
+        {"TAGS": "TagA", "KEYS": None, "UNIQ_KEY": "U1"},  # None: left out, as put() does
+        {"TAGS": "bad\x02value", "KEYS": "k"},  # a separator inside a value
+        {"TAGS": "None", "KEYS": "None"},  # the text None
+        {"TAGS": "100%", "pct%s": "%d", "KEYS": "p"},
+        {"TAGS": "Tag\u00e9", "KEYS": "clé ключ", "UNIQ_KEY": "\u00fcniq"},  # unicode keys: hashed one by one
+        {"DELAY": "2", "KEYS": "late", "UNIQ_KEY": "D1"},
+    ]
+    if crc:
+        variants.append({"__CRC32#": "0123456789", "KEYS": "crc"})  # dropped: the broker reserves its own
+    for i in range(180):
+        props = dict(variants[i % len(variants)])
+        sys_flag = [0, 0, 0, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE][i % 5]
+        out.append(NewMessage(f"Topic{i % 3}", i % 2, b"v%d" % i * (40 + 13 * (i % 31)), props, sysFlag=sys_flag,
+                              bornHost=V6 if i % 6 == 0 else V4, storeHost=V6 if i % 8 == 0 else STORE,
+                              bornTimestamp=T0 + i, storeTimestamp=None if i % 4 == 0 else T0 + 7 * i))
+    out.append(NewMessage("SCHEDULE_TOPIC_XXXX", 1, b"direct", {"DELAY": "2", "REAL_TOPIC": "TopicA",
+                                                                "REAL_QID": "0"}, storeTimestamp=T0))
+    return out
+
+
+@pytest.mark.parametrize("write_format", [FORMAT_4X, FORMAT_5X_CRC], ids=["4.x", "5.x-crc"])
+@pytest.mark.parametrize("sizes", [[60, 200], [5, 17]], ids=["long", "short"])
+def test_put_batch_writes_every_shape_of_properties_as_put_does(tmp_path, write_format, sizes):
+    news = shaped_messages(write_format.propCrc)
+    with open_writer(tmp_path / "put", write_format, commitlog_file_size=8192, index_num=100) as writer:
+        expected = [writer.put(new) for new in news]
+    with open_writer(tmp_path / "batch", write_format, commitlog_file_size=8192, index_num=100) as writer:
+        got = []
+        for chunk in batches(news, sizes):
+            got += writer.put_batch(chunk).results()
+    assert got == expected
+    assert tree_digest(tmp_path / "put") == tree_digest(tmp_path / "batch")
+    assert len(list((tmp_path / "batch" / "commitlog").iterdir())) > 10
+    assert len(list((tmp_path / "batch" / "index").iterdir())) > 1  # index files filled up and rolled
+    with Store(tmp_path / "batch") as store:
+        assert verify_store(store) == []
+
+
+def test_put_batch_under_a_brokers_abort_writes_units_in_log_order(tmp_path):
+    """With the abort a crashed broker left (never this writer's), units go in commit log
+    order, consecutive units of one queue a write: the same store as put()."""
+    news = messages(200)
+    for name in ("put", "batch"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "abort").touch()
+    with open_writer(tmp_path / "put", FORMAT_4X) as writer:
+        for new in news:
+            writer.put(new)
+    with open_writer(tmp_path / "batch", FORMAT_4X) as writer:
+        for chunk in batches(news, [64]):
+            writer.put_batch(chunk)
+    assert (tmp_path / "batch" / "abort").exists()
+    assert tree_digest(tmp_path / "put") == tree_digest(tmp_path / "batch")
+
+
+def test_put_batch_orders_keys_sharing_a_hashmap_bucket_as_they_came(tmp_path):
+    """"Aa" and "BB" share a bucket: the broker's HashMap keeps them in insertion order, so one
+    key set stored two ways, within one batch."""
+    news = [NewMessage("TopicA", 0, b"m%d" % i, dict(pairs if i % 2 else reversed(pairs)), storeTimestamp=T0 + i)
+            for i in range(20) for pairs in [[("Aa", "1"), ("BB", "2"), ("KEYS", f"k{i}")]]]
+    with open_writer(tmp_path / "put", FORMAT_4X) as writer:
+        expected = [writer.put(new) for new in news]
+    with open_writer(tmp_path / "batch", FORMAT_4X) as writer:
+        got = writer.put_batch(news).results()
+    assert got == expected
+    assert len({r.propertiesRaw for r in got[:2]}) == 2
+    assert tree_digest(tmp_path / "put") == tree_digest(tmp_path / "batch")
