@@ -143,10 +143,9 @@ def _index_hash(h: int) -> int:
 
 @njit(cache=True, nogil=True)
 def index_key_hashes(indexed: np.ndarray, seeds: np.ndarray, uniqs: np.ndarray, uniq_at: np.ndarray,
-                     has_uniq: np.ndarray, keys: np.ndarray, keys_at: np.ndarray, records: np.ndarray,
-                     hashes: np.ndarray) -> int:
+                     keys: np.ndarray, keys_at: np.ndarray, records: np.ndarray, hashes: np.ndarray) -> int:
     """IndexService.buildIndex's keys of every record ``indexed[i]``, hashed, in its order:
-    ``topic#UNIQ_KEY`` when ``has_uniq[i]``, then ``topic#k`` for every non-empty token of its
+    ``topic#UNIQ_KEY`` when it has one (not empty: an empty property is none), then ``topic#k`` for every non-empty token of its
     KEYS split at single spaces. The keys are ASCII (a byte is a UTF-16 code unit) and
     ``seeds[i]`` is String.hashCode of ``topic#`` (unsigned 32-bit), so each hash goes on
     from it. Writes (record, hash) pairs into ``records``/``hashes``; returns how many."""
@@ -155,7 +154,7 @@ def index_key_hashes(indexed: np.ndarray, seeds: np.ndarray, uniqs: np.ndarray, 
         if not indexed[i]:
             continue
         seed = seeds[i]
-        if has_uniq[i]:
+        if uniq_at[i + 1] > uniq_at[i]:
             h = seed
             for j in range(uniq_at[i], uniq_at[i + 1]):
                 h = (31 * h + uniqs[j]) & 0xFFFFFFFF

@@ -262,3 +262,26 @@ def test_put_batch_orders_keys_sharing_a_hashmap_bucket_as_they_came(tmp_path):
     assert got == expected
     assert len({r.propertiesRaw for r in got[:2]}) == 2
     assert tree_digest(tmp_path / "put") == tree_digest(tmp_path / "batch")
+
+
+@pytest.mark.parametrize("write_format", [FORMAT_4X, FORMAT_5X_CRC], ids=["4.x", "5.x-crc"])
+def test_put_batch_of_one_key_set_made_as_one_text(tmp_path, write_format):
+    """A batch whose messages all have one key set is stored from one text made for all:
+    whatever the values (unicode, None, a separator inside, empty, no key at all, one key)."""
+    key_sets = [
+        lambda i: {"TAGS": f"T{i % 2}", "KEYS": f"k{i} o{i}", "UNIQ_KEY": f"U{i}"},
+        lambda i: {"KEYS": f"clé{i}", "UNIQ_KEY": f"ü{i}", "TAGS": "Tag\u00e9"},
+        lambda i: {"TAGS": "a", "KEYS": None if i == 3 else f"k{i}"},
+        lambda i: {"TAGS": "a\x01b" if i == 2 else "a", "UNIQ_KEY": f"u{i}"},
+        lambda i: {"UNIQ_KEY": "" if i % 2 else f"u{i}", "KEYS": " " if i % 3 else ""},
+        lambda i: {},
+        lambda i: {"KEYS": f"only{i}"},
+    ]
+    news = [[NewMessage("TopicU", i % 3, b"u%d" % i * 9, make(i), storeTimestamp=T0 + i) for i in range(6)]
+            for make in key_sets]
+    with open_writer(tmp_path / "put", write_format) as writer:
+        expected = [writer.put(new) for batch in news for new in batch]
+    with open_writer(tmp_path / "batch", write_format) as writer:
+        got = [r for batch in news for r in writer.put_batch(batch).results()]
+    assert got == expected
+    assert tree_digest(tmp_path / "put") == tree_digest(tmp_path / "batch")

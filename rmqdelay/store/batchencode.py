@@ -64,10 +64,7 @@ class Gathered:
     topic_len: np.ndarray
     props: np.ndarray
     props_at: np.ndarray
-    props_raw: list[str]  # as stored, the CRC digits (when sealed) still reserved
     tags_codes: np.ndarray  # int64, of the units
-    keys: list[str | None]  # KEYS and UNIQ_KEY as the index reads them
-    uniqs: list[str | None]
     index_records: np.ndarray  # int64: the message of each index key (ascending), and its hash
     index_hashes: np.ndarray
     store_hosts: list[tuple[bytes, int]]
@@ -109,8 +106,22 @@ def _strings(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer(data, dtype=np.uint8), at
 
 
+def _joined_strings(stored: batchprops.StoredProperties) -> tuple[np.ndarray, np.ndarray]:
+    """``_strings`` of the stored properties texts (made as one text, when they were)."""
+    if stored.texts is not None:
+        return _strings(stored.texts)
+    data = stored.joined.encode("utf-8", "surrogateescape")
+    if len(data) != len(stored.joined):
+        return _strings(stored.row_texts())
+    at = np.zeros(len(stored.lengths) + 1, dtype=np.int64)
+    np.cumsum(stored.lengths, out=at[1:])
+    return np.frombuffer(data, dtype=np.uint8), at
+
+
 def _index_of(items: list) -> tuple[list, np.ndarray]:
     """The distinct items in order of appearance, and which of them each item is."""
+    if items and items.count(items[0]) == len(items):
+        return [items[0]], np.zeros(len(items), dtype=np.int64)
     distinct = list(dict.fromkeys(items))
     position = {item: i for i, item in enumerate(distinct)}
     return distinct, np.fromiter(map(position.__getitem__, items), dtype=np.int64, count=len(items))
@@ -141,31 +152,25 @@ def gather(encoder: PutEncoder, news: Sequence) -> Gathered:
     clock = encoder.clock
     store_ts = [t if t is not None else clock() for t in given_ts] if None in given_ts else given_ts
 
-    shapes, values = batchprops.shapes(props)
     slow: set[int] = set()
     if raws.count(None) != n:
         slow.update(i for i, r in enumerate(raws) if r is not None)
-    complex_shapes = {s for s in set(shapes) if not batchprops.shape(s, sealed).simple}
-    if complex_shapes:
-        slow.update(i for i, s in enumerate(shapes) if s in complex_shapes)
     if RMQ_SYS_SCHEDULE_TOPIC in topics:
         slow.update(i for i, t in enumerate(topics) if t == RMQ_SYS_SCHEDULE_TOPIC)
-    fast = [i for i in range(n) if i not in slow] if slow else None
-    strings, demoted = batchprops.stored_properties(props, shapes, fast, sealed, values)
-    if fast is None:
-        props_raw = strings
+    stored = batchprops.stored_properties(props, [i for i in range(n) if i not in slow] if slow else None, sealed)
+    slow.update(stored.demoted)
+    codes = list(map(tags_code, stored.tags))
+    keys, uniqs = stored.keys, stored.uniqs
+    if slow:
+        props_raw = stored.row_texts()
+        keys, uniqs = list(keys), list(uniqs)
+        for i in sorted(slow):
+            p = encoder.prepare(news[i], store_ts[i])
+            topics[i], queue_ids[i], props_raw[i], codes[i], keys[i], uniqs[i] = \
+                p.topic, p.queue_id, p.props_raw, p.tags_code, p.keys or "", p.uniq or ""
+        props_buf, props_at = _strings(props_raw)
     else:
-        props_raw = [""] * n
-        for i, text in zip(fast, strings):
-            props_raw[i] = text
-    slow.update(demoted)
-    codes = list(map(tags_code, [p.get(PROPERTY_TAGS) for p in props]))
-    keys = [p.get(PROPERTY_KEYS) or None for p in props]
-    uniqs = [p.get(PROPERTY_UNIQ) or None for p in props]
-    for i in sorted(slow):
-        p = encoder.prepare(news[i], store_ts[i])
-        topics[i], queue_ids[i], props_raw[i], codes[i], keys[i], uniqs[i] = \
-            p.topic, p.queue_id, p.props_raw, p.tags_code, p.keys, p.uniq
+        props_buf, props_at = _joined_strings(stored)
 
     topic_names, topic_index = _index_of(topics)
     topic_buf, topic_starts = _buffer([t.encode("utf-8") for t in topic_names])
@@ -173,7 +178,6 @@ def gather(encoder: PutEncoder, news: Sequence) -> Gathered:
     topic_len = np.diff(topic_starts)[topic_index]
     v2 = np.array([fmt.autoMessageVersionOnTopicLen and java_length(t) > 127 for t in topic_names],
                   dtype=np.bool_)[topic_index]
-    props_buf, props_at = _strings(props_raw)
     props_len = np.diff(props_at)
     if n and int(props_len.max()) > 32767:
         raise UsageError(f"properties of {int(props_len.max())} bytes; a record holds at most 32767")
@@ -205,11 +209,17 @@ def gather(encoder: PutEncoder, news: Sequence) -> Gathered:
     fields[:, putloops.RECONSUME] = [m.reconsumeTimes for m in news]
     fields[:, putloops.PREPARED_OFFSET] = [m.preparedTransactionOffset for m in news]
 
-    queues, queue_index = _index_of(list(zip(topics, queue_ids)))
-    index_records, index_hashes = batchprops.index_hashes(topics, keys, uniqs, tran != TRANSACTION_ROLLBACK_TYPE)
-    return Gathered(topics, queue_ids, queue_index, queues, dispatch, fields, born_buf, born_at, stored_buf,
-                    stored_at, body_buf, body_at, topic_buf, topic_at, topic_len, props_buf, props_at, props_raw,
-                    np.array(codes, dtype=np.int64), keys, uniqs, index_records, index_hashes, store, sealed)
+    # The distinct (topic, queueId) of the batch, and which each message's is.
+    qids = fields[:, putloops.QUEUE_ID]
+    low = int(qids.min()) if n else 0
+    span = int(qids.max()) - low + 1 if n else 1
+    distinct, queue_index = np.unique(topic_index * span + (qids - low), return_inverse=True)
+    queues = [(topic_names[q // span], q % span + low) for q in distinct.tolist()]
+    index_records, index_hashes = batchprops.index_hashes(topic_names, topic_index, keys, uniqs,
+                                                          tran != TRANSACTION_ROLLBACK_TYPE)
+    return Gathered(topics, queue_ids, queue_index.astype(np.int64).reshape(-1), queues, dispatch, fields, born_buf,
+                    born_at, stored_buf, stored_at, body_buf, body_at, topic_buf, topic_at, topic_len, props_buf,
+                    props_at, np.array(codes, dtype=np.int64), index_records, index_hashes, store, sealed)
 
 
 def lay_out(g: Gathered, first: int, stop: int) -> tuple[np.ndarray, np.ndarray | None]:
@@ -282,7 +292,8 @@ class PutBatch:
 
     def properties_raw(self, i: int) -> str:
         """The properties string message ``i`` was stored with (its CRC digits filled in)."""
-        raw = self._g.props_raw[i]
+        g = self._g
+        raw = g.props[g.props_at[i]:g.props_at[i + 1]].tobytes().decode("utf-8", "surrogateescape")
         if not self._g.sealed:
             return raw
         return raw[:-_CRC_DIGITS_LEN - 1] + crc_digits(int(self.crcs[i])) + raw[-1]

@@ -16,8 +16,9 @@ String.hashCode goes on from the hash of ``topic#`` over the key's bytes, in a c
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
-from itertools import chain
+from itertools import chain, repeat
 from operator import itemgetter
 
 import numpy as np
@@ -26,8 +27,11 @@ from rmqdelay.formats.constants import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_CRC32,
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
 )
+from rmqdelay.formats.constants import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as PROPERTY_UNIQ
 from rmqdelay.formats.index import key_hashes, message_index_keys
 from rmqdelay.formats.javahash import java_string_hash
 from rmqdelay.formats.properties import java_order
@@ -37,23 +41,29 @@ from rmqdelay.formats.propcrc import reserved_properties
 class Shape:
     """The stored properties string of messages with one key set."""
 
-    __slots__ = ("simple", "template", "values", "separators", "any_order")
+    __slots__ = ("simple", "order", "template", "pieces", "values", "separators", "any_order")
 
     def __init__(self, keys: tuple, sealed: bool) -> None:
         # Not simple: DELAY (put() rewrites the message into SCHEDULE_TOPIC_XXXX), __CRC32#
         # (dropped before the broker reserves its own), keys that are no plain text.
         self.simple = all(type(k) is str and NAME_VALUE_SEPARATOR not in k and PROPERTY_SEPARATOR not in k
                           for k in keys) and PROPERTY_DELAY_TIME_LEVEL not in keys and PROPERTY_CRC32 not in keys
-        order = tuple(java_order(dict.fromkeys(keys))) if self.simple else ()
+        order = self.order = tuple(java_order(dict.fromkeys(keys))) if self.simple else ()
         # No two keys in one HashMap bucket: the order is the same whatever order they came in.
         self.any_order = self.simple and order == tuple(java_order(dict.fromkeys(reversed(keys))))
         text = PROPERTY_SEPARATOR.join(f"{k.replace('%', '%%')}{NAME_VALUE_SEPARATOR}%s" for k in order)
         self.template = reserved_properties(text) if sealed else text
+        # The text around the values: before the first, between two, after the last.
+        self.pieces = tuple(piece.replace("%%", "%") for piece in self.template.split("%s")) if order else ()
         # The values of a message, as a tuple for the template (itemgetter of one key is no tuple).
         self.values = itemgetter(*order) if len(order) > 1 else (lambda p, k=order: (p[k[0]],)) if order else None
         # Every string made from the template has these many of each separator, unless a value
         # held one (or was None, which put() leaves out).
         self.separators = (self.template.count(NAME_VALUE_SEPARATOR), self.template.count(PROPERTY_SEPARATOR))
+
+    def column(self, columns: list, key: str, n: int, missing) -> Sequence:
+        """The values of ``key`` (``columns``: the values, a tuple per key of ``order``)."""
+        return columns[self.order.index(key)] if key in self.order else [missing] * n
 
 
 @lru_cache(maxsize=1024)
@@ -61,50 +71,90 @@ def shape(keys: tuple, sealed: bool) -> Shape:
     return Shape(keys, sealed)
 
 
-def shapes(props: Sequence[dict]) -> tuple[list[tuple], list | None]:
-    """The key set of each message's properties (as a tuple, in the dict's order); and, when
-    all messages have the first one's keys and its order cannot differ between them, their
-    values in its template's order (found on the way: no tuple of keys made per message)."""
+@dataclass(slots=True)
+class StoredProperties:
+    """The properties strings of a batch as stored, and what the unit and the index read of
+    them: TAGS, KEYS and UNIQ_KEY ('' for none) per message. Messages in ``demoted`` are not
+    done (put()'s own rewrite does them); their entries are ''."""
+
+    texts: list[str] | None  # per message; or, when None:
+    joined: str  # every message's, back to back,
+    lengths: np.ndarray | None  # each this many characters long
+    tags: Sequence
+    keys: Sequence[str]
+    uniqs: Sequence[str]
+    demoted: list[int]
+
+    def row_texts(self) -> list[str]:
+        if self.texts is None:
+            ends = np.cumsum(self.lengths).tolist()
+            joined = self.joined
+            self.texts = [joined[a:b] for a, b in zip([0, *ends], ends)]
+        return self.texts
+
+
+def stored_properties(props: Sequence[dict], rows: list[int] | None, sealed: bool) -> StoredProperties:
+    """putMessage's properties strings of the messages ``rows`` (all when None): those of a
+    simple key set made from its template, the others (and values no template makes) demoted."""
     n = len(props)
-    if not n:
-        return [], None
-    first = tuple(props[0])
-    s = shape(first, False)
-    if s.any_order and list(map(len, props)).count(len(first)) == n:
-        if s.values is None:
-            return [first] * n, None
-        try:
-            return [first] * n, list(map(s.values, props))  # every key there, and no other
-        except KeyError:
-            pass
-    return list(map(tuple, props)), None
-
-
-def stored_properties(props: Sequence[dict], shapes: Sequence[tuple], rows: list[int] | None,
-                      sealed: bool, values: list | None = None) -> tuple[list[str], list[int]]:
-    """The stored properties strings of ``props[i]`` for the rows (all when None) whose shapes
-    are simple, aligned with them; and the rows these strings are not right for (a value None
-    or holding a separator): those get put()'s own rewrite instead, their strings here ''.
-    ``values``: what ``shapes`` found, when it did."""
-    if rows is None:
-        groups = {shapes[0]: None} if values is not None or len(set(shapes)) == 1 \
-            else _groups(shapes, range(len(shapes)))
-        count = len(shapes)
-    else:
-        groups = _groups(shapes, rows)
-        count = len(rows)
-    if len(groups) == 1 and None in groups.values():
-        keys = next(iter(groups))
-        return _fill(shape(keys, sealed), props, values)
-    out: list[str] = [""] * count
+    if rows is None and n:
+        done = _uniform(props, sealed)
+        if done is not None:
+            return done
+    rows = range(n) if rows is None else rows
+    shapes = list(map(tuple, props))
+    texts = [""] * n
     demoted: list[int] = []
-    position = {r: i for i, r in enumerate(rows)} if rows is not None else None
-    for keys, members in groups.items():
-        strings, bad = _fill(shape(keys, sealed), [props[r] for r in members])
-        demoted.extend(members[b] for b in bad)
-        for r, s in zip(members, strings):
-            out[r if position is None else position[r]] = s
-    return out, sorted(demoted)
+    for keys, members in _groups(shapes, rows).items():
+        s = shape(keys, sealed)
+        if not s.simple:
+            demoted += members
+            continue
+        strings, bad = _fill(s, [props[r] for r in members])
+        demoted += (members[b] for b in bad)
+        for r, text in zip(members, strings):
+            texts[r] = text
+    return StoredProperties(texts, "", None, [p.get(PROPERTY_TAGS) for p in props],
+                            [p.get(PROPERTY_KEYS) or "" for p in props],
+                            [p.get(PROPERTY_UNIQ) or "" for p in props], sorted(demoted))
+
+
+def _uniform(props: Sequence[dict], sealed: bool) -> StoredProperties | None:
+    """``stored_properties`` of messages that all have the first one's keys (in the same order
+    when it matters: keys sharing a HashMap bucket) and text values: one text made for all, a
+    column at a time, no string per message. None for any other batch."""
+    n = len(props)
+    first = tuple(props[0])
+    s = shape(first, sealed)
+    if not s.simple or list(map(len, props)).count(len(first)) != n:
+        return None
+    if not s.any_order and list(map(tuple, props)).count(first) != n:
+        return None
+    if s.values is None:
+        return StoredProperties(None, s.template * n, np.full(n, len(s.template), dtype=np.int64), [None] * n,
+                                [""] * n, [""] * n, [])
+    try:
+        columns = list(zip(*map(s.values, props)))  # every key there (and, by the count, no other)
+    except KeyError:
+        return None
+    pieces = s.pieces
+    parts = [repeat(pieces[0], n)]
+    for column, piece in zip(columns, pieces[1:]):
+        parts.append(column)
+        if piece:
+            parts.append(repeat(piece, n))
+    try:
+        joined = "".join(chain.from_iterable(zip(*parts)))
+    except TypeError:  # a value that is no text (None: put() leaves it out)
+        return None
+    ones, twos = s.separators
+    if joined.count(NAME_VALUE_SEPARATOR) != ones * n or joined.count(PROPERTY_SEPARATOR) != twos * n:
+        return None  # a value holding a separator
+    lengths = np.full(n, sum(map(len, pieces)), dtype=np.int64)
+    for column in columns:
+        lengths += np.fromiter(map(len, column), dtype=np.int64, count=n)
+    return StoredProperties(None, joined, lengths, s.column(columns, PROPERTY_TAGS, n, None),
+                            s.column(columns, PROPERTY_KEYS, n, ""), s.column(columns, PROPERTY_UNIQ, n, ""), [])
 
 
 def _groups(shapes: Sequence[tuple], rows) -> dict[tuple, list[int]]:
@@ -118,12 +168,11 @@ def _groups(shapes: Sequence[tuple], rows) -> dict[tuple, list[int]]:
     return groups
 
 
-def _fill(s: Shape, props: Sequence[dict], values: list | None = None) -> tuple[list[str], list[int]]:
+def _fill(s: Shape, props: Sequence[dict]) -> tuple[list[str], list[int]]:
     """The template filled for each of ``props``; and the positions of those it is not right for."""
     if s.values is None:
         return [s.template] * len(props), []
-    if values is None:
-        values = list(map(s.values, props))
+    values = list(map(s.values, props))
     strings = list(map(s.template.__mod__, values))
     joined = "".join(strings)
     ones, twos = s.separators
@@ -136,43 +185,40 @@ def _fill(s: Shape, props: Sequence[dict], values: list | None = None) -> tuple[
     return strings, bad
 
 
-def index_hashes(topics: Sequence[str], keys: Sequence[str | None], uniqs: Sequence[str | None],
+def index_hashes(topics: Sequence[str], topic_index: np.ndarray, keys: Sequence[str], uniqs: Sequence[str],
                  indexed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """buildIndex's key hashes of the records ``indexed`` (not rolled back), in order, and
-    the record each is of: ``topic#UNIQ_KEY`` (when there), then ``topic#k`` per KEYS token."""
+    the record each is of: ``topic#UNIQ_KEY`` (when there), then ``topic#k`` per KEYS token.
+    ``topics``: the batch's distinct topics, ``topic_index``: each record's; KEYS and UNIQ_KEY
+    '' when there are none."""
     from rmqdelay.formats import putloops
 
-    n = len(topics)
-    names = list(dict.fromkeys(topics))
-    key_text = [k or "" for k in keys]
-    uniq_text = [u or "" for u in uniqs]
-    joined_keys, joined_uniqs = "".join(key_text), "".join(uniq_text)
-    if not (joined_keys.isascii() and joined_uniqs.isascii() and all(t.isascii() for t in names)):
-        return _index_hashes_one_by_one(topics, keys, uniqs, indexed)
-    seed_of = {t: java_string_hash(t + "#") & 0xFFFFFFFF for t in names}
-    seeds = np.fromiter(map(seed_of.__getitem__, topics), dtype=np.int64, count=n)
-    has_uniq = np.fromiter((u is not None for u in uniqs), dtype=np.bool_, count=n)
-    uniq_buf, uniq_at = _ascii_buffer(joined_uniqs, uniq_text)
-    key_buf, key_at = _ascii_buffer(joined_keys, key_text)
+    n = len(topic_index)
+    joined_keys, joined_uniqs = "".join(keys), "".join(uniqs)
+    if not (joined_keys.isascii() and joined_uniqs.isascii() and all(t.isascii() for t in topics)):
+        return _index_hashes_one_by_one(topics, topic_index, keys, uniqs, indexed)
+    seeds = np.array([java_string_hash(t + "#") & 0xFFFFFFFF for t in topics], dtype=np.int64)[topic_index]
+    uniq_buf, uniq_at = _ascii_buffer(joined_uniqs, uniqs)
+    key_buf, key_at = _ascii_buffer(joined_keys, keys)
     bound = n + len(joined_keys) // 2 + n  # a UNIQ_KEY each, and at most one token per two bytes (+1) of KEYS
     records = np.empty(bound, dtype=np.int64)
     hashes = np.empty(bound, dtype=np.int64)
-    count = putloops.index_key_hashes(indexed, seeds, uniq_buf, uniq_at, has_uniq, key_buf, key_at, records, hashes)
+    count = putloops.index_key_hashes(indexed, seeds, uniq_buf, uniq_at, key_buf, key_at, records, hashes)
     return records[:count], hashes[:count]
 
 
-def _ascii_buffer(joined: str, parts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def _ascii_buffer(joined: str, parts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     at = np.zeros(len(parts) + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)), out=at[1:])
     return np.frombuffer(joined.encode("ascii"), dtype=np.uint8), at
 
 
-def _index_hashes_one_by_one(topics, keys, uniqs, indexed) -> tuple[np.ndarray, np.ndarray]:
+def _index_hashes_one_by_one(topics, topic_index, keys, uniqs, indexed) -> tuple[np.ndarray, np.ndarray]:
     """The same, key string by key string (keys that are not all ASCII)."""
     found: list[str] = []
     records: list[int] = []
     for i in np.flatnonzero(indexed).tolist():
-        these = message_index_keys(topics[i], keys[i], uniqs[i])
+        these = message_index_keys(topics[topic_index[i]], keys[i] or None, uniqs[i] or None)
         found += these
         records += [i] * len(these)
     return np.array(records, dtype=np.int64), key_hashes(found)
