@@ -106,18 +106,6 @@ def _strings(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer(data, dtype=np.uint8), at
 
 
-def _joined_strings(stored: batchprops.StoredProperties) -> tuple[np.ndarray, np.ndarray]:
-    """``_strings`` of the stored properties texts (made as one text, when they were)."""
-    if stored.texts is not None:
-        return _strings(stored.texts)
-    data = stored.joined.encode("utf-8", "surrogateescape")
-    if len(data) != len(stored.joined):
-        return _strings(stored.row_texts())
-    at = np.zeros(len(stored.lengths) + 1, dtype=np.int64)
-    np.cumsum(stored.lengths, out=at[1:])
-    return np.frombuffer(data, dtype=np.uint8), at
-
-
 def _index_of(items: list) -> tuple[list, np.ndarray]:
     """The distinct items in order of appearance, and which of them each item is."""
     if items and items.count(items[0]) == len(items):
@@ -161,16 +149,16 @@ def gather(encoder: PutEncoder, news: Sequence) -> Gathered:
     slow.update(stored.demoted)
     codes = list(map(tags_code, stored.tags))
     keys, uniqs = stored.keys, stored.uniqs
-    if slow:
-        props_raw = stored.row_texts()
+    if stored.texts is None:  # one key set, made as one text: no message left to put()'s rewrite
+        props_buf, props_at = stored.data, stored.at
+    else:
+        props_raw = stored.texts
         keys, uniqs = list(keys), list(uniqs)
         for i in sorted(slow):
             p = encoder.prepare(news[i], store_ts[i])
             topics[i], queue_ids[i], props_raw[i], codes[i], keys[i], uniqs[i] = \
                 p.topic, p.queue_id, p.props_raw, p.tags_code, p.keys or "", p.uniq or ""
         props_buf, props_at = _strings(props_raw)
-    else:
-        props_buf, props_at = _joined_strings(stored)
 
     topic_names, topic_index = _index_of(topics)
     topic_buf, topic_starts = _buffer([t.encode("utf-8") for t in topic_names])

@@ -75,22 +75,15 @@ def shape(keys: tuple, sealed: bool) -> Shape:
 class StoredProperties:
     """The properties strings of a batch as stored, and what the unit and the index read of
     them: TAGS, KEYS and UNIQ_KEY ('' for none) per message. Messages in ``demoted`` are not
-    done (put()'s own rewrite does them); their entries are ''."""
+    done (put()'s own rewrite does them); their texts are ''."""
 
-    texts: list[str] | None  # per message; or, when None:
-    joined: str  # every message's, back to back,
-    lengths: np.ndarray | None  # each this many characters long
+    texts: list[str] | None  # per message; or, when None, already encoded:
+    data: np.ndarray | None  # every message's UTF-8 bytes back to back,
+    at: np.ndarray | None  # where each starts (one more entry: the end)
     tags: Sequence
     keys: Sequence[str]
     uniqs: Sequence[str]
     demoted: list[int]
-
-    def row_texts(self) -> list[str]:
-        if self.texts is None:
-            ends = np.cumsum(self.lengths).tolist()
-            joined = self.joined
-            self.texts = [joined[a:b] for a, b in zip([0, *ends], ends)]
-        return self.texts
 
 
 def stored_properties(props: Sequence[dict], rows: list[int] | None, sealed: bool) -> StoredProperties:
@@ -114,7 +107,7 @@ def stored_properties(props: Sequence[dict], rows: list[int] | None, sealed: boo
         demoted += (members[b] for b in bad)
         for r, text in zip(members, strings):
             texts[r] = text
-    return StoredProperties(texts, "", None, [p.get(PROPERTY_TAGS) for p in props],
+    return StoredProperties(texts, None, None, [p.get(PROPERTY_TAGS) for p in props],
                             [p.get(PROPERTY_KEYS) or "" for p in props],
                             [p.get(PROPERTY_UNIQ) or "" for p in props], sorted(demoted))
 
@@ -131,8 +124,9 @@ def _uniform(props: Sequence[dict], sealed: bool) -> StoredProperties | None:
     if not s.any_order and list(map(tuple, props)).count(first) != n:
         return None
     if s.values is None:
-        return StoredProperties(None, s.template * n, np.full(n, len(s.template), dtype=np.int64), [None] * n,
-                                [""] * n, [""] * n, [])
+        text = s.template.encode("utf-8")
+        return StoredProperties(None, np.frombuffer(text * n, dtype=np.uint8),
+                                np.arange(n + 1, dtype=np.int64) * len(text), [None] * n, [""] * n, [""] * n, [])
     try:
         columns = list(zip(*map(s.values, props)))  # every key there (and, by the count, no other)
     except KeyError:
@@ -147,13 +141,18 @@ def _uniform(props: Sequence[dict], sealed: bool) -> StoredProperties | None:
         joined = "".join(chain.from_iterable(zip(*parts)))
     except TypeError:  # a value that is no text (None: put() leaves it out)
         return None
+    data = np.frombuffer(joined.encode("utf-8", "surrogateescape"), dtype=np.uint8)
+    # Each message has the template's separators, unless a value holds one; then the first
+    # NAME_VALUE_SEPARATOR of each (after its first key) says where it starts.
     ones, twos = s.separators
-    if joined.count(NAME_VALUE_SEPARATOR) != ones * n or joined.count(PROPERTY_SEPARATOR) != twos * n:
-        return None  # a value holding a separator
-    lengths = np.full(n, sum(map(len, pieces)), dtype=np.int64)
-    for column in columns:
-        lengths += np.fromiter(map(len, column), dtype=np.int64, count=n)
-    return StoredProperties(None, joined, lengths, s.column(columns, PROPERTY_TAGS, n, None),
+    first_ones = np.flatnonzero(data == ord(NAME_VALUE_SEPARATOR))
+    if len(first_ones) != ones * n or np.count_nonzero(data == ord(PROPERTY_SEPARATOR)) != twos * n:
+        return None
+    at = np.empty(n + 1, dtype=np.int64)
+    at[:n] = first_ones[::ones]
+    at[:n] -= len(pieces[0].encode("utf-8")) - 1
+    at[n] = len(data)
+    return StoredProperties(None, data, at, s.column(columns, PROPERTY_TAGS, n, None),
                             s.column(columns, PROPERTY_KEYS, n, ""), s.column(columns, PROPERTY_UNIQ, n, ""), [])
 
 
