@@ -37,6 +37,16 @@ def _put_be(out: np.ndarray, pos: int, value: int, nbytes: int) -> None:
         out[pos + k] = (value >> (8 * (nbytes - 1 - k))) & 0xFF
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _copy(out: np.ndarray, pos: int, src: np.ndarray, start: int, n: int) -> None:
+    # A loop over two views, not a slice assignment nor indices computed per byte: numba
+    # compiles this one to a vectorised copy, over ten times faster on a record's body.
+    to = out[pos:pos + n]
+    part = src[start:start + n]
+    for k in range(part.shape[0]):
+        to[k] = part[k]
+
+
 @njit(cache=True, nogil=True)
 def encode_records(out: np.ndarray, at: np.ndarray, fields: np.ndarray, born: np.ndarray, born_at: np.ndarray,
                    stored: np.ndarray, stored_at: np.ndarray, bodies: np.ndarray, body_at: np.ndarray,
@@ -63,14 +73,14 @@ def encode_records(out: np.ndarray, at: np.ndarray, fields: np.ndarray, born: np
         pos += 48
         h = born_at[i]
         n = 16 if sys_flag & BORNHOST_V6_FLAG else 4
-        out[pos:pos + n] = born[h:h + n]
+        _copy(out, pos, born, h, n)
         pos += n
         _put_be(out, pos, f[BORN_PORT], 4)
         _put_be(out, pos + 4, f[STORE_TS], 8)
         pos += 12
         h = stored_at[i]
         n = 16 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 4
-        out[pos:pos + n] = stored[h:h + n]
+        _copy(out, pos, stored, h, n)
         pos += n
         _put_be(out, pos, f[STORE_PORT], 4)
         _put_be(out, pos + 4, f[RECONSUME], 4)
@@ -78,7 +88,7 @@ def encode_records(out: np.ndarray, at: np.ndarray, fields: np.ndarray, born: np
         b0, b1 = body_at[i], body_at[i + 1]
         _put_be(out, pos + 16, b1 - b0, 4)
         pos += 20
-        out[pos:pos + b1 - b0] = bodies[b0:b1]
+        _copy(out, pos, bodies, b0, b1 - b0)
         pos += b1 - b0
         t0 = topic_at[i]
         t1 = t0 + topic_len[i]
@@ -88,12 +98,12 @@ def encode_records(out: np.ndarray, at: np.ndarray, fields: np.ndarray, born: np
         else:
             out[pos] = t1 - t0
             pos += 1
-        out[pos:pos + t1 - t0] = topics[t0:t1]
+        _copy(out, pos, topics, t0, t1 - t0)
         pos += t1 - t0
         p0, p1 = props_at[i], props_at[i + 1]
         _put_be(out, pos, p1 - p0, 2)
         pos += 2
-        out[pos:pos + p1 - p0] = props[p0:p1]
+        _copy(out, pos, props, p0, p1 - p0)
 
 
 @njit(cache=True, nogil=True)
