@@ -106,6 +106,16 @@ def _strings(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer(data, dtype=np.uint8), at
 
 
+def _hosts(hosts: list[tuple[bytes, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray | list[int]]:
+    """The addresses back to back and where each starts (``_buffer``), and the ports."""
+    n = len(hosts)
+    if n and all(map(hosts[0].__eq__, hosts)):  # one host for all (a producer's batch, this broker)
+        address, port = hosts[0]
+        return (np.frombuffer(address * n, dtype=np.uint8), np.arange(n + 1, dtype=np.int64) * len(address),
+                np.full(n, port, dtype=np.int64))
+    return (*_buffer(list(map(_first, hosts))), list(map(_second, hosts)))
+
+
 def _index_of(items: list) -> tuple[list, np.ndarray]:
     """The distinct items in order of appearance, and which of them each item is."""
     if items and items.count(items[0]) == len(items):
@@ -170,8 +180,8 @@ def gather(encoder: PutEncoder, news: Sequence) -> Gathered:
     if n and int(props_len.max()) > 32767:
         raise UsageError(f"properties of {int(props_len.max())} bytes; a record holds at most 32767")
     body_buf, body_at = _buffer(bodies)
-    born_buf, born_at = _buffer(list(map(_first, born)))
-    stored_buf, stored_at = _buffer(list(map(_first, store)))
+    born_buf, born_at, born_ports = _hosts(born)
+    stored_buf, stored_at, store_ports = _hosts(store)
     born_v6 = np.diff(born_at) == 16
     store_v6 = np.diff(stored_at) == 16
     flags_v = np.array([m.sysFlag for m in news], dtype=np.int64)
@@ -191,9 +201,9 @@ def gather(encoder: PutEncoder, news: Sequence) -> Gathered:
     fields[:, putloops.PHYSICAL_OFFSET] = 0
     fields[:, putloops.SYS_FLAG] = flags_v
     fields[:, putloops.BORN_TS] = [m.bornTimestamp for m in news]
-    fields[:, putloops.BORN_PORT] = list(map(_second, born))
+    fields[:, putloops.BORN_PORT] = born_ports
     fields[:, putloops.STORE_TS] = store_ts
-    fields[:, putloops.STORE_PORT] = list(map(_second, store))
+    fields[:, putloops.STORE_PORT] = store_ports
     fields[:, putloops.RECONSUME] = [m.reconsumeTimes for m in news]
     fields[:, putloops.PREPARED_OFFSET] = [m.preparedTransactionOffset for m in news]
 
