@@ -6,8 +6,9 @@ every record, and its host addresses, body, topic and properties as slices of fo
 concatenated buffers. ``seal_crc_digits`` writes the ``__CRC32#`` digits of records whose
 CRC the caller computed (``propcrc``: UtilAll.crc32 of the record but its last 20 bytes).
 ``units`` lays out consume queue units (CqUnit: offset, size, tagsCode, big-endian);
-``index_key_hashes`` hashes the index keys of records (IndexService.buildIndex) from their
-KEYS and UNIQ_KEY, without making the ``topic#key`` strings.
+``property_spans`` finds a property's value in stored properties strings, ``tags_codes``
+hashes TAGS, ``index_key_hashes`` hashes the index keys of records (IndexService.buildIndex)
+from their KEYS and UNIQ_KEY, without making the ``topic#key`` strings.
 
 They only read their inputs and write into arrays the caller allocated; what goes in (the
 delay rewrite, the properties string, the tagsCode) is decided by the caller
@@ -20,7 +21,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .constants import BORNHOST_V6_FLAG, KEY_SEPARATOR, MESSAGE_MAGIC_CODE_V2, STOREHOSTADDRESS_V6_FLAG
+from .constants import (
+    BORNHOST_V6_FLAG,
+    KEY_SEPARATOR,
+    MESSAGE_MAGIC_CODE_V2,
+    PROPERTY_SEPARATOR,
+    STOREHOSTADDRESS_V6_FLAG,
+)
 
 # The columns of ``fields`` (int64, one row per record).
 SIZE, MAGIC, BODY_CRC, QUEUE_ID, FLAG, QUEUE_OFFSET, PHYSICAL_OFFSET, SYS_FLAG, BORN_TS, \
@@ -28,6 +35,7 @@ SIZE, MAGIC, BODY_CRC, QUEUE_ID, FLAG, QUEUE_OFFSET, PHYSICAL_OFFSET, SYS_FLAG, 
 FIELDS = 14
 
 KEY_SEPARATOR_BYTE = ord(KEY_SEPARATOR)
+PROPERTY_SEPARATOR_BYTE = ord(PROPERTY_SEPARATOR)
 CRC_DIGITS_AT = 11  # the ten digits start 11 bytes before the record's end (then 0x02)
 
 
@@ -152,36 +160,91 @@ def _index_hash(h: int) -> int:
 
 
 @njit(cache=True, nogil=True)
-def index_key_hashes(indexed: np.ndarray, seeds: np.ndarray, uniqs: np.ndarray, uniq_at: np.ndarray,
-                     keys: np.ndarray, keys_at: np.ndarray, records: np.ndarray, hashes: np.ndarray) -> int:
+def property_spans(props: np.ndarray, props_at: np.ndarray, needle: np.ndarray, starts: np.ndarray,
+                   ends: np.ndarray) -> None:
+    """Where the value of one property is in each stored properties string
+    ``props[props_at[i]:props_at[i + 1]]``, as MessageDecoder.string2messageProperties reads
+    it (``properties.property_value``): the last segment (between PROPERTY_SEPARATORs) that
+    starts with ``needle`` (the name and NAME_VALUE_SEPARATOR) and has a value after it.
+    ``starts[i]``/``ends[i]``; -1 and -1 when there is none."""
+    m = needle.shape[0]
+    for i in range(props_at.shape[0] - 1):
+        starts[i] = -1
+        ends[i] = -1
+        seg = props_at[i]
+        stop = props_at[i + 1]
+        while seg < stop:
+            end = seg
+            while end < stop and props[end] != PROPERTY_SEPARATOR_BYTE:
+                end += 1
+            if end - seg > m:
+                same = True
+                for k in range(m):
+                    if props[seg + k] != needle[k]:
+                        same = False
+                        break
+                if same:
+                    starts[i] = seg + m
+                    ends[i] = end
+            seg = end + 1
+
+
+@njit(cache=True, nogil=True)
+def tags_codes(props: np.ndarray, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, out: np.ndarray) -> bool:
+    """MessageExtBrokerInner.tagsString2tagsCode (String.hashCode, 0 for none) of the TAGS
+    at ``props[starts[i]:ends[i]]`` of each of ``rows``, into ``out[i]``; False (and the rest
+    not done) at a tag that is not ASCII (its UTF-16 code units are not its bytes)."""
+    for i in rows:
+        h = 0
+        for j in range(starts[i], ends[i]):
+            c = props[j]
+            if c >= 0x80:
+                return False
+            h = (31 * h + c) & 0xFFFFFFFF
+        out[i] = h - 0x100000000 if h >= 0x80000000 else h
+    return True
+
+
+@njit(cache=True, nogil=True)
+def index_key_hashes(indexed: np.ndarray, seeds: np.ndarray, props: np.ndarray, uniq_starts: np.ndarray,
+                     uniq_ends: np.ndarray, keys_starts: np.ndarray, keys_ends: np.ndarray, records: np.ndarray,
+                     hashes: np.ndarray) -> int:
     """IndexService.buildIndex's keys of every record ``indexed[i]``, hashed, in its order:
-    ``topic#UNIQ_KEY`` when it has one (not empty: an empty property is none), then ``topic#k`` for every non-empty token of its
-    KEYS split at single spaces. The keys are ASCII (a byte is a UTF-16 code unit) and
-    ``seeds[i]`` is String.hashCode of ``topic#`` (unsigned 32-bit), so each hash goes on
-    from it. Writes (record, hash) pairs into ``records``/``hashes``; returns how many."""
+    ``topic#UNIQ_KEY`` when it has one (``props[uniq_starts[i]:uniq_ends[i]]``), then
+    ``topic#k`` for every non-empty token of its KEYS (``props[keys_starts[i]:keys_ends[i]]``)
+    split at single spaces. ``seeds[i]`` is String.hashCode of ``topic#`` (unsigned 32-bit),
+    so each hash goes on from it over the key's bytes. Writes (record, hash) pairs into
+    ``records``/``hashes``; returns how many, or -1 at a key that is not ASCII (its UTF-16
+    code units are not its bytes: the caller hashes that batch key string by key string)."""
     k = 0
     for i in range(indexed.shape[0]):
         if not indexed[i]:
             continue
         seed = seeds[i]
-        if uniq_at[i + 1] > uniq_at[i]:
+        if uniq_starts[i] >= 0:
             h = seed
-            for j in range(uniq_at[i], uniq_at[i + 1]):
-                h = (31 * h + uniqs[j]) & 0xFFFFFFFF
+            for j in range(uniq_starts[i], uniq_ends[i]):
+                if props[j] >= 0x80:
+                    return -1
+                h = (31 * h + props[j]) & 0xFFFFFFFF
             records[k] = i
             hashes[k] = _index_hash(h)
             k += 1
+        if keys_starts[i] < 0:
+            continue
         h = seed
         empty = True
-        for j in range(keys_at[i], keys_at[i + 1] + 1):
-            if j == keys_at[i + 1] or keys[j] == KEY_SEPARATOR_BYTE:
+        for j in range(keys_starts[i], keys_ends[i] + 1):
+            if j == keys_ends[i] or props[j] == KEY_SEPARATOR_BYTE:
                 if not empty:
                     records[k] = i
                     hashes[k] = _index_hash(h)
                     k += 1
                 h = seed
                 empty = True
+            elif props[j] >= 0x80:
+                return -1
             else:
-                h = (31 * h + keys[j]) & 0xFFFFFFFF
+                h = (31 * h + props[j]) & 0xFFFFFFFF
                 empty = False
     return k

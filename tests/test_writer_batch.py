@@ -285,3 +285,32 @@ def test_put_batch_of_one_key_set_made_as_one_text(tmp_path, write_format):
         got = [r for batch in news for r in writer.put_batch(batch).results()]
     assert got == expected
     assert tree_digest(tmp_path / "put") == tree_digest(tmp_path / "batch")
+
+
+@pytest.mark.parametrize("write_format", [FORMAT_4X, FORMAT_5X_CRC], ids=["4.x", "5.x-crc"])
+def test_put_batch_of_stored_strings_reads_tags_and_keys_as_the_broker_parses_them(tmp_path, write_format):
+    """Messages put with the properties string they were stored with (messageTimeup's copies,
+    what `run` delivers): written as they are; their tagsCode and index keys read from that
+    string as the broker parses it - the last well-formed entry, empty values skipped, a
+    unicode tag or key, a DELAY in the map (rewritten) beside one only in the string (kept)."""
+    raws = [
+        "TAGS\x01TagA\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01U1\x02DELAY\x013\x02",
+        "KEYS\x01first\x02KEYS\x01second\x02TAGS\x01\x02TAGS\x01TagB",
+        "UNIQ_KEY\x01\x02KEYS\x01 a  b \x02xTAGS\x01no\x02TAGS\x01T\x01x",
+        "TAGS\x01Tag\u00e9\x02KEYS\x01cl\u00e9\x02UNIQ_KEY\x01u\u00fc",
+        "",
+        "__CRC32#\x010123456789\x02TAGS\x01C\x02KEYS\x01crc",
+        "garbage\x02\x02\x01\x02KEYS",
+    ]
+    news = []
+    for i in range(70):
+        raw = raws[i % len(raws)] if i >= 33 or i % 7 != 3 else raws[0]  # unicode in the second batch only
+        props = {"DELAY": "2", "REAL_TOPIC": "TopicR"} if i % 10 == 9 else {}
+        news.append(NewMessage(f"TopicR{i % 2}", i % 3, b"r%d" % i * 20, props, propertiesRaw=raw,
+                               sysFlag=TRANSACTION_ROLLBACK_TYPE if i % 8 == 7 else 0, storeTimestamp=T0 + i))
+    with open_writer(tmp_path / "put", write_format) as writer:
+        expected = [writer.put(new) for new in news]
+    with open_writer(tmp_path / "batch", write_format) as writer:
+        got = writer.put_batch(news[:33]).results() + writer.put_batch(news[33:]).results()
+    assert got == expected
+    assert tree_digest(tmp_path / "put") == tree_digest(tmp_path / "batch")

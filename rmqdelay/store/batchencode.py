@@ -25,18 +25,18 @@ from rmqdelay.formats.constants import (
     BORNHOST_V6_FLAG,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
+    PROPERTY_CRC32,
+    PROPERTY_DELAY_TIME_LEVEL,
     RMQ_SYS_SCHEDULE_TOPIC,
     STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
-from rmqdelay.formats.constants import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as PROPERTY_UNIQ
 from rmqdelay.formats.javahash import tags_code
 from rmqdelay.formats.msgid import create_message_id
-from rmqdelay.formats.propcrc import CRC32_RESERVED_LEN, crc_digits
+from rmqdelay.formats.propcrc import CRC32_RESERVED_LEN, crc_digits, reserved_properties
+from rmqdelay.formats.properties import delete_property
 from rmqdelay.store import batchprops
 from rmqdelay.store.encode import PutEncoder, PutResult, java_length
 
@@ -151,24 +151,32 @@ def gather(encoder: PutEncoder, news: Sequence) -> Gathered:
     store_ts = [t if t is not None else clock() for t in given_ts] if None in given_ts else given_ts
 
     slow: set[int] = set()
-    if raws.count(None) != n:
-        slow.update(i for i, r in enumerate(raws) if r is not None)
+    raw_rows: list[int] = []  # put with the stored string they carry (messageTimeup's copies)
     if RMQ_SYS_SCHEDULE_TOPIC in topics:
         slow.update(i for i, t in enumerate(topics) if t == RMQ_SYS_SCHEDULE_TOPIC)
-    stored = batchprops.stored_properties(props, [i for i in range(n) if i not in slow] if slow else None, sealed)
+    if raws.count(None) != n:
+        # written as it is, unless the map asks for a delay (put() then rewrites the message)
+        slow.update(i for i, r in enumerate(raws) if r is not None and PROPERTY_DELAY_TIME_LEVEL in props[i])
+        raw_rows = [i for i, r in enumerate(raws) if r is not None and i not in slow]
+    if slow or raw_rows:
+        others = slow.union(raw_rows)
+        stored = batchprops.stored_properties(props, [i for i in range(n) if i not in others], sealed)
+    else:
+        stored = batchprops.stored_properties(props, None, sealed)
     slow.update(stored.demoted)
-    codes = list(map(tags_code, stored.tags))
-    keys, uniqs = stored.keys, stored.uniqs
+    codes = np.array(list(map(tags_code, stored.tags)), dtype=np.int64)
     if stored.texts is None:  # one key set, made as one text: no message left to put()'s rewrite
         props_buf, props_at = stored.data, stored.at
     else:
-        props_raw = stored.texts
-        keys, uniqs = list(keys), list(uniqs)
+        texts = stored.texts
+        for i in raw_rows:
+            texts[i] = reserved_properties(delete_property(raws[i], PROPERTY_CRC32)) if sealed else raws[i]
         for i in sorted(slow):
             p = encoder.prepare(news[i], store_ts[i])
-            topics[i], queue_ids[i], props_raw[i], codes[i], keys[i], uniqs[i] = \
-                p.topic, p.queue_id, p.props_raw, p.tags_code, p.keys or "", p.uniq or ""
-        props_buf, props_at = _strings(props_raw)
+            topics[i], queue_ids[i], texts[i], codes[i] = p.topic, p.queue_id, p.props_raw, p.tags_code
+        props_buf, props_at = _strings(texts)
+        if raw_rows:
+            batchprops.stored_tags_codes(props_buf, props_at, raw_rows, codes)
 
     topic_names, topic_index = _index_of(topics)
     topic_buf, topic_starts = _buffer([t.encode("utf-8") for t in topic_names])
@@ -213,11 +221,11 @@ def gather(encoder: PutEncoder, news: Sequence) -> Gathered:
     span = int(qids.max()) - low + 1 if n else 1
     distinct, queue_index = np.unique(topic_index * span + (qids - low), return_inverse=True)
     queues = [(topic_names[q // span], q % span + low) for q in distinct.tolist()]
-    index_records, index_hashes = batchprops.index_hashes(topic_names, topic_index, keys, uniqs,
+    index_records, index_hashes = batchprops.index_hashes(topic_names, topic_index, props_buf, props_at,
                                                           tran != TRANSACTION_ROLLBACK_TYPE)
     return Gathered(topics, queue_ids, queue_index.astype(np.int64).reshape(-1), queues, dispatch, fields, born_buf,
                     born_at, stored_buf, stored_at, body_buf, body_at, topic_buf, topic_at, topic_len, props_buf,
-                    props_at, np.array(codes, dtype=np.int64), index_records, index_hashes, store, sealed)
+                    props_at, codes, index_records, index_hashes, store, sealed)
 
 
 def lay_out(g: Gathered, first: int, stop: int) -> tuple[np.ndarray, np.ndarray | None]:

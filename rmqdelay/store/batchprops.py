@@ -8,9 +8,11 @@ template filled with its values: what ``format_java_order`` (put()'s way) makes 
 checked by counting separators. A message that is not that simple (a delay rewrite, a
 ``propertiesRaw``, a value None or holding a separator) is left to put()'s own rewrite.
 
-Index keys: IndexService.buildIndex's ``topic#key`` strings are never made; their
-String.hashCode goes on from the hash of ``topic#`` over the key's bytes, in a compiled loop
-(putloops.index_key_hashes), for ASCII keys; any other batch is hashed as the indexer does.
+Index keys and tags: KEYS, UNIQ_KEY (and TAGS of a message put with its stored string) are
+found in the stored properties bytes by a compiled loop (putloops.property_spans), as the
+broker parses them; IndexService.buildIndex's ``topic#key`` strings are never made: their
+String.hashCode goes on from the hash of ``topic#`` over the key's bytes (ASCII keys; any
+other batch is hashed as the indexer does).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from rmqdelay.formats.constants import (
 )
 from rmqdelay.formats.constants import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as PROPERTY_UNIQ
 from rmqdelay.formats.index import key_hashes, message_index_keys
-from rmqdelay.formats.javahash import java_string_hash
+from rmqdelay.formats.javahash import java_string_hash, tags_code
 from rmqdelay.formats.properties import java_order
 from rmqdelay.formats.propcrc import reserved_properties
 
@@ -73,16 +75,14 @@ def shape(keys: tuple, sealed: bool) -> Shape:
 
 @dataclass(slots=True)
 class StoredProperties:
-    """The properties strings of a batch as stored, and what the unit and the index read of
-    them: TAGS, KEYS and UNIQ_KEY ('' for none) per message. Messages in ``demoted`` are not
-    done (put()'s own rewrite does them); their texts are ''."""
+    """The properties strings of a batch as stored, and the TAGS of each message (its unit's
+    tagsCode). Messages in ``demoted`` are not done (put()'s own rewrite does them); their
+    texts are ''."""
 
     texts: list[str] | None  # per message; or, when None, already encoded:
     data: np.ndarray | None  # every message's UTF-8 bytes back to back,
     at: np.ndarray | None  # where each starts (one more entry: the end)
     tags: Sequence
-    keys: Sequence[str]
-    uniqs: Sequence[str]
     demoted: list[int]
 
 
@@ -107,9 +107,7 @@ def stored_properties(props: Sequence[dict], rows: list[int] | None, sealed: boo
         demoted += (members[b] for b in bad)
         for r, text in zip(members, strings):
             texts[r] = text
-    return StoredProperties(texts, None, None, [p.get(PROPERTY_TAGS) for p in props],
-                            [p.get(PROPERTY_KEYS) or "" for p in props],
-                            [p.get(PROPERTY_UNIQ) or "" for p in props], sorted(demoted))
+    return StoredProperties(texts, None, None, [p.get(PROPERTY_TAGS) for p in props], sorted(demoted))
 
 
 def _uniform(props: Sequence[dict], sealed: bool) -> StoredProperties | None:
@@ -126,7 +124,7 @@ def _uniform(props: Sequence[dict], sealed: bool) -> StoredProperties | None:
     if s.values is None:
         text = s.template.encode("utf-8")
         return StoredProperties(None, np.frombuffer(text * n, dtype=np.uint8),
-                                np.arange(n + 1, dtype=np.int64) * len(text), [None] * n, [""] * n, [""] * n, [])
+                                np.arange(n + 1, dtype=np.int64) * len(text), [None] * n, [])
     try:
         columns = list(zip(*map(s.values, props)))  # every key there (and, by the count, no other)
     except KeyError:
@@ -152,8 +150,7 @@ def _uniform(props: Sequence[dict], sealed: bool) -> StoredProperties | None:
     at[:n] = first_ones[::ones]
     at[:n] -= len(pieces[0].encode("utf-8")) - 1
     at[n] = len(data)
-    return StoredProperties(None, data, at, s.column(columns, PROPERTY_TAGS, n, None),
-                            s.column(columns, PROPERTY_KEYS, n, ""), s.column(columns, PROPERTY_UNIQ, n, ""), [])
+    return StoredProperties(None, data, at, s.column(columns, PROPERTY_TAGS, n, None), [])
 
 
 def _groups(shapes: Sequence[tuple], rows) -> dict[tuple, list[int]]:
@@ -184,40 +181,60 @@ def _fill(s: Shape, props: Sequence[dict]) -> tuple[list[str], list[int]]:
     return strings, bad
 
 
-def index_hashes(topics: Sequence[str], topic_index: np.ndarray, keys: Sequence[str], uniqs: Sequence[str],
+def stored_tags_codes(props: np.ndarray, props_at: np.ndarray, rows: list[int], codes: np.ndarray) -> None:
+    """The unit's tagsCode of the messages ``rows`` from the TAGS of their stored properties
+    (as put() reads a message it writes with its stored string), into ``codes``."""
+    from rmqdelay.formats import putloops
+
+    starts, ends = _spans(props, props_at, PROPERTY_TAGS)
+    rows_v = np.array(rows, dtype=np.int64)
+    if not putloops.tags_codes(props, starts, ends, rows_v, codes):
+        for i in rows:  # a tag that is not ASCII
+            codes[i] = tags_code(_text(props, starts[i], ends[i]))
+
+
+def index_hashes(topics: Sequence[str], topic_index: np.ndarray, props: np.ndarray, props_at: np.ndarray,
                  indexed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """buildIndex's key hashes of the records ``indexed`` (not rolled back), in order, and
-    the record each is of: ``topic#UNIQ_KEY`` (when there), then ``topic#k`` per KEYS token.
-    ``topics``: the batch's distinct topics, ``topic_index``: each record's; KEYS and UNIQ_KEY
-    '' when there are none."""
+    the record each is of: ``topic#UNIQ_KEY`` (when there), then ``topic#k`` per KEYS token,
+    read from each record's stored properties (``props[props_at[i]:props_at[i + 1]]``).
+    ``topics``: the batch's distinct topics, ``topic_index``: each record's."""
     from rmqdelay.formats import putloops
 
     n = len(topic_index)
-    joined_keys, joined_uniqs = "".join(keys), "".join(uniqs)
-    if not (joined_keys.isascii() and joined_uniqs.isascii() and all(t.isascii() for t in topics)):
-        return _index_hashes_one_by_one(topics, topic_index, keys, uniqs, indexed)
-    seeds = np.array([java_string_hash(t + "#") & 0xFFFFFFFF for t in topics], dtype=np.int64)[topic_index]
-    uniq_buf, uniq_at = _ascii_buffer(joined_uniqs, uniqs)
-    key_buf, key_at = _ascii_buffer(joined_keys, keys)
-    bound = n + len(joined_keys) // 2 + n  # a UNIQ_KEY each, and at most one token per two bytes (+1) of KEYS
-    records = np.empty(bound, dtype=np.int64)
-    hashes = np.empty(bound, dtype=np.int64)
-    count = putloops.index_key_hashes(indexed, seeds, uniq_buf, uniq_at, key_buf, key_at, records, hashes)
-    return records[:count], hashes[:count]
-
-
-def _ascii_buffer(joined: str, parts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    at = np.zeros(len(parts) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)), out=at[1:])
-    return np.frombuffer(joined.encode("ascii"), dtype=np.uint8), at
-
-
-def _index_hashes_one_by_one(topics, topic_index, keys, uniqs, indexed) -> tuple[np.ndarray, np.ndarray]:
-    """The same, key string by key string (keys that are not all ASCII)."""
+    uniq_starts, uniq_ends = _spans(props, props_at, PROPERTY_UNIQ)
+    keys_starts, keys_ends = _spans(props, props_at, PROPERTY_KEYS)
+    if all(t.isascii() for t in topics):
+        seeds = np.array([java_string_hash(t + "#") & 0xFFFFFFFF for t in topics], dtype=np.int64)[topic_index]
+        # a UNIQ_KEY each, and at most one token per two bytes (+1) of KEYS
+        bound = 2 * n + int(np.maximum(keys_ends - keys_starts, 0).sum()) // 2
+        records = np.empty(bound, dtype=np.int64)
+        hashes = np.empty(bound, dtype=np.int64)
+        count = putloops.index_key_hashes(indexed, seeds, props, uniq_starts, uniq_ends, keys_starts, keys_ends,
+                                          records, hashes)
+        if count >= 0:
+            return records[:count], hashes[:count]
+    # Keys that are not all ASCII: key string by key string, as the indexer hashes them.
     found: list[str] = []
-    records: list[int] = []
+    rows: list[int] = []
     for i in np.flatnonzero(indexed).tolist():
-        these = message_index_keys(topics[topic_index[i]], keys[i] or None, uniqs[i] or None)
+        these = message_index_keys(topics[topic_index[i]], _text(props, keys_starts[i], keys_ends[i]),
+                                   _text(props, uniq_starts[i], uniq_ends[i]))
         found += these
-        records += [i] * len(these)
-    return np.array(records, dtype=np.int64), key_hashes(found)
+        rows += [i] * len(these)
+    return np.array(rows, dtype=np.int64), key_hashes(found)
+
+
+def _spans(props: np.ndarray, props_at: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
+    from rmqdelay.formats import putloops
+
+    n = len(props_at) - 1
+    starts = np.empty(n, dtype=np.int64)
+    ends = np.empty(n, dtype=np.int64)
+    needle = np.frombuffer((name + NAME_VALUE_SEPARATOR).encode("utf-8"), dtype=np.uint8)
+    putloops.property_spans(props, props_at, needle, starts, ends)
+    return starts, ends
+
+
+def _text(props: np.ndarray, start: int, end: int) -> str | None:
+    return None if start < 0 else props[start:end].tobytes().decode("utf-8", "surrogateescape")
