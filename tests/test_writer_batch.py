@@ -250,11 +250,14 @@ def test_put_batch_under_a_brokers_abort_writes_units_in_log_order(tmp_path):
     assert tree_digest(tmp_path / "put") == tree_digest(tmp_path / "batch")
 
 
-def test_put_batch_orders_keys_sharing_a_hashmap_bucket_as_they_came(tmp_path):
+@pytest.mark.parametrize("shared", [False, True], ids=["a-map-each", "two-maps-shared"])
+def test_put_batch_orders_keys_sharing_a_hashmap_bucket_as_they_came(tmp_path, shared):
     """"Aa" and "BB" share a bucket: the broker's HashMap keeps them in insertion order, so one
-    key set stored two ways, within one batch."""
-    news = [NewMessage("TopicA", 0, b"m%d" % i, dict(pairs if i % 2 else reversed(pairs)), storeTimestamp=T0 + i)
-            for i in range(20) for pairs in [[("Aa", "1"), ("BB", "2"), ("KEYS", f"k{i}")]]]
+    key set stored two ways, within one batch (a map per message, or two maps sent many times)."""
+    maps = [dict(pairs) for pairs in ([("Aa", "1"), ("BB", "2"), ("KEYS", "k")],
+                                      [("BB", "2"), ("Aa", "1"), ("KEYS", "k")])]
+    news = [NewMessage("TopicA", 0, b"m%d" % i, maps[i % 2] if shared else dict(maps[i % 2], KEYS=f"k{i}"),
+                       storeTimestamp=T0 + i) for i in range(20)]
     with open_writer(tmp_path / "put", FORMAT_4X) as writer:
         expected = [writer.put(new) for new in news]
     with open_writer(tmp_path / "batch", FORMAT_4X) as writer:

@@ -119,7 +119,7 @@ def _uniform(props: Sequence[dict], sealed: bool) -> StoredProperties | None:
     s = shape(first, sealed)
     if not s.simple or list(map(len, props)).count(len(first)) != n:
         return None
-    if not s.any_order and list(map(tuple, props)).count(first) != n:
+    if not s.any_order and not _same_order(props, first):
         return None
     if s.values is None:
         text = s.template.encode("utf-8")
@@ -151,6 +151,15 @@ def _uniform(props: Sequence[dict], sealed: bool) -> StoredProperties | None:
     at[:n] -= len(pieces[0].encode("utf-8")) - 1
     at[n] = len(data)
     return StoredProperties(None, data, at, s.column(columns, PROPERTY_TAGS, n, None), [])
+
+
+def _same_order(props: Sequence[dict], first: tuple) -> bool:
+    """Whether every message's keys come in the order ``first`` (of the same key set) does:
+    asked once per distinct dict (a producer that sends one map many times)."""
+    distinct = dict(zip(map(id, props), props))
+    if len(distinct) * 2 > len(props):
+        return list(map(tuple, props)).count(first) == len(props)
+    return all(tuple(p) == first for p in distinct.values())
 
 
 def _groups(shapes: Sequence[tuple], rows) -> dict[tuple, list[int]]:
