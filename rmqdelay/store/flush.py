@@ -54,26 +54,26 @@ class Flush:
             raise self._fail(exc) from None
 
     def _flush_records(self, journal: FlushJournal) -> None:
+        data = b"".join(self._pending)
         start = self._pending_start
         # The log end once these are written: a BLANK closing a file is only its 8-byte head
         # in ``data``, but the end is then the file's end (where recovery finds it); and the
         # dispatch floor: the first record whose unit this flush writes.
         units = self._pending_units
         self._abort.mark(self._end, int.from_bytes(units[0][3][:8], "big") if units else start)
-        for data in _coalesced(self._pending):
-            view = memoryview(data).cast("B")
-            while view:
-                file_start = start - start % self._commitlog_file_size
-                room = file_start + self._commitlog_file_size - start
-                chunk = view[:room]
-                fd = self._commitlog_fd(file_start, journal)
-                path = self._commitlog_path(file_start)
-                self._wrote = True
-                fileio.write_all(fd, chunk, start - file_start, path, zero_on_failure=True)
-                journal.ranges.append((path, start - file_start, len(chunk)))
-                self._unsynced_files.add(file_start)
-                start += len(chunk)
-                view = view[len(chunk):]
+        view = memoryview(data)
+        while view:
+            file_start = start - start % self._commitlog_file_size
+            room = file_start + self._commitlog_file_size - start
+            chunk = view[:room]
+            fd = self._commitlog_fd(file_start, journal)
+            path = self._commitlog_path(file_start)
+            self._wrote = True
+            fileio.write_all(fd, chunk, start - file_start, path, zero_on_failure=True)
+            journal.ranges.append((path, start - file_start, len(chunk)))
+            self._unsynced_files.add(file_start)
+            start += len(chunk)
+            view = view[len(chunk):]
         if self.sync:
             self._sync_records()
 
@@ -184,22 +184,3 @@ class Flush:
                 fileio.ftruncate(self._cp_fd, CHECKPOINT_FILE_SIZE, path)
         fileio.write_all(self._cp_fd, build_checkpoint(cp)[:24], 0, path)
         fileio.fsync(self._cp_fd, path)
-
-
-_WRITE_AS_IS = 1 << 16  # a pending piece this large (a batch's records) is written without a copy
-
-
-def _coalesced(pending: list):
-    """The pending pieces in order as few buffers: runs of small ones (put()'s records) joined,
-    large ones (put_batch's) as they are."""
-    small: list = []
-    for piece in pending:
-        if len(piece) >= _WRITE_AS_IS:
-            if small:
-                yield b"".join(small)
-                small = []
-            yield piece
-        else:
-            small.append(piece)
-    if small:
-        yield b"".join(small)
