@@ -1,5 +1,6 @@
-"""put() for many messages at once: putMessage's rewrites per message (``PutEncoder.prepare``,
-the same as put()), then the records laid out, placed and sealed by compiled loops
+"""put() for many messages at once: putMessage's rewrites a column at a time (batchprops.py
+for the properties strings, tags and index keys; put()'s own ``PutEncoder.prepare`` only for
+the messages it rewrites), then the records laid out, placed and sealed by compiled loops
 (formats/putloops.py) a batch at a time instead of record by record in the interpreter.
 
 ``gather`` turns messages into columns (numbers, hosts, bodies, topics, properties, each
@@ -130,10 +131,12 @@ def gather(encoder: PutEncoder, news: Sequence) -> Gathered:
     message put() would refuse refuses the batch here, before anything is placed.
 
     A column at a time: the clock read for each message without a store timestamp, in order;
-    the stored properties strings from one template per key set (batchprops.py); the tagsCode
-    once per distinct TAGS; sizes, flags and magic codes as arrays. Messages put() rewrites
-    (a delay level, a ``propertiesRaw``, SCHEDULE_TOPIC_XXXX itself, a value no template makes)
-    go through put()'s own ``PutEncoder.prepare``, one by one."""
+    the stored properties strings from one template per key set, or the stored string a
+    message carries (``propertiesRaw``) as it is; the tagsCode once per distinct TAGS (read
+    from the stored bytes for a stored string) and the index keys' hashes (batchprops.py);
+    sizes, flags, hosts and magic codes as arrays. Messages put() rewrites (a DELAY in the
+    map, SCHEDULE_TOPIC_XXXX itself, a value no template makes) go through put()'s own
+    ``PutEncoder.prepare``, one by one."""
     n = len(news)
     fmt = encoder.write_format
     sealed = fmt.propCrc
@@ -300,7 +303,7 @@ class PutBatch:
         """The properties string message ``i`` was stored with (its CRC digits filled in)."""
         g = self._g
         raw = g.props[g.props_at[i]:g.props_at[i + 1]].tobytes().decode("utf-8", "surrogateescape")
-        if not self._g.sealed:
+        if not g.sealed:
             return raw
         return raw[:-_CRC_DIGITS_LEN - 1] + crc_digits(int(self.crcs[i])) + raw[-1]
 

@@ -407,8 +407,8 @@ class StoreWriter(Flush):
 
     def put_batch(self, news: Sequence[NewMessage]) -> PutBatch:
         """put() of each message in turn, the same bytes in the same places, encoded a batch at
-        a time (batchencode.py): the rewrites per message, then records, queue offsets, CRCs
-        and units laid out by compiled loops, one pending chunk per commit log file. A message
+        a time (batchencode.py): the rewrites a column at a time, then records, queue offsets,
+        CRCs, units and index entries as arrays, one pending chunk per commit log file. A message
         put() would refuse refuses the batch before any of it is pending. What each message
         became (put()'s PutResult, as columns) comes back."""
         # Imported here: the compiled loops (numba) load only in a writer that batches, not in
