@@ -1,4 +1,5 @@
 import base64
+import compileall
 import gzip
 import json
 import os
@@ -29,6 +30,17 @@ def load_expected(name: str) -> dict[str, list[dict]]:
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
+
+
+def pytest_sessionstart(session):
+    """The project's modules compiled to bytecode once, as installing a package compiles its
+    modules: the CLI that tests start as a child process (hundreds of times) then reads them,
+    even where PYTHONDONTWRITEBYTECODE (which some shells and CI set) keeps every new
+    interpreter from caching what it compiled."""
+    if hasattr(session.config, "workerinput"):
+        return  # the controller of pytest-xdist did it
+    for package in ("rmqdelay", "commands", "formats", "spark"):
+        compileall.compile_dir(SAMPLES.parent / package, quiet=1)
 
 
 def pytest_xdist_auto_num_workers(config):
