@@ -8,7 +8,7 @@ In one run, on the same machine and disk:
 3. StoreWriter.put_encoded of the same messages serialised beforehand (the path the generator
    appends through): the writer's raw rate, with nothing to parse or serialise;
 4. StoreWriter.put_batch of the same messages, 1024 a batch (the batch path: the same bytes
-   as put(), encoded by compiled loops);
+   as put(), encoded by compiled loops, warmed by one untimed batch);
 5. a raw sequential write of as many bytes as the generator's commit log (4 MiB writes,
    one fsync at the end): MB/s;
 and the ratios between them, and the generator's time for 10 M records at the rate measured
@@ -92,6 +92,11 @@ def bench_put_batch(directory: Path, messages: int, mean_size: int, batch: int =
     """The same messages as bench_put, through StoreWriter.put_batch in batches of ``batch``."""
     store = directory / "batch"
     prebuilt = prebuilt_messages(messages, mean_size)
+    # One batch first, untimed: numba compiles the batch loops in a new checkout (seconds),
+    # and loads them from its cache in every process.
+    with StoreWriter(directory / "warm", create=True, sync=False) as writer:
+        writer.put_batch(prebuilt[:batch])
+    shutil.rmtree(directory / "warm")
     start = time.perf_counter()
     with StoreWriter(store, create=True, sync=False) as writer:
         put_batch = writer.put_batch
