@@ -47,7 +47,8 @@ def pytest_xdist_auto_num_workers(config):
     """``-n auto``: a worker more than the cores this process may run on. Many tests wait on
     fsync and on the processes they start (the CLI under faults and kills, the JVM): with one
     worker per core, a third of the cores' time went unused."""
-    return len(os.sched_getaffinity(0)) + 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cores + 1
 
 
 def pytest_collection_modifyitems(config, items):
