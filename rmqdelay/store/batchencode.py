@@ -89,11 +89,16 @@ _first = itemgetter(0)
 _second = itemgetter(1)
 
 
-def _buffer(parts: list) -> tuple[np.ndarray, np.ndarray]:
-    """The parts back to back, and where each starts (one more entry: the end)."""
+def _starts(parts: list) -> np.ndarray:
+    """Where each of the parts starts when they are put back to back (one more entry: the end)."""
     at = np.zeros(len(parts) + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)), out=at[1:])
-    return np.frombuffer(b"".join(parts), dtype=np.uint8), at
+    return at
+
+
+def _buffer(parts: list) -> tuple[np.ndarray, np.ndarray]:
+    """The parts back to back, and where each starts (``_starts``)."""
+    return np.frombuffer(b"".join(parts), dtype=np.uint8), _starts(parts)
 
 
 def _strings(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -102,9 +107,7 @@ def _strings(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     data = joined.encode("utf-8", "surrogateescape")
     if len(data) != len(joined):
         return _buffer([t.encode("utf-8", "surrogateescape") for t in texts])
-    at = np.zeros(len(texts) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)), out=at[1:])
-    return np.frombuffer(data, dtype=np.uint8), at
+    return np.frombuffer(data, dtype=np.uint8), _starts(texts)  # ASCII: a character is a byte
 
 
 def _hosts(hosts: list[tuple[bytes, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray | list[int]]:
