@@ -3,12 +3,14 @@ journal that undoes a flush that failed half way.
 
 Consume queue units are written with pwrite, not through maps: a store through a map into
 a sparse file on a full disk ends in SIGBUS, while pwrite says ENOSPC. At most
-``OPEN_QUEUE_FILES`` queue files stay open at once, whatever the number of queues.
+``OPEN_QUEUE_FILES`` queue files stay open at once, whatever the number of queues, and at
+most a quarter of the process's file limit (``ulimit -n``) when that is lower.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import struct
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -20,6 +22,7 @@ from rmqdelay.store import fileio
 from rmqdelay.store.mappedfiles import list_mapped_files
 
 OPEN_QUEUE_FILES = 64
+MIN_OPEN_QUEUE_FILES = 4
 _PRE_BLANK_UNIT = struct.pack(">qiq", 0, CQ_PRE_BLANK_SIZE, 0)
 
 
@@ -57,12 +60,24 @@ class FlushJournal:
                 pass
 
 
+def queue_files_allowed(wanted: int) -> int:
+    """How many queue files may stay open: ``wanted``, or a quarter of the soft limit on open
+    files when that is lower (the commit log, the index, the timer store, the directories
+    fsynced and the interpreter's own need the rest), but never under
+    ``MIN_OPEN_QUEUE_FILES``."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(MIN_OPEN_QUEUE_FILES, min(wanted, soft // 4))
+
+
 class OpenFiles:
-    """File descriptors of the consume queue files being written: at most ``capacity`` open,
-    the least recently used closed first (a closed file is opened again when written)."""
+    """File descriptors of the consume queue files being written: at most ``capacity`` open
+    (``queue_files_allowed``), the least recently used closed first (a closed file is opened
+    again when written)."""
 
     def __init__(self, capacity: int = OPEN_QUEUE_FILES) -> None:
-        self.capacity = capacity
+        self.capacity = queue_files_allowed(capacity)
         self._fds: OrderedDict[str, int] = OrderedDict()
 
     def get(self, path: str) -> int | None:
