@@ -9,11 +9,13 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rmqdelay.errors import UsageError
 from rmqdelay.formats.constants import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
 from rmqdelay.store import Store
+from rmqdelay.store.batchencode import StoredCopies
 from rmqdelay.store.index import IndexSettings
 from rmqdelay.store.verify import verify_store
 from rmqdelay.store.writeformat import FORMAT_4X, WriteFormat
@@ -317,3 +319,51 @@ def test_put_batch_of_stored_strings_reads_tags_and_keys_as_the_broker_parses_th
         got = writer.put_batch(news[:33]).results() + writer.put_batch(news[33:]).results()
     assert got == expected
     assert tree_digest(tmp_path / "put") == tree_digest(tmp_path / "batch")
+
+
+def stored_copies(news: list[NewMessage]) -> StoredCopies:
+    """The messages (each with its stored string, IPv4 hosts) as the columns put_stored takes."""
+    def spans(parts: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+        at = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum([len(p) for p in parts], out=at[1:])
+        return np.frombuffer(b"".join(parts), dtype=np.uint8), at
+
+    def column(name: str) -> np.ndarray:
+        return np.array([getattr(m, name) for m in news], dtype=np.int64)
+
+    return StoredCopies([m.topic for m in news], [m.queueId for m in news], column("flag"), column("sysFlag"),
+                        column("bornTimestamp"), np.frombuffer(b"".join(m.bornHost[0] for m in news), dtype=np.uint8),
+                        np.array([m.bornHost[1] for m in news], dtype=np.int64),
+                        np.frombuffer(b"".join(m.storeHost[0] for m in news), dtype=np.uint8),
+                        np.array([m.storeHost[1] for m in news], dtype=np.int64), column("reconsumeTimes"),
+                        *spans([m.body for m in news]),
+                        *spans([m.propertiesRaw.encode("utf-8", "surrogateescape") for m in news]))
+
+
+def test_put_stored_columns_write_the_store_put_writes(tmp_path):
+    """Copies put with their stored strings as columns (what `run` hands the writer): the bytes
+    put() writes for the same NewMessages - files rolled over, transactions without a unit,
+    unicode and undecodable bytes in a string, a clock read per message - the same PutResults,
+    message ids made for the whole batch; refused on a store whose records carry __CRC32#."""
+    raws = ["TAGS\x01TagA\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01U1\x02DELAY\x013",
+            "KEYS\x01cl\u00e9\x02TAGS\x01Tag\u00e9\x02UNIQ_KEY\x01u\u00fc",
+            "REAL_TOPIC\x01T\x02UNIQ_KEY\x01\udcff\udcfe", "x\x01y"]
+    news = [NewMessage(f"TopicS{i % 3}", i % 4, b"s%d" % i * (1 + i % 40), {}, propertiesRaw=raws[i % len(raws)],
+                       flag=i % 5, sysFlag=(0, 0, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, 0)[i % 5],
+                       bornTimestamp=T0 + i, bornHost=V4 if i % 2 else (bytes([10, 0, 0, i % 256]), 1000 + i),
+                       storeHost=STORE if i % 3 else (bytes([172, 16, 0, 9]), 9876), reconsumeTimes=i % 3)
+            for i in range(300)]
+    with open_writer(tmp_path / "put", FORMAT_4X) as writer:
+        expected = [writer.put(new) for new in news]
+    with open_writer(tmp_path / "stored", FORMAT_4X) as writer:
+        got, ids = [], []
+        for chunk in batches(news, [1, 150, 29]):
+            batch = writer.put_stored(stored_copies(chunk))
+            got += batch.results()
+            ids += batch.msg_ids()
+    assert got == expected
+    assert ids == [r.msgId for r in expected]
+    assert tree_digest(tmp_path / "put") == tree_digest(tmp_path / "stored")
+    assert len(list((tmp_path / "stored" / "commitlog").iterdir())) > 3
+    with open_writer(tmp_path / "crc", FORMAT_5X_CRC) as writer, pytest.raises(UsageError, match="__CRC32#"):
+        writer.put_stored(stored_copies(news[:3]))

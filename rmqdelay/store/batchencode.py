@@ -42,6 +42,7 @@ from rmqdelay.store import batchprops
 from rmqdelay.store.encode import PutEncoder, PutResult, java_length
 
 _CRC_DIGITS_LEN = 10
+_HEX = np.array([b"%02X" % b for b in range(256)], dtype="S2")  # a byte's two upper-case hex digits
 
 
 @dataclass(slots=True)
@@ -68,7 +69,6 @@ class Gathered:
     tags_codes: np.ndarray  # int64, of the units
     index_records: np.ndarray  # int64: the message of each index key (ascending), and its hash
     index_hashes: np.ndarray
-    store_hosts: list[tuple[bytes, int]]
     sealed: bool  # the records end with a reserved __CRC32#
 
     def __len__(self) -> int:
@@ -184,6 +184,72 @@ def gather(encoder: PutEncoder, news: Sequence) -> Gathered:
         if raw_rows:
             batchprops.stored_tags_codes(props_buf, props_at, raw_rows, codes)
 
+    body_buf, body_at = _buffer(bodies)
+    body_crcs = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=n)
+    return _assemble(fmt, topics, queue_ids, codes, props_buf, props_at, body_buf, body_at, body_crcs, _hosts(born),
+                     _hosts(store), np.array([m.sysFlag for m in news], dtype=np.int64), [m.flag for m in news],
+                     [m.bornTimestamp for m in news], store_ts, [m.reconsumeTimes for m in news],
+                     [m.preparedTransactionOffset for m in news])
+
+
+@dataclass(slots=True)
+class StoredCopies:
+    """Messages to put with the stored properties string each carries (messageTimeup's copies
+    of records read back), as columns: what ``NewMessage`` says of each, its properties
+    string back to back with the others (``props[props_at[i]:props_at[i + 1]]``, put as it
+    is, as put() puts a ``propertiesRaw``), its body the same way, its hosts IPv4 (4 bytes
+    each, back to back) with their ports. Its store timestamp is the writer's clock."""
+
+    topics: list[str]
+    queue_ids: list[int]
+    flag: np.ndarray
+    sys_flag: np.ndarray
+    born_ts: np.ndarray
+    born: np.ndarray
+    born_ports: np.ndarray
+    stored: np.ndarray
+    store_ports: np.ndarray
+    reconsume: np.ndarray
+    bodies: np.ndarray
+    body_at: np.ndarray
+    props: np.ndarray
+    props_at: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.topics)
+
+
+def gather_stored(encoder: PutEncoder, s: StoredCopies) -> Gathered:
+    """``gather`` of messages put with the stored properties string each carries (whose map
+    asks for no delay): the string written as it is, the tagsCode read from its TAGS. A
+    store whose broker appends the CRC property rewrites every string: such copies go
+    through ``gather`` (a UsageError here)."""
+    if encoder.write_format.propCrc:
+        raise UsageError("stored copies put as columns on a store whose records carry __CRC32#")
+    n = len(s)
+    for topic in set(s.topics):
+        encoder.check_topic(topic)
+        if topic == RMQ_SYS_SCHEDULE_TOPIC:
+            raise UsageError("stored copies put as columns into SCHEDULE_TOPIC_XXXX")
+    clock = encoder.clock
+    store_ts = [clock() for _ in range(n)]
+    codes = np.zeros(n, dtype=np.int64)
+    batchprops.stored_tags_codes(s.props, s.props_at, range(n), codes)
+    bodies = memoryview(s.bodies)
+    at = s.body_at.tolist()
+    body_crcs = np.fromiter(map(zlib.crc32, map(bodies.__getitem__, map(slice, at, at[1:]))), dtype=np.int64, count=n)
+    four = np.arange(n + 1, dtype=np.int64) * 4
+    return _assemble(encoder.write_format, s.topics, s.queue_ids, codes, s.props, s.props_at, s.bodies, s.body_at,
+                     body_crcs, (s.born, four, s.born_ports), (s.stored, four, s.store_ports), s.sys_flag, s.flag,
+                     s.born_ts, store_ts, s.reconsume, 0)
+
+
+def _assemble(fmt, topics: list[str], queue_ids: list[int], codes: np.ndarray, props_buf: np.ndarray,
+              props_at: np.ndarray, body_buf: np.ndarray, body_at: np.ndarray, body_crcs: np.ndarray, born: tuple,
+              store: tuple, sys_flags: np.ndarray, flag, born_ts, store_ts, reconsume, prepared) -> Gathered:
+    """The Gathered of a batch whose stored properties strings, bodies and hosts are known
+    (``born``/``store``: addresses back to back, where each starts, the ports)."""
+    n = len(topics)
     topic_names, topic_index = _index_of(topics)
     topic_buf, topic_starts = _buffer([t.encode("utf-8") for t in topic_names])
     topic_at = topic_starts[topic_index]
@@ -193,13 +259,11 @@ def gather(encoder: PutEncoder, news: Sequence) -> Gathered:
     props_len = np.diff(props_at)
     if n and int(props_len.max()) > 32767:
         raise UsageError(f"properties of {int(props_len.max())} bytes; a record holds at most 32767")
-    body_buf, body_at = _buffer(bodies)
-    born_buf, born_at, born_ports = _hosts(born)
-    stored_buf, stored_at, store_ports = _hosts(store)
+    born_buf, born_at, born_ports = born
+    stored_buf, stored_at, store_ports = store
     born_v6 = np.diff(born_at) == 16
     store_v6 = np.diff(stored_at) == 16
-    flags_v = np.array([m.sysFlag for m in news], dtype=np.int64)
-    flags_v = np.where(born_v6, flags_v | BORNHOST_V6_FLAG, flags_v & ~BORNHOST_V6_FLAG)
+    flags_v = np.where(born_v6, sys_flags | BORNHOST_V6_FLAG, sys_flags & ~BORNHOST_V6_FLAG)
     flags_v = np.where(store_v6, flags_v | STOREHOSTADDRESS_V6_FLAG, flags_v & ~STOREHOSTADDRESS_V6_FLAG)
     tran = flags_v & TRANSACTION_TYPE_MASK
     dispatch = (tran != TRANSACTION_PREPARED_TYPE) & (tran != TRANSACTION_ROLLBACK_TYPE)
@@ -208,18 +272,18 @@ def gather(encoder: PutEncoder, news: Sequence) -> Gathered:
     fields[:, putloops.SIZE] = (_BASE_SIZE + _V6_EXTRA * born_v6 + _V6_EXTRA * store_v6 + v2 + np.diff(body_at)
                                 + topic_len + props_len)
     fields[:, putloops.MAGIC] = np.where(v2, MESSAGE_MAGIC_CODE_V2, MESSAGE_MAGIC_CODE)
-    fields[:, putloops.BODY_CRC] = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
+    fields[:, putloops.BODY_CRC] = body_crcs & 0x7FFFFFFF
     fields[:, putloops.QUEUE_ID] = queue_ids
-    fields[:, putloops.FLAG] = [m.flag for m in news]
+    fields[:, putloops.FLAG] = flag
     fields[:, putloops.QUEUE_OFFSET] = 0
     fields[:, putloops.PHYSICAL_OFFSET] = 0
     fields[:, putloops.SYS_FLAG] = flags_v
-    fields[:, putloops.BORN_TS] = [m.bornTimestamp for m in news]
+    fields[:, putloops.BORN_TS] = born_ts
     fields[:, putloops.BORN_PORT] = born_ports
     fields[:, putloops.STORE_TS] = store_ts
     fields[:, putloops.STORE_PORT] = store_ports
-    fields[:, putloops.RECONSUME] = [m.reconsumeTimes for m in news]
-    fields[:, putloops.PREPARED_OFFSET] = [m.preparedTransactionOffset for m in news]
+    fields[:, putloops.RECONSUME] = reconsume
+    fields[:, putloops.PREPARED_OFFSET] = prepared
 
     # The distinct (topic, queueId) of the batch, and which each message's is.
     qids = fields[:, putloops.QUEUE_ID]
@@ -231,7 +295,7 @@ def gather(encoder: PutEncoder, news: Sequence) -> Gathered:
                                                           tran != TRANSACTION_ROLLBACK_TYPE)
     return Gathered(topics, queue_ids, queue_index.astype(np.int64).reshape(-1), queues, dispatch, fields, born_buf,
                     born_at, stored_buf, stored_at, body_buf, body_at, topic_buf, topic_at, topic_len, props_buf,
-                    props_at, codes, index_records, index_hashes, store, sealed)
+                    props_at, codes, index_records, index_hashes, fmt.propCrc)
 
 
 def lay_out(g: Gathered, first: int, stop: int) -> tuple[np.ndarray, np.ndarray | None]:
@@ -299,8 +363,21 @@ class PutBatch:
 
     def msg_ids(self) -> list[str]:
         """MessageDecoder.createMessageId of each message (store host and physical offset)."""
-        return [create_message_id(host[0], host[1], offset)
-                for host, offset in zip(self._g.store_hosts, self.commit_log_offsets.tolist())]
+        g = self._g
+        n = len(g)
+        if n and int(g.stored_at[-1]) == 4 * n:  # every store host IPv4: the ids made as one array
+            raw = np.empty((n, 16), dtype=np.uint8)
+            raw[:, :4] = g.stored[:4 * n].reshape(n, 4)
+            raw[:, 4:8] = g.fields[:, putloops.STORE_PORT].astype(">i4").view(np.uint8).reshape(n, 4)
+            raw[:, 8:] = self.commit_log_offsets.astype(">i8").view(np.uint8).reshape(n, 8)
+            text = _HEX[raw].tobytes().decode("ascii")
+            return [text[k:k + 32] for k in range(0, 32 * n, 32)]
+        return [create_message_id(*self._store_host(i), offset)
+                for i, offset in enumerate(self.commit_log_offsets.tolist())]
+
+    def _store_host(self, i: int) -> tuple[bytes, int]:
+        g = self._g
+        return g.stored[g.stored_at[i]:g.stored_at[i + 1]].tobytes(), int(g.fields[i, putloops.STORE_PORT])
 
     def properties_raw(self, i: int) -> str:
         """The properties string message ``i`` was stored with (its CRC digits filled in)."""
@@ -314,7 +391,7 @@ class PutBatch:
         """put()'s PutResult for message ``i``."""
         g = self._g
         offset = int(self.commit_log_offsets[i])
-        host = g.store_hosts[i]
+        host = self._store_host(i)
         return PutResult(g.topics[i], g.queue_ids[i], int(self.queue_offsets[i]), offset, int(g.sizes[i]),
                          int(g.store_timestamps[i]), int(g.tags_codes[i]), create_message_id(host[0], host[1], offset),
                          self.properties_raw(i))

@@ -71,7 +71,7 @@ from rmqdelay.store.writefiles import OPEN_QUEUE_FILES, OpenFiles, QueueFiles
 from rmqdelay.store.writeformat import WriteFormat, detect_write_format
 
 if TYPE_CHECKING:
-    from rmqdelay.store.batchencode import Gathered, PutBatch
+    from rmqdelay.store.batchencode import Gathered, PutBatch, StoredCopies
 
 __all__ = ["DEFAULT_COMMITLOG_FILE_SIZE", "DEFAULT_CQ_FILE_SIZE", "NewMessage", "PutResult", "Puts", "RecoveryReport",
            "StoreWriter", "WriteFormat"]
@@ -413,11 +413,25 @@ class StoreWriter(Flush):
         became (put()'s PutResult, as columns) comes back."""
         # Imported here: the compiled loops (numba) load only in a writer that batches, not in
         # every command that imports this module (a read never loads numba).
-        from rmqdelay.formats import putloops
-        from rmqdelay.store.batchencode import PutBatch, gather
+        from rmqdelay.store.batchencode import gather
 
         self._check_usable()
-        g = gather(self.encoder, news)
+        return self._put_gathered(gather(self.encoder, news))
+
+    def put_stored(self, copies: StoredCopies) -> PutBatch:
+        """put_batch of messages that carry their stored properties string (messageTimeup's
+        copies, a ``NewMessage`` with ``propertiesRaw`` and no DELAY in its map), given as
+        columns (``batchencode.StoredCopies``) instead of one object each: the same bytes as
+        put() of each. Not for a store whose broker appends the CRC property (UsageError)."""
+        from rmqdelay.store.batchencode import gather_stored
+
+        self._check_usable()
+        return self._put_gathered(gather_stored(self.encoder, copies))
+
+    def _put_gathered(self, g: Gathered) -> PutBatch:
+        from rmqdelay.formats import putloops
+        from rmqdelay.store.batchencode import PutBatch
+
         batch = PutBatch(g)
         n = len(g)
         if not n:
