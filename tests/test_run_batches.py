@@ -13,7 +13,7 @@ import pytest
 from conftest import SAMPLES
 
 from rmqdelay.schedule.redelivery import restore_unit
-from rmqdelay.schedule.restore import restore_units
+from rmqdelay.schedule.restore import restore_columns, restore_units
 from rmqdelay.schedule.scheduler import Scheduler
 from rmqdelay.store import Store
 from rmqdelay.store.writer import NewMessage, StoreWriter
@@ -28,7 +28,10 @@ def store_bytes(path: Path) -> dict[str, bytes]:
 
 
 def drained(path: Path, batched: bool) -> list:
-    return list(Scheduler(path, now_ms=FAR, mode="until-empty", batched=batched).events())
+    # Offsets published when the level is drained only: a publish on the flush interval would
+    # fall where the run's time (a first compile, a loaded machine) puts it.
+    return list(Scheduler(path, now_ms=FAR, mode="until-empty", batched=batched,
+                          flush_interval_ms=3_600_000).events())
 
 
 def assert_same_run(source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list:
@@ -119,3 +122,83 @@ def test_restored_a_batch_at_a_time_as_one_unit_at_a_time(name, sample_store):
                 assert (uniq, new, reason) == (msg.properties.get("UNIQ_KEY") if msg else None, one_new, one_reason)
                 seen += 1
         assert seen > 0
+
+
+SHAPED = {  # level -> the stored strings of its messages ({i}: the message, {q}: a queue)
+    # Strings messageTimeup keeps: in HashMap order, one entry per segment; verdicts per shape.
+    1: ["REAL_TOPIC\x01TopicA\x02KEYS\x01k{i}\x02UNIQ_KEY\x01U{i}\x02REAL_QID\x01{q}",
+        "REAL_TOPIC\x01TopicB\x02UNIQ_KEY\x01\u00fc{i}\x02TAGS\x01T\u00e9\x02REAL_QID\x01+{q}",
+        "REAL_TOPIC\x01TopicA\x02UNIQ_KEY\x01V{i}\x02REAL_QID\x01\u0663",  # an Arabic-Indic 3: parseInt's
+        "REAL_TOPIC\x01TopicA\x02UNIQ_KEY\x01W{i}\x02REAL_QID\x01-1",  # skipped
+        "UNIQ_KEY\x01X{i}\x02REAL_QID\x010",  # skipped: no REAL_TOPIC
+        "REAL_TOPIC\x01bad topic\x02UNIQ_KEY\x01\udcff{i}\x02REAL_QID\x011",  # skipped; an undecodable byte
+        "REAL_TOPIC\x01TopicA\x02x\x01a\x01b\x02UNIQ_KEY\x01Y{i}\x02REAL_QID\x012"],  # a value with a separator
+    # Strings messageTimeup rewrites - keys out of HashMap order, a key twice, an empty value, a
+    # trailing or an empty segment - and IPv6 hosts: such a level's batch goes the reference way.
+    2: ["UNIQ_KEY\x01Y{i}\x02REAL_QID\x011\x02REAL_TOPIC\x01TopicA", "REAL_QID\x011\x02REAL_TOPIC\x01TopicA"],
+    3: ["REAL_TOPIC\x01TopicA\x02UNIQ_KEY\x01Z{i}\x02REAL_QID\x011\x02REAL_QID\x012"],
+    4: ["REAL_TOPIC\x01TopicA\x02KEYS\x01\x02UNIQ_KEY\x01Z{i}\x02REAL_QID\x011"],
+    5: ["REAL_TOPIC\x01TopicB\x02UNIQ_KEY\x01Z{i}\x02REAL_QID\x010\x02"],
+    6: ["REAL_TOPIC\x01TopicB\x02\x02UNIQ_KEY\x01Z{i}\x02REAL_QID\x010"],
+}
+
+
+def shaped_store(path: Path) -> None:
+    """Schedule messages of every shape above (put straight into the levels' queues, due at
+    once), with IPv4 hosts but on level 7, whose every other born host is IPv6 (a record
+    the compiled pass leaves to the reference), across commit log files."""
+    born = 1_700_000_000_000
+    with StoreWriter(path, create=True, commitlog_file_size=1 << 16, clock=lambda: born, sync=False) as w:
+        for i in range(700):
+            level = 1 + i % 7
+            texts = SHAPED.get(level, SHAPED[1])
+            raw = texts[i // 7 % len(texts)].format(i=i, q=i % 3)
+            host = (bytes(15) + b"\x01", 7) if level == 7 and i % 2 else (bytes([10, 1, 2, i % 200]), 3000 + i)
+            w.put(NewMessage(topic="SCHEDULE_TOPIC_XXXX", queueId=level - 1, body=b"m%d" % i * (1 + i % 50),
+                             propertiesRaw=raw, flag=i % 3, bornTimestamp=born - i, bornHost=host,
+                             reconsumeTimes=i % 4))
+
+
+def test_batched_run_of_every_shape_of_stored_properties_leaves_the_same_bytes(tmp_path, monkeypatch):
+    source = tmp_path / "source"
+    shaped_store(source)
+    with Store(source) as store:
+        for level in range(1, 8):
+            cq = store.schedule_queue(level)
+            units = cq.units(cq.min_offset, cq.max_offset)
+            offsets, sizes = units["commitLogOffset"].tolist(), units["size"].tolist()
+            assert len(set(o >> 16 for o in offsets)) > 1  # the level's records lie in several files
+            columns = restore_columns(store, offsets, sizes)
+            assert (columns is not None) == (level == 1)  # the others: restore_units reads them
+    events = assert_same_run(source, tmp_path, monkeypatch)
+    delivered = [e for e in events if type(e).__name__ == "Delivered"]
+    assert len(delivered) == 700 - 2 * 42  # levels 1 and 7: three shapes of seven skipped
+    assert {(e.topic, e.queueId) for e in delivered if e.level == 1} == \
+        {("TopicA", 0), ("TopicA", 1), ("TopicA", 2), ("TopicB", 0), ("TopicB", 1), ("TopicB", 2), ("TopicA", 3)}
+
+
+def test_restored_as_columns_as_one_unit_at_a_time(tmp_path):
+    """restore_columns of a level's units says of each what restore_unit says: its UNIQ_KEY,
+    why it is skipped, and (for the deliveries, in order) the message messageTimeup puts."""
+    shaped_store(tmp_path / "store")
+    with Store(tmp_path / "store") as store:
+        cq = store.schedule_queue(1)
+        units = cq.units(cq.min_offset, cq.max_offset)
+        offsets, sizes = units["commitLogOffset"].tolist(), units["size"].tolist()
+        columns = restore_columns(store, offsets, sizes)
+        expected = [restore_unit(store, offset, size) for offset, size in zip(offsets, sizes)]
+    assert columns.uniq_keys == [msg.properties.get("UNIQ_KEY") for msg, _, _ in expected]
+    assert columns.reasons == [reason for _, _, reason in expected]
+    news = [new for _, new, _ in expected if new is not None]
+    c = columns.copies
+    assert len(c) == len(news) > 50
+    assert sorted(set(columns.reasons) - {None}) == [
+        "REAL_QID is not a queue id: '-1'", "REAL_TOPIC is a topic name outside ^[%|a-zA-Z0-9_-]+$: 'bad topic'",
+        "no REAL_TOPIC property"]
+    props = [c.props[a:b].tobytes().decode("utf-8", "surrogateescape") for a, b in zip(c.props_at, c.props_at[1:])]
+    bodies = [c.bodies[a:b].tobytes() for a, b in zip(c.body_at, c.body_at[1:])]
+    got = [(c.topics[k], c.queue_ids[k], bodies[k], props[k], int(c.flag[k]), int(c.sys_flag[k]), int(c.born_ts[k]),
+            (c.born[4 * k:4 * k + 4].tobytes(), int(c.born_ports[k])),
+            (c.stored[4 * k:4 * k + 4].tobytes(), int(c.store_ports[k])), int(c.reconsume[k])) for k in range(len(c))]
+    assert got == [(n.topic, n.queueId, n.body, n.propertiesRaw, n.flag, n.sysFlag, n.bornTimestamp, n.bornHost,
+                    n.storeHost, n.reconsumeTimes) for n in news]

@@ -36,7 +36,7 @@ from rmqdelay.store.topics import long_retry_topic, topic_problem
 from rmqdelay.store.writer import NewMessage
 
 
-def _real_queue_id(properties: dict[str, str]) -> int:
+def real_queue_id(properties: dict[str, str]) -> int:
     """REAL_QID as messageTimeup reads it (Integer.parseInt); -1 when absent or no int."""
     qid = java_parse_int(properties.get(PROPERTY_REAL_QUEUE_ID, ""))
     return -1 if qid is None else qid
@@ -73,7 +73,7 @@ def timeup_message(properties: dict[str, str], properties_raw: str, body: bytes,
         properties.pop(name, None)
     return NewMessage(
         topic=properties.get(PROPERTY_REAL_TOPIC, ""),
-        queueId=_real_queue_id(properties),
+        queueId=real_queue_id(properties),
         body=body,
         properties=properties,
         propertiesRaw=raw,

@@ -39,7 +39,7 @@ from rmqdelay.schedule.events import (
 )
 from rmqdelay.schedule.offsets import OffsetPublisher
 from rmqdelay.schedule.redelivery import restore_unit
-from rmqdelay.schedule.restore import restore_one_by_one, restore_units
+from rmqdelay.schedule.restore import RestoredColumns, restore_columns, restore_one_by_one, restore_units
 from rmqdelay.schedule.replay import exact_offsets
 from rmqdelay.runfilter import RunFilter
 from rmqdelay.schedule.status import corrected_deliver_times
@@ -466,12 +466,19 @@ class Scheduler:
         bytes put() writes; one at a time under --rate, each after its turn), then the events,
         in unit order. A stop asked for meanwhile takes effect after the batch: what is
         written is counted, so the offsets published name exactly the deliveries on disk."""
+        gate = self.filter
+        if self.batched and not self.broker5x and not gate.holds_any and not gate.rate \
+                and not writer.write_format.propCrc:
+            columns = restore_columns(store, offsets_py, sizes_py)
+            if columns is not None:
+                yield from self._deliver_columns(state, writer, known_queues, start, offsets_py, times_py,
+                                                 lateness_batch, columns)
+                return
         level = state.level
         table = self.offset_table
         restored = []
         held = None
         deliveries = 0  # of the batch so far: --limit counts them before they are written
-        gate = self.filter
         restore = restore_units if self.batched else restore_one_by_one
         for i, (uniq, new, reason) in enumerate(restore(store, offsets_py, sizes_py, broker5x=self.broker5x)):
             if reason is None:
@@ -519,6 +526,42 @@ class Scheduler:
             i = len(restored)
             state.held = held
             yield Held(level, start + i, offsets_py[i], held_topic, times_py[i], held)
+
+    def _deliver_columns(self, state: LevelState, writer: StoreWriter, known_queues: set[tuple[str, int]],
+                         start: int, offsets_py: list[int], times_py: list[int], lateness_batch: list[int],
+                         columns: RestoredColumns) -> Iterator[Event]:
+        """``_deliver_units`` of a batch restored as columns (no run filter, no --rate): the
+        deliveries put at once (put_stored), then the events in unit order."""
+        level = state.level
+        table = self.offset_table
+        copies = columns.copies
+        if len(copies):
+            puts = writer.put_stored(copies)
+            topics, queue_ids, msg_ids = puts.topics, puts.queue_ids, puts.msg_ids()
+            queue_offsets = puts.queue_offsets.tolist()
+            cl_offsets = puts.commit_log_offsets.tolist()
+            store_ts = puts.store_timestamps.tolist()
+        j = 0
+        for i, (uniq, reason) in enumerate(zip(columns.uniq_keys, columns.reasons)):
+            offset = start + i
+            state.offset = table[level] = offset + 1
+            if reason is not None:
+                state.skipped += 1
+                self.skipped += 1
+                yield Skipped(level, offset, offsets_py[i], reason)
+                continue
+            topic, queue_id = topics[j], queue_ids[j]
+            if (topic, queue_id) not in known_queues:
+                known_queues.add((topic, queue_id))
+                yield QueueCreated(topic, queue_id, level, offset)
+            state.delivered += 1
+            self.delivered += 1
+            self.filter.delivered += 1
+            lateness = store_ts[j] - times_py[i]
+            lateness_batch.append(lateness)
+            yield Delivered(level, offset, offsets_py[i], uniq, topic, queue_id, queue_offsets[j], cl_offsets[j],
+                            msg_ids[j], times_py[i], store_ts[j], lateness)
+            j += 1
 
     def _filter_prefix(self, state: LevelState, units: np.ndarray, times: np.ndarray, n_due: int,
                        start: int) -> Iterator[Event]:

@@ -1,0 +1,183 @@
+"""The loops that read due schedule messages back for their re-put, compiled by numba (the read
+side of ``putloops``).
+
+``plain_records`` reads the records the units of a batch name in one mapped commit log file,
+checking each as ``commitlog.plain_message_parts`` checks it (a V1 record of the unit's size,
+IPv4 hosts, lengths adding up), and hands back what a re-put copies from it as columns: its
+numbers, its hosts, its body and properties copied back to back, where its UNIQ_KEY value
+is, and its *shape*: the names of its properties in their order and the values of REAL_TOPIC
+and REAL_QID, copied back to back too. Two records of one shape get the same verdict and the
+same properties order from messageTimeup, so the caller works once per distinct shape, not
+once per record.
+
+A record these loops cannot take whole - another kind (V2, IPv6 hosts), lengths that do not add
+up, a properties segment the parser would skip (no name, no value, an empty segment) - is
+marked and the caller reads the batch the reference way, which says why.
+Compiled on first use and cached beside this file (``cache=True``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .constants import (
+    BORNHOST_V6_FLAG,
+    MESSAGE_MAGIC_CODE,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
+    STOREHOSTADDRESS_V6_FLAG,
+)
+
+# The columns of ``numbers`` (int64, one row per record).
+FLAG, SYS_FLAG, BORN_TS, BORN_PORT, STORE_PORT, RECONSUME = range(6)
+NUMBERS = 6
+
+MIN_MESSAGE_SIZE = 91  # commitlog.MIN_MESSAGE_SIZE: IPv4 hosts, nothing else
+_HEAD = 88  # everything before the body of a record with IPv4 hosts
+_V6_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
+_NV = ord(NAME_VALUE_SEPARATOR)
+_PS = ord(PROPERTY_SEPARATOR)
+_NAMES_END = _PS  # ends the names of a shape (a name holds neither separator)
+
+_REAL_TOPIC = np.frombuffer(b"REAL_TOPIC", dtype=np.uint8)
+_REAL_QID = np.frombuffer(b"REAL_QID", dtype=np.uint8)
+_UNIQ_KEY = np.frombuffer(b"UNIQ_KEY", dtype=np.uint8)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _be(buf: np.ndarray, pos: int, nbytes: int) -> int:
+    """A signed big-endian integer of ``nbytes`` (2, 4 or 8) at ``pos``."""
+    v = 0
+    for k in range(nbytes):
+        v = (v << 8) | np.int64(buf[pos + k])
+    if nbytes < 8 and v >= 1 << (8 * nbytes - 1):
+        v -= 1 << (8 * nbytes)
+    return v
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _copy(out: np.ndarray, pos: int, src: np.ndarray, start: int, n: int) -> None:
+    to = out[pos:pos + n]
+    part = src[start:start + n]
+    for k in range(part.shape[0]):
+        to[k] = part[k]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _named(buf: np.ndarray, start: int, end: int, name: np.ndarray) -> bool:
+    if end - start != name.shape[0]:
+        return False
+    for k in range(name.shape[0]):
+        if buf[start + k] != name[k]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put_value(shape: np.ndarray, s: int, props: np.ndarray, start: int, end: int) -> int:
+    """A value into a shape, its length first (two bytes; 0: none)."""
+    n = end - start if start >= 0 else 0
+    shape[s] = (n >> 8) & 0xFF
+    shape[s + 1] = n & 0xFF
+    if n:
+        _copy(shape, s + 2, props, start, n)
+    return s + 2 + n
+
+
+@njit(cache=True, nogil=True)
+def plain_records(buf: np.ndarray, limit: int, positions: np.ndarray, sizes: np.ndarray, first: int,
+                  numbers: np.ndarray, born: np.ndarray, stored: np.ndarray, bodies: np.ndarray,
+                  body_at: np.ndarray, props: np.ndarray, props_at: np.ndarray, shapes: np.ndarray,
+                  shape_at: np.ndarray, uniq_start: np.ndarray, uniq_end: np.ndarray) -> int:
+    """The records at ``positions[j]`` of ``sizes[j]`` bytes in ``buf`` (a commit log file of
+    ``limit`` bytes) as rows ``first + j`` of the outputs; each row's body, properties and
+    shape go at ``x_at[row]`` (set by the caller for the first row; the next rows' set here),
+    its hosts at ``4 * row``. Returns the first row it cannot read (a record of another kind,
+    or not whole), or -1 when every record was read."""
+    for j in range(positions.shape[0]):
+        row = first + j
+        pos = positions[j]
+        total = sizes[j]
+        if pos < 0 or pos + 8 > limit or total < MIN_MESSAGE_SIZE or pos + total > limit:
+            return row
+        end = pos + total
+        if _be(buf, pos, 4) != total or _be(buf, pos + 4, 4) != MESSAGE_MAGIC_CODE:
+            return row
+        sys_flag = _be(buf, pos + 36, 4)
+        if sys_flag & _V6_FLAGS:
+            return row
+        body_len = _be(buf, pos + 84, 4)
+        p = pos + _HEAD
+        if body_len < 0 or p + body_len + 1 > end:
+            return row
+        topic_len = np.int64(buf[p + body_len])
+        if topic_len >= 128:  # a signed byte
+            return row
+        q = p + body_len + 1 + topic_len
+        if q + 2 > end or _be(buf, q, 2) != end - q - 2:
+            return row
+        f = numbers[row]
+        f[FLAG] = _be(buf, pos + 16, 4)
+        f[SYS_FLAG] = sys_flag
+        f[BORN_TS] = _be(buf, pos + 40, 8)
+        f[BORN_PORT] = _be(buf, pos + 52, 4)
+        f[STORE_PORT] = _be(buf, pos + 68, 4)
+        f[RECONSUME] = _be(buf, pos + 72, 4)
+        _copy(born, 4 * row, buf, pos + 48, 4)
+        _copy(stored, 4 * row, buf, pos + 64, 4)
+        b = body_at[row]
+        _copy(bodies, b, buf, p, body_len)
+        body_at[row + 1] = b + body_len
+        a = props_at[row]
+        n = end - q - 2
+        _copy(props, a, buf, q + 2, n)
+        props_at[row + 1] = a + n
+        # The segments: each must be one the parser keeps (a name, then a value).
+        s = shape_at[row]
+        topic0 = topic1 = qid0 = qid1 = uniq0 = uniq1 = -1
+        seg = a
+        stop = a + n
+        while True:
+            e = seg
+            while e < stop and props[e] != _PS:
+                e += 1
+            kv = seg
+            while kv < e and props[kv] != _NV:
+                kv += 1
+            if kv == seg or kv >= e - 1:
+                return row  # no name, no value or no separator: the parser skips it
+            _copy(shapes, s, props, seg, kv - seg)
+            s += kv - seg
+            shapes[s] = _NV
+            s += 1
+            if _named(props, seg, kv, _REAL_TOPIC):
+                topic0, topic1 = kv + 1, e
+            elif _named(props, seg, kv, _REAL_QID):
+                qid0, qid1 = kv + 1, e
+            elif _named(props, seg, kv, _UNIQ_KEY):
+                uniq0, uniq1 = kv + 1, e
+            if e >= stop:
+                break
+            seg = e + 1
+        shapes[s] = _NAMES_END
+        s = _put_value(shapes, s + 1, props, topic0, topic1)
+        s = _put_value(shapes, s, props, qid0, qid1)
+        shape_at[row + 1] = s
+        uniq_start[row] = uniq0
+        uniq_end[row] = uniq1
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def take_spans(src: np.ndarray, at: np.ndarray, rows: np.ndarray, out: np.ndarray, out_at: np.ndarray) -> None:
+    """The spans ``src[at[i]:at[i + 1]]`` of ``rows``, back to back into ``out`` (``out_at``:
+    where each starts, and the end)."""
+    o = 0
+    out_at[0] = 0
+    for k in range(rows.shape[0]):
+        i = rows[k]
+        n = at[i + 1] - at[i]
+        _copy(out, o, src, at[i], n)
+        o += n
+        out_at[k + 1] = o
