@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLES
 
+from rmqdelay.runfilter import RunFilter
 from rmqdelay.schedule.redelivery import restore_unit
 from rmqdelay.schedule.restore import restore_columns, restore_units
 from rmqdelay.schedule.scheduler import Scheduler
@@ -27,14 +28,14 @@ def store_bytes(path: Path) -> dict[str, bytes]:
     return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 
 
-def drained(path: Path, batched: bool) -> list:
+def drained(path: Path, batched: bool, run_filter: RunFilter | None = None) -> list:
     # Offsets published when the level is drained only: a publish on the flush interval would
     # fall where the run's time (a first compile, a loaded machine) puts it.
-    return list(Scheduler(path, now_ms=FAR, mode="until-empty", batched=batched,
-                          flush_interval_ms=3_600_000).events())
+    return list(Scheduler(path, now_ms=FAR, mode="until-empty", batched=batched, flush_interval_ms=3_600_000,
+                          run_filter=run_filter).events())
 
 
-def assert_same_run(source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list:
+def assert_same_run(source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **run_filter) -> list:
     """Drain two copies of ``source``, one message at a time and in batches: the same events,
     the same bytes in every file. The wall clock stands still (the timer stamps its metrics and
     data versions with it)."""
@@ -43,8 +44,8 @@ def assert_same_run(source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     one, many = tmp_path / "one-at-a-time", tmp_path / "batched"
     shutil.copytree(source, one)
     shutil.copytree(source, many)
-    events_one = drained(one, False)
-    events_many = drained(many, True)
+    events_one = drained(one, False, RunFilter(**run_filter) if run_filter else None)
+    events_many = drained(many, True, RunFilter(**run_filter) if run_filter else None)
     # The same events, but for the store's path in a reason.
     assert [repr(e).replace(str(many), "STORE") for e in events_many] == \
         [repr(e).replace(str(one), "STORE") for e in events_one]
@@ -175,6 +176,17 @@ def test_batched_run_of_every_shape_of_stored_properties_leaves_the_same_bytes(t
     assert len(delivered) == 700 - 2 * 42  # levels 1 and 7: three shapes of seven skipped
     assert {(e.topic, e.queueId) for e in delivered if e.level == 1} == \
         {("TopicA", 0), ("TopicA", 1), ("TopicA", 2), ("TopicB", 0), ("TopicB", 1), ("TopicB", 2), ("TopicA", 3)}
+
+
+@pytest.mark.parametrize("run_filter", [{"limit": 40}, {"limit": 300}, {"topics": frozenset({"TopicA"})},
+                                        {"topics": frozenset({"TopicA", "TopicB"}), "limit": 200}],
+                         ids=["limit-in-first-batch", "limit-later", "topics", "topics-and-limit"])
+def test_batched_run_with_filters_holds_where_one_at_a_time_holds(tmp_path, monkeypatch, run_filter):
+    source = tmp_path / "source"
+    shaped_store(source)
+    events = assert_same_run(source, tmp_path, monkeypatch, **run_filter)
+    held = [e for e in events if type(e).__name__ == "Held"]
+    assert held and len([e for e in events if type(e).__name__ == "Delivered"]) < 700 - 84
 
 
 def test_restored_as_columns_as_one_unit_at_a_time(tmp_path):

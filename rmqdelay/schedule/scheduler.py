@@ -467,8 +467,7 @@ class Scheduler:
         in unit order. A stop asked for meanwhile takes effect after the batch: what is
         written is counted, so the offsets published name exactly the deliveries on disk."""
         gate = self.filter
-        if self.batched and not self.broker5x and not gate.holds_any and not gate.rate \
-                and not writer.write_format.propCrc:
+        if self.batched and not self.broker5x and not gate.rate and not writer.write_format.propCrc:
             columns = restore_columns(store, offsets_py, sizes_py)
             if columns is not None:
                 yield from self._deliver_columns(state, writer, known_queues, start, offsets_py, times_py,
@@ -530,11 +529,26 @@ class Scheduler:
     def _deliver_columns(self, state: LevelState, writer: StoreWriter, known_queues: set[tuple[str, int]],
                          start: int, offsets_py: list[int], times_py: list[int], lateness_batch: list[int],
                          columns: RestoredColumns) -> Iterator[Event]:
-        """``_deliver_units`` of a batch restored as columns (no run filter, no --rate): the
-        deliveries put at once (put_stored), then the events in unit order."""
+        """``_deliver_units`` of a batch restored as columns (no --rate): the deliveries up to
+        the first one a run filter holds back put at once (put_stored), then the events in
+        unit order."""
         level = state.level
         table = self.offset_table
         copies = columns.copies
+        gate = self.filter
+        held = None
+        if gate.holds_any:
+            j = 0
+            for i, reason in enumerate(columns.reasons):
+                if reason is None:
+                    held = gate.held_by_time(times_py[i]) or gate.held_by_topic(copies.topics[j]) \
+                        or gate.held_by_limit(j + 1)
+                    if held is not None:
+                        held_at, held_topic = i, copies.topics[j]
+                        columns = RestoredColumns(columns.uniq_keys[:i], columns.reasons[:i], copies.head(j))
+                        copies = columns.copies
+                        break
+                    j += 1
         if len(copies):
             puts = writer.put_stored(copies)
             topics, queue_ids, msg_ids = puts.topics, puts.queue_ids, puts.msg_ids()
@@ -562,6 +576,9 @@ class Scheduler:
             yield Delivered(level, offset, offsets_py[i], uniq, topic, queue_id, queue_offsets[j], cl_offsets[j],
                             msg_ids[j], times_py[i], store_ts[j], lateness)
             j += 1
+        if held is not None:
+            state.held = held
+            yield Held(level, start + held_at, offsets_py[held_at], held_topic, times_py[held_at], held)
 
     def _filter_prefix(self, state: LevelState, units: np.ndarray, times: np.ndarray, n_due: int,
                        start: int) -> Iterator[Event]:

@@ -218,6 +218,12 @@ class StoredCopies:
     def __len__(self) -> int:
         return len(self.topics)
 
+    def head(self, m: int) -> StoredCopies:
+        """The first ``m`` messages (their buffers shared)."""
+        return StoredCopies(self.topics[:m], self.queue_ids[:m], self.flag[:m], self.sys_flag[:m], self.born_ts[:m],
+                            self.born[:4 * m], self.born_ports[:m], self.stored[:4 * m], self.store_ports[:m],
+                            self.reconsume[:m], self.bodies, self.body_at[:m + 1], self.props, self.props_at[:m + 1])
+
 
 def gather_stored(encoder: PutEncoder, s: StoredCopies) -> Gathered:
     """``gather`` of messages put with the stored properties string each carries (whose map
