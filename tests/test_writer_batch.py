@@ -367,3 +367,34 @@ def test_put_stored_columns_write_the_store_put_writes(tmp_path):
     assert len(list((tmp_path / "stored" / "commitlog").iterdir())) > 3
     with open_writer(tmp_path / "crc", FORMAT_5X_CRC) as writer, pytest.raises(UsageError, match="__CRC32#"):
         writer.put_stored(stored_copies(news[:3]))
+
+
+@pytest.mark.parametrize("way", ["put_batch", "put_stored"])
+def test_a_batch_written_where_a_torn_record_was_indexed_leaves_the_index_put_leaves(tmp_path, way):
+    """A crash tore the last record after its keys reached the index: the next writer writes at
+    its offset again, and a batch leaves the index entries put() leaves (the keys the index
+    holds for that offset are not added twice)."""
+    first = [NewMessage("TopicT", i % 2, b"t%d" % i * 30, {}, propertiesRaw=f"KEYS\x01a{i} b{i}\x02UNIQ_KEY\x01T{i}",
+                        bornHost=V4, storeHost=STORE) for i in range(30)]
+    news = [NewMessage("TopicT", i % 2, b"n%d" % i * 20, {}, propertiesRaw=f"KEYS\x01c{i}\x02UNIQ_KEY\x01N{i}",
+                       bornHost=V4, storeHost=STORE) for i in range(40)]
+    for name in ("put", way):
+        path = tmp_path / name
+        with open_writer(path, FORMAT_4X, commitlog_file_size=1 << 20) as writer:
+            results = [writer.put(new) for new in first]
+        last = results[-1]
+        log = next((path / "commitlog").iterdir())
+        with open(log, "r+b") as fh:
+            fh.seek(last.commitLogOffset + last.storeSize // 2)
+            fh.write(bytes(last.storeSize - last.storeSize // 2))
+        with StoreWriter(path, delay_levels=DELAYS, sync=False, index=IndexSettings(64, 512),
+                         clock=ticking_clock(), write_format=FORMAT_4X) as writer:
+            assert writer.end_offset == last.commitLogOffset
+            if name == "put":
+                for new in news:
+                    writer.put(new)
+            elif way == "put_batch":
+                writer.put_batch(news)
+            else:
+                writer.put_stored(stored_copies(news))
+    assert tree_digest(tmp_path / "put") == tree_digest(tmp_path / way)

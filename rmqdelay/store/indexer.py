@@ -403,12 +403,20 @@ class MessageIndexer:
     def add_hashed(self, hashes: np.ndarray, offsets: np.ndarray, store_timestamps: np.ndarray) -> None:
         """``add`` for many records at once, their keys already hashed (IndexFile.indexKeyHashMethod
         of each ``topic#key``, in buildIndex's order), one entry a row: the physical offset
-        and store timestamp of its record. The records are new ones, after the resume point."""
+        and store timestamp of its record. The records are new ones, from the resume point on:
+        of a record at the resume point (written again where a crash tore one), the keys the
+        index already holds are left out, as ``add_keys`` leaves them out."""
         if not len(hashes):
             return
-        if int(offsets[0]) <= self.resume_offset:
-            raise UsageError(f"index entries of records at {int(offsets[0])}, not after the index's last "
-                             f"record at {self.resume_offset}")
+        first = int(offsets[0])
+        if first <= self.resume_offset:
+            if first < self.resume_offset:
+                raise UsageError(f"index entries of records at {first}, not after the index's last "
+                                 f"record at {self.resume_offset}")
+            skip = min(self._resume_done, int(np.searchsorted(offsets, first, "right")))
+            hashes, offsets, store_timestamps = hashes[skip:], offsets[skip:], store_timestamps[skip:]
+            self._resume_done = 0
+            self.resume_offset = -1
         self._settle()
         self._hashed.append((hashes, offsets, store_timestamps))
 
