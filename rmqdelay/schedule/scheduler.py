@@ -14,11 +14,8 @@ prints: ``Scheduler.events()`` yields what happens (events.py).
 
 from __future__ import annotations
 
-import os
-import select
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -37,12 +34,14 @@ from rmqdelay.schedule.events import (
     Sleeping,
     Stopped,
 )
+from rmqdelay.schedule.levelstate import LevelState
 from rmqdelay.schedule.offsets import OffsetPublisher
 from rmqdelay.schedule.redelivery import restore_unit
 from rmqdelay.schedule.restore import RestoredColumns, restore_columns, restore_one_by_one, restore_units
 from rmqdelay.schedule.replay import exact_offsets
 from rmqdelay.runfilter import RunFilter
 from rmqdelay.schedule.status import corrected_deliver_times
+from rmqdelay.schedule.waker import Waker
 from rmqdelay.store import Store
 from rmqdelay.store.index import IndexSettings
 from rmqdelay.store.kind import refuse_half_repaired, timer_files_present
@@ -61,82 +60,11 @@ from rmqdelay.timer.deliver.events import (
 from rmqdelay.timer.store import TIMER_QUEUE_ID
 
 MODES = ("forever", "once", "until-empty")
-LATENCY_WINDOW = 1 << 16  # lateness samples kept per level for p50/p99
 DELAY_OFFSET_UPDATE_VERSION_STEP = 200  # BrokerConfig.delayOffsetUpdateVersionStep
 
 # What Scheduler.events() yields: the levels' events and, on a 5.x store, the timer engine's.
 Event = (Delivered | Held | Skipped | QueueCreated | Notice | Replayed | Persisted | Sleeping | Stopped | TimerDelivered
          | TimerCancelled | TimerSkipped | TimerHeld | TimerNotice | TimerPersisted)
-
-
-# -- per-level bookkeeping ---------------------------------------------------------------
-@dataclass(slots=True)
-class LevelState:
-    level: int
-    delayMs: int
-    offset: int
-    minOffset: int
-    maxOffset: int
-    delivered: int = 0
-    skipped: int = 0
-    nextDueTimestamp: int | None = None
-    held: str | None = None  # a run filter stopped the level here (rmqdelay/runfilter.py)
-    _lateness: np.ndarray = field(default_factory=lambda: np.zeros(LATENCY_WINDOW, dtype=np.int64))
-    _samples: int = 0
-
-    @property
-    def pending(self) -> int:
-        return max(self.maxOffset - self.offset, 0)
-
-    def record_lateness(self, values: list[int]) -> None:
-        for start in range(0, len(values), LATENCY_WINDOW):
-            chunk = values[start:start + LATENCY_WINDOW]
-            pos = self._samples % LATENCY_WINDOW
-            first = min(len(chunk), LATENCY_WINDOW - pos)
-            self._lateness[pos:pos + first] = chunk[:first]
-            self._lateness[:len(chunk) - first] = chunk[first:]
-            self._samples += len(chunk)
-
-    def lateness_percentiles(self) -> tuple[float, float, int] | None:
-        """p50, p99 and max of the recent lateness samples (ms)."""
-        n = min(self._samples, LATENCY_WINDOW)
-        if not n:
-            return None
-        window = self._lateness[:n]
-        p50, p99 = np.percentile(window, [50, 99])
-        return float(p50), float(p99), int(window.max())
-
-
-# -- waking up -----------------------------------------------------------------------------
-class Waker:
-    """A self-pipe: stop() from a signal handler or another thread ends any sleep at once."""
-
-    def __init__(self) -> None:
-        self._r, self._w = os.pipe()
-        os.set_blocking(self._r, False)
-        os.set_blocking(self._w, False)
-
-    def wake(self) -> None:
-        try:
-            os.write(self._w, b"x")
-        except (BlockingIOError, OSError):
-            pass
-
-    def wait(self, seconds: float | None) -> bool:
-        """Sleep up to ``seconds`` (None: until woken); True when woken."""
-        ready, _, _ = select.select([self._r], [], [], None if seconds is None else max(seconds, 0.0))
-        if ready:
-            try:
-                while os.read(self._r, 4096):
-                    pass
-            except BlockingIOError:
-                pass
-            return True
-        return False
-
-    def close(self) -> None:
-        os.close(self._r)
-        os.close(self._w)
 
 
 WAKE_LEAD_MAX_S = 0.01  # the longest a run waits running for a delivery to come due
