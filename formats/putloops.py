@@ -46,7 +46,7 @@ def _put_be(out: np.ndarray, pos: int, value: int, nbytes: int) -> None:
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _copy(out: np.ndarray, pos: int, src: np.ndarray, start: int, n: int) -> None:
+def copy_span(out: np.ndarray, pos: int, src: np.ndarray, start: int, n: int) -> None:
     # A loop over two views, not a slice assignment nor indices computed per byte: numba
     # compiles this one to a vectorised copy, over ten times faster on a record's body.
     to = out[pos:pos + n]
@@ -81,14 +81,14 @@ def encode_records(out: np.ndarray, at: np.ndarray, fields: np.ndarray, born: np
         pos += 48
         h = born_at[i]
         n = 16 if sys_flag & BORNHOST_V6_FLAG else 4
-        _copy(out, pos, born, h, n)
+        copy_span(out, pos, born, h, n)
         pos += n
         _put_be(out, pos, f[BORN_PORT], 4)
         _put_be(out, pos + 4, f[STORE_TS], 8)
         pos += 12
         h = stored_at[i]
         n = 16 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 4
-        _copy(out, pos, stored, h, n)
+        copy_span(out, pos, stored, h, n)
         pos += n
         _put_be(out, pos, f[STORE_PORT], 4)
         _put_be(out, pos + 4, f[RECONSUME], 4)
@@ -96,7 +96,7 @@ def encode_records(out: np.ndarray, at: np.ndarray, fields: np.ndarray, born: np
         b0, b1 = body_at[i], body_at[i + 1]
         _put_be(out, pos + 16, b1 - b0, 4)
         pos += 20
-        _copy(out, pos, bodies, b0, b1 - b0)
+        copy_span(out, pos, bodies, b0, b1 - b0)
         pos += b1 - b0
         t0 = topic_at[i]
         t1 = t0 + topic_len[i]
@@ -106,12 +106,12 @@ def encode_records(out: np.ndarray, at: np.ndarray, fields: np.ndarray, born: np
         else:
             out[pos] = t1 - t0
             pos += 1
-        _copy(out, pos, topics, t0, t1 - t0)
+        copy_span(out, pos, topics, t0, t1 - t0)
         pos += t1 - t0
         p0, p1 = props_at[i], props_at[i + 1]
         _put_be(out, pos, p1 - p0, 2)
         pos += 2
-        _copy(out, pos, props, p0, p1 - p0)
+        copy_span(out, pos, props, p0, p1 - p0)
 
 
 @njit(cache=True, nogil=True)

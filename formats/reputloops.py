@@ -28,6 +28,7 @@ from .constants import (
     PROPERTY_SEPARATOR,
     STOREHOSTADDRESS_V6_FLAG,
 )
+from .putloops import copy_span
 
 # The columns of ``numbers`` (int64, one row per record).
 FLAG, SYS_FLAG, BORN_TS, BORN_PORT, STORE_PORT, RECONSUME = range(6)
@@ -57,14 +58,6 @@ def _be(buf: np.ndarray, pos: int, nbytes: int) -> int:
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _copy(out: np.ndarray, pos: int, src: np.ndarray, start: int, n: int) -> None:
-    to = out[pos:pos + n]
-    part = src[start:start + n]
-    for k in range(part.shape[0]):
-        to[k] = part[k]
-
-
-@njit(cache=True, nogil=True, inline="always")
 def _named(buf: np.ndarray, start: int, end: int, name: np.ndarray) -> bool:
     if end - start != name.shape[0]:
         return False
@@ -81,7 +74,7 @@ def _put_value(shape: np.ndarray, s: int, props: np.ndarray, start: int, end: in
     shape[s] = (n >> 8) & 0xFF
     shape[s + 1] = n & 0xFF
     if n:
-        _copy(shape, s + 2, props, start, n)
+        copy_span(shape, s + 2, props, start, n)
     return s + 2 + n
 
 
@@ -124,14 +117,14 @@ def plain_records(buf: np.ndarray, limit: int, positions: np.ndarray, sizes: np.
         f[BORN_PORT] = _be(buf, pos + 52, 4)
         f[STORE_PORT] = _be(buf, pos + 68, 4)
         f[RECONSUME] = _be(buf, pos + 72, 4)
-        _copy(born, 4 * row, buf, pos + 48, 4)
-        _copy(stored, 4 * row, buf, pos + 64, 4)
+        copy_span(born, 4 * row, buf, pos + 48, 4)
+        copy_span(stored, 4 * row, buf, pos + 64, 4)
         b = body_at[row]
-        _copy(bodies, b, buf, p, body_len)
+        copy_span(bodies, b, buf, p, body_len)
         body_at[row + 1] = b + body_len
         a = props_at[row]
         n = end - q - 2
-        _copy(props, a, buf, q + 2, n)
+        copy_span(props, a, buf, q + 2, n)
         props_at[row + 1] = a + n
         # The segments: each must be one the parser keeps (a name, then a value).
         s = shape_at[row]
@@ -147,7 +140,7 @@ def plain_records(buf: np.ndarray, limit: int, positions: np.ndarray, sizes: np.
                 kv += 1
             if kv == seg or kv >= e - 1:
                 return row  # no name, no value or no separator: the parser skips it
-            _copy(shapes, s, props, seg, kv - seg)
+            copy_span(shapes, s, props, seg, kv - seg)
             s += kv - seg
             shapes[s] = _NV
             s += 1
@@ -178,6 +171,6 @@ def take_spans(src: np.ndarray, at: np.ndarray, rows: np.ndarray, out: np.ndarra
     for k in range(rows.shape[0]):
         i = rows[k]
         n = at[i + 1] - at[i]
-        _copy(out, o, src, at[i], n)
+        copy_span(out, o, src, at[i], n)
         o += n
         out_at[k + 1] = o

@@ -21,6 +21,7 @@ their stored strings as they are. A batch with a unit it cannot take whole is le
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,8 +38,10 @@ from rmqdelay.formats.properties import parse_properties
 from rmqdelay.formats.properties import reformat_properties
 from rmqdelay.schedule.redelivery import real_queue_id, restore_problem, restore_unit, timeup_message
 from rmqdelay.store import Store
-from rmqdelay.store.batchencode import StoredCopies
 from rmqdelay.store.writer import NewMessage
+
+if TYPE_CHECKING:
+    from rmqdelay.store.batchencode import StoredCopies
 
 _MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
 
@@ -121,7 +124,9 @@ def restore_columns(store: Store, offsets: list[int], sizes: list[int]) -> Resto
     """``restore_units`` of a 4.x level's units (as a 4.x broker restores them), as columns; None
     when a unit is not a plain record whose properties the parser keeps whole and messageTimeup
     stores as they are (``restore_units`` then reads the batch and says why)."""
+    # Imported here: the compiled loops (numba) load only in a run that delivers.
     from rmqdelay.formats import reputloops
+    from rmqdelay.store.batchencode import StoredCopies
 
     n = len(offsets)
     log = store.commitlog
