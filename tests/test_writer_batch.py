@@ -95,10 +95,13 @@ def test_put_batch_writes_the_store_put_writes(tmp_path, write_format, sizes):
     with open_writer(tmp_path / "put", write_format) as writer:
         expected = [writer.put(new) for new in news]
     with open_writer(tmp_path / "batch", write_format) as writer:
-        got = []
+        got, ids = [], []
         for chunk in batches(news, sizes):
-            got += writer.put_batch(chunk).results()
+            batch = writer.put_batch(chunk)
+            got += batch.results()
+            ids += batch.msg_ids()  # made as one array where every store host is IPv4
     assert got == expected
+    assert ids == [r.msgId for r in expected]
     assert tree_digest(tmp_path / "put") == tree_digest(tmp_path / "batch")
     assert len(list((tmp_path / "batch" / "commitlog").iterdir())) > 3  # rolled over with BLANK records
     with Store(tmp_path / "batch") as store:

@@ -47,7 +47,7 @@ from rmqdelay.store.index import IndexSettings
 from rmqdelay.store.kind import refuse_half_repaired, timer_files_present
 from rmqdelay.store.levels import parse_delay_levels
 from rmqdelay.store.writeformat import detect_write_format
-from rmqdelay.store.writer import StoreWriter
+from rmqdelay.store.writer import PUT_BATCH_MIN, StoreWriter
 from rmqdelay.timer.deliver import TimerEngine
 from rmqdelay.timer.deliver.events import (
     TimerCancelled,
@@ -395,7 +395,10 @@ class Scheduler:
         in unit order. A stop asked for meanwhile takes effect after the batch: what is
         written is counted, so the offsets published name exactly the deliveries on disk."""
         gate = self.filter
-        if self.batched and not self.broker5x and not gate.rate and not writer.write_format.propCrc:
+        # As columns: a batch worth its fixed cost (a few due units, as a live run meets them,
+        # go as put_all puts a few: one by one).
+        if self.batched and len(offsets_py) >= PUT_BATCH_MIN and not self.broker5x and not gate.rate \
+                and not writer.write_format.propCrc:
             columns = restore_columns(store, offsets_py, sizes_py)
             if columns is not None:
                 yield from self._deliver_columns(state, writer, known_queues, start, offsets_py, times_py,
