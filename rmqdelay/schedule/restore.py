@@ -34,8 +34,7 @@ from rmqdelay.formats.constants import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
 )
 from rmqdelay.formats.errors import FormatError
-from rmqdelay.formats.properties import parse_properties
-from rmqdelay.formats.properties import reformat_properties
+from rmqdelay.formats.properties import parse_properties, reformat_properties
 from rmqdelay.schedule.redelivery import real_queue_id, restore_problem, restore_unit, timeup_message
 from rmqdelay.store import Store
 from rmqdelay.store.writer import NewMessage
@@ -162,7 +161,8 @@ def restore_columns(store: Store, offsets: list[int], sizes: list[int]) -> Resto
     shape_bytes = shapes[:int(shape_at[n])].tobytes()
     bounds = shape_at.tolist()
     kinds: dict[bytes, int] = {}
-    kind_of = [kinds.setdefault(shape, len(kinds)) for shape in map(shape_bytes.__getitem__, map(slice, bounds, bounds[1:]))]
+    kind_of = [kinds.setdefault(shape, len(kinds))
+               for shape in map(shape_bytes.__getitem__, map(slice, bounds, bounds[1:]))]
     first_of = dict(zip(reversed(kind_of), range(n - 1, -1, -1)))
     verdicts: list[tuple[str | None, str, int]] = []
     text_bounds = props_at.tolist()

@@ -420,6 +420,8 @@ class MessageIndexer:
             hashes, offsets, store_timestamps = hashes[skip:], offsets[skip:], store_timestamps[skip:]
             self._resume_done = 0
             self.resume_offset = -1
+            if not len(hashes):
+                return
         self._settle()
         self._hashed.append((hashes, offsets, store_timestamps))
 
