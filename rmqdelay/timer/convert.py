@@ -11,6 +11,8 @@ hosts, born time and reconsume times are copied.
 
 from __future__ import annotations
 
+from operator import add
+
 from rmqdelay.formats.commitlog import Message
 from rmqdelay.formats.constants import (
     NAME_VALUE_SEPARATOR,
@@ -23,7 +25,7 @@ from rmqdelay.formats.constants import (
     PROPERTY_TIMER_ROLL_TIMES,
 )
 from rmqdelay.formats.javanum import java_parse_int
-from rmqdelay.formats.properties import broker_properties_string
+from rmqdelay.formats.properties import DECODED_MAP_CAPACITY_5X, broker_properties_string, java_order
 from rmqdelay.store.topics import long_retry_topic, topic_problem
 from rmqdelay.store.writer import NewMessage, without_crc
 
@@ -48,7 +50,7 @@ def timer_output(msg: Message, enqueue_time: int, roll: bool, dequeue_ms: int) -
                                      f"Integer.parseInt fails; it retries the message)")
             props[PROPERTY_TIMER_ROLL_TIMES] = str((times + 1 + 2**31) % 2**32 - 2**31)
     props[PROPERTY_TIMER_DEQUEUE_MS] = str(dequeue_ms)
-    raw = broker_properties_string(props)
+    raw = stored_string(props)
     if not msg.body:
         # HookUtils.checkBeforePutMessage refuses a null body: the timer drops the message.
         raise NotDeliverable("an empty body (the broker refuses to put it and drops the message)")
@@ -59,8 +61,8 @@ def timer_output(msg: Message, enqueue_time: int, roll: bool, dequeue_ms: int) -
         qid_text = props.get(PROPERTY_REAL_QUEUE_ID)
         if topic is None:
             raise NotDeliverable("no REAL_TOPIC property")
-        problem = topic_problem(topic)
-        if problem and not long_retry_topic(topic):
+        problem = _topic_verdict(topic)
+        if problem:
             raise NotDeliverable(f"REAL_TOPIC is {problem}")
         queue_id = java_parse_int(qid_text) if qid_text is not None else None
         if queue_id is None or queue_id < 0:
@@ -72,6 +74,44 @@ def timer_output(msg: Message, enqueue_time: int, roll: bool, dequeue_ms: int) -
                       flag=msg.flag, sysFlag=msg.sysFlag, bornTimestamp=msg.bornTimestamp,
                       bornHost=(msg.bornHostAddress, msg.bornPort), storeHost=(msg.storeHostAddress, msg.storePort),
                       reconsumeTimes=msg.reconsumeTimes)
+
+
+# Per key shape (the keys in the map's order): what comes before each value in the stored
+# string, in the HashMap's order, and which value that is. Messages repeat a few shapes.
+_TEMPLATES: dict[tuple[str, ...], tuple[list[str], tuple[str, ...]]] = {}
+_TOPIC_VERDICTS: dict[str, str | None] = {}
+
+
+def stored_string(props: dict[str, str]) -> str:
+    """broker_properties_string (formats/properties.py) of ``props``: the order of its keys
+    worked out once per key shape, then only the values filled in."""
+    keys = tuple(props)
+    if not keys:
+        return ""
+    template = _TEMPLATES.get(keys)
+    if template is None:
+        order = tuple(java_order(dict.fromkeys(keys, ""), DECODED_MAP_CAPACITY_5X))
+        template = _TEMPLATES[keys] = ([k + NAME_VALUE_SEPARATOR for k in order], order)
+        if len(_TEMPLATES) > 4096:
+            _TEMPLATES.clear()
+            _TEMPLATES[keys] = template
+    heads, order = template
+    values = [props[k] for k in order]
+    if None in values:
+        return broker_properties_string(props)  # a value None is left out of the string
+    return PROPERTY_SEPARATOR.join(map(add, heads, values)) + PROPERTY_SEPARATOR
+
+
+def _topic_verdict(topic: str) -> str | None:
+    """Why the broker cannot put to REAL_TOPIC ``topic``, or None (once per distinct topic)."""
+    try:
+        return _TOPIC_VERDICTS[topic]
+    except KeyError:
+        problem = topic_problem(topic)
+        verdict = problem if problem and not long_retry_topic(topic) else None
+        if len(_TOPIC_VERDICTS) < 4096:
+            _TOPIC_VERDICTS[topic] = verdict
+        return verdict
 
 
 _DEQUEUE_ENTRY = PROPERTY_TIMER_DEQUEUE_MS + NAME_VALUE_SEPARATOR

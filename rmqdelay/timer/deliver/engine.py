@@ -36,6 +36,7 @@ from .dequeue import Dequeue
 from .enqueue import Enqueue, QueueEntry
 from .events import TimerEvent, TimerHeld, TimerNotice
 from .publish import Publish
+from .reads import read_ahead
 from .replay import Replay
 from ..runstate import own_checkpoint, read_timer_state
 
@@ -87,7 +88,9 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         self.horizon_units = 0
         self.enqueue_batch = max(batch, 1)
         self._entries_at = 0  # the queue's units from this logical offset, read a batch at a time
-        self._entries = None
+        self._entries: tuple[list[int], list[int]] = ([], [])  # their commit log offsets and sizes
+        self._ahead: dict[int, Message] = {}  # the records of those entries, read at once
+        self._slot_ahead: dict[int, Message] = {}  # the records of the slot being read, read at once
         self._pending_outcomes: list = []  # of slots read, not put yet (dequeue.py)
         self._rolls_pending = False  # among them a re-put, which is enqueued at once
 
@@ -214,14 +217,18 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         mine = self._appended.get(queue_offset)
         if mine is not None:
             return mine
-        units = self._entries
+        offsets, sizes = self._entries
         row = queue_offset - self._entries_at
-        if units is None or not 0 <= row < len(units):
-            units = self._entries = self._cq.units(queue_offset, min(queue_offset + self.enqueue_batch, self._cq_max))
-            self._entries_at, row = queue_offset, 0
+        if not 0 <= row < len(offsets):
+            units = self._cq.units(queue_offset, min(queue_offset + self.enqueue_batch, self._cq_max))
             if not len(units):
                 raise StoreError(self._cq.directory, queue_offset * 20, "a rmq_sys_wheel_timer unit")
-        return QueueEntry(int(units["commitLogOffset"][row]), int(units["size"][row]))
+            offsets, sizes = self._entries = units["commitLogOffset"].tolist(), units["size"].tolist()
+            self._entries_at, row = queue_offset, 0
+            if self.enqueue_batch > 1:
+                self._ahead = {}
+                read_ahead(self.store.commitlog, offsets, sizes, self._ahead)
+        return QueueEntry(offsets[row], sizes[row])
 
     def _message(self, offset_py: int, size: int) -> Message:
         mine = self._messages.get(offset_py)
@@ -230,7 +237,18 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         warm = self._warm.pop(offset_py, None)
         if warm is not None and warm.storeSize == size:
             return warm
+        ahead = self._slot_ahead.pop(offset_py, None) or self._ahead.pop(offset_py, None)
+        if ahead is not None and ahead.storeSize == size:
+            return ahead
         return self.store.commitlog.read_message(offset_py, size)
+
+    def _read_slot_ahead(self, units: list[TimerLogUnit]) -> None:
+        """The messages of a slot's units read at once (not those this run put)."""
+        if self.enqueue_batch > 1:
+            wanted = [u for u in units if u.offsetPy not in self._messages]
+            self._slot_ahead = {}
+            read_ahead(self.store.commitlog, [u.offsetPy for u in wanted], [u.sizePy for u in wanted],
+                       self._slot_ahead)
 
     def warm(self) -> None:
         """Read the messages of the next slot before it is due (records never change once
