@@ -28,24 +28,26 @@ def store_bytes(path: Path) -> dict[str, bytes]:
     return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 
 
-def drained(path: Path, batched: bool, run_filter: RunFilter | None = None) -> list:
-    # Offsets published when the level is drained only: a publish on the flush interval would
-    # fall where the run's time (a first compile, a loaded machine) puts it.
-    return list(Scheduler(path, now_ms=FAR, mode="until-empty", batched=batched, flush_interval_ms=3_600_000,
-                          run_filter=run_filter).events())
+def drained(path: Path, batched: bool, run_filter: RunFilter | None = None, nows: tuple[int, ...] = (FAR,)) -> list:
+    """The events of a run to ``--until-empty`` on each clock of ``nows`` in turn. Offsets are
+    published when a level is drained only: a publish on the flush interval would fall where
+    the run's time (a first compile, a loaded machine) puts it."""
+    return [e for now in nows for e in Scheduler(path, now_ms=now, mode="until-empty", batched=batched,
+                                                  flush_interval_ms=3_600_000, run_filter=run_filter).events()]
 
 
-def assert_same_run(source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **run_filter) -> list:
-    """Drain two copies of ``source``, one message at a time and in batches: the same events,
-    the same bytes in every file. The wall clock stands still (the timer stamps its metrics and
-    data versions with it)."""
+def assert_same_run(source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                    nows: tuple[int, ...] = (FAR,), **run_filter) -> list:
+    """Drain two copies of ``source`` (a run on each clock of ``nows``), one message at a time
+    and in batches: the same events, the same bytes in every file. The wall clock stands still
+    (the timer stamps its metrics and data versions with it)."""
     monkeypatch.setattr(time, "time_ns", lambda: FROZEN_NS)
     monkeypatch.setattr(time, "time", lambda: FROZEN_NS / 1e9)
     one, many = tmp_path / "one-at-a-time", tmp_path / "batched"
     shutil.copytree(source, one)
     shutil.copytree(source, many)
-    events_one = drained(one, False, RunFilter(**run_filter) if run_filter else None)
-    events_many = drained(many, True, RunFilter(**run_filter) if run_filter else None)
+    events_one = drained(one, False, RunFilter(**run_filter) if run_filter else None, nows)
+    events_many = drained(many, True, RunFilter(**run_filter) if run_filter else None, nows)
     # The same events, but for the store's path in a reason.
     assert [repr(e).replace(str(many), "STORE") for e in events_many] == \
         [repr(e).replace(str(one), "STORE") for e in events_one]
@@ -104,6 +106,75 @@ def test_batched_timer_run_leaves_the_same_bytes_as_one_message_at_a_time(name, 
                                                                           monkeypatch):
     events = assert_same_run(sample_store(name), tmp_path, monkeypatch)
     assert sum(type(e).__name__ == "TimerDelivered" for e in events) > 100
+
+
+TIMER_BASE = 1_795_450_290_000  # timer-fresh's lastReadTimeMs
+LONG_RETRY = ("%RETRY%GID_timer_oracle_consumer_group_with_a_deliberately_long_name_so_that_the_retry_topic_"
+              "exceeds_127_bytes_0123456789_abcdefghijklmnopqr")  # a 5.x V2 record's topic, in timer-fresh
+
+
+def park_timer_shapes(path: Path, count: int) -> int:
+    """Timer messages parked in ``path`` as the put hook parks them, due over the next ten
+    minutes (ten a slot): every shape the batched timer run tells apart - key sets of their
+    own (TAGS and KEYS or not, user properties, TIMER_ROLL_TIMES), a REAL_TOPIC too long for
+    a V1 record, a REAL_QID that is not a number, an empty value, cancellations of messages
+    in their slot, and one queue entry whose size is not its record's (read one by one,
+    skipped). Returns how many are cancelled."""
+    cancelled = 0
+    with StoreWriter(path, clock=lambda: TIMER_BASE) as w:
+        for i in range(count):
+            deliver = TIMER_BASE + 5_000 + (i % 600) * 1_000 + i % 7
+            out = deliver // 1000 * 1000 - (1000 if deliver % 1000 == 0 else 0)
+            uniq = f"0A0A0009{i:024X}"
+            topic = LONG_RETRY if i % 97 == 5 else ("TimerTopic", "TopicTest", "OrderTopic")[i % 3]
+            props = {"TIMER_DELIVER_MS": str(deliver), "UNIQ_KEY": uniq, "TIMER_OUT_MS": str(out),
+                     "REAL_TOPIC": topic, "REAL_QID": "x" if i % 401 == 9 else str(i % 2)}
+            if i % 3 == 0:
+                props.update(TAGS=f"tag{i % 5}", KEYS=f"key{i}")
+            if i % 5 == 1:
+                props[f"user{i % 4}"] = "v" * (i % 9 + 1)
+            if i % 11 == 2:
+                props["TIMER_ROLL_TIMES"] = "1"
+            if i % 13 == 3:
+                props["EMPTY"] = ""
+            w.put(NewMessage("rmq_sys_wheel_timer", 0, b"m%d" % i, props, bornTimestamp=TIMER_BASE - i,
+                             reconsumeTimes=i % 3))
+            if i % 50 == 7:
+                cancelled += 1
+                w.put(NewMessage("rmq_sys_wheel_timer", 0, b"0", {
+                    "TIMER_DEL_UNIQKEY": f"{topic}+{uniq}", "TIMER_DELIVER_MS": str(out + 1),
+                    "UNIQ_KEY": f"0A0A000A{i:024X}", "TIMER_OUT_MS": str(out), "REAL_TOPIC": topic,
+                    "REAL_QID": "0", "TAGS": "_RECALL_TAG_"}, bornTimestamp=TIMER_BASE))
+    with Store(path) as store:
+        cq = store.consume_queue("rmq_sys_wheel_timer", 0)
+        at, pos = cq.locate(cq.max_offset - 3)
+    with open(at, "r+b") as fh:  # one entry a byte short of its record
+        fh.seek(pos + 8)
+        size = int.from_bytes(fh.read(4), "big")
+        fh.seek(pos + 8)
+        fh.write((size - 1).to_bytes(4, "big"))
+    return cancelled
+
+
+@pytest.mark.parametrize("through", ["due-at-once", "the-wheel"])
+def test_batched_timer_run_of_every_shape_leaves_the_same_bytes(through, sample_store, tmp_path, monkeypatch):
+    """6,000 timer messages of every shape parked in timer-fresh. Either all of them are past
+    due when the run enqueues them (put at once, read a queue batch at a time), or a run on
+    the clock they were parked at enqueues them first - more units than the timer log's
+    buffer holds, across the sample's 16 KiB timer log files - and the next reads them slot
+    by slot. Batched or one at a time: the same events, the same bytes."""
+    source = tmp_path / "source"
+    shutil.copytree(sample_store("timer-fresh"), source)
+    cancelled = park_timer_shapes(source, 6_000)
+    nows = (FAR,) if through == "due-at-once" else (TIMER_BASE, FAR)
+    events = assert_same_run(source, tmp_path, monkeypatch, nows)
+    kinds = [type(e).__name__ for e in events]
+    assert kinds.count("TimerDelivered") > 6_000 - 30
+    reasons = [e.reason for e in events if type(e).__name__ == "TimerSkipped"]
+    assert any("REAL_QID is not a queue id" in r for r in reasons)
+    assert any("no readable message" in r for r in reasons)
+    if through == "the-wheel":
+        assert kinds.count("TimerCancelled") >= cancelled
 
 
 @pytest.mark.parametrize("name", ["delay-partial", "broker5-e2e"])

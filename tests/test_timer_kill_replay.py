@@ -106,11 +106,12 @@ def test_a_kill_after_the_slots_read_ahead_were_neutralised_but_before_the_wheel
 
 def kill_rolling_run_and_lose_its_records(store: Path) -> None:
     """Park messages that roll (ROLL units a day ahead), run to BASE, then kill the run that
-    re-puts them after its 8th timer log write, and lose what it had not fsynced."""
+    re-puts them after its first timer log write (the units of the re-puts, written together),
+    and lose what it had not fsynced."""
     park(store, 20, BASE + 2 * DAY + 7_000, 1)
     first = run(store, BASE)
     assert first.code == 0, first.err
-    killed = run(store, BASE + DAY + 2_000, faults=[{"op": "pwrite", "path": "/timerlog/", "nth": 8, "kill": True}])
+    killed = run(store, BASE + DAY + 2_000, faults=[{"op": "pwrite", "path": "/timerlog/", "nth": 1, "kill": True}])
     assert killed.code == -signal.SIGKILL, killed.err
     lose_unsynced_records(store)
 
@@ -165,6 +166,17 @@ def units_past_the_published_end(store: Path):
     return units, precision
 
 
+def cut_timer_log(store: Path, offset: int) -> None:
+    """The timer log from global ``offset`` to the end of its file zeroed: a write cut there."""
+    files = sorted((store / "timerlog").iterdir())
+    for path in files:
+        base, size = int(path.name), path.stat().st_size
+        if base <= offset < base + size:
+            with open(path, "r+b") as fh:
+                fh.seek(offset - base)
+                fh.write(bytes(base + size - offset))
+
+
 def wheel_points_at(store: Path, units, precision: int) -> None:
     """The wheel as a run of an older rmqdelay could leave it: its slots written with the
     units, before the records they point at were on disk."""
@@ -192,7 +204,7 @@ def test_units_whose_records_were_lost_and_overwritten_by_another_writer(timer_s
     with the slots' ends and counts right, and puts every message once."""
     kill_rolling_run_and_lose_its_records(timer_store)
     units, precision = units_past_the_published_end(timer_store)
-    assert len(units) == 8
+    assert len(units) >= 20  # the re-puts' units, with what else the run enqueued before that write
     if wheel_written:
         wheel_points_at(timer_store, units, precision)
     park(timer_store, 200, BASE + DAY + 60_000, 100, born=BASE + DAY, pad=4000)  # over the lost records
@@ -336,15 +348,19 @@ def timing_count(store: Path, topic: str) -> int:
 
 
 def test_units_a_killed_run_appended_are_counted_in_timermetrics_once(timer_store):
-    """The run is killed after appending 5 of the 20 units it enqueues (none published, nor
-    their counts); the rerun adopts those 5 and enqueues the other 15: timermetrics counts
-    all 20, as the broker's doEnqueue and an unkilled run do."""
+    """The run is killed while it writes the 20 units it enqueues (none published, nor their
+    counts), only 5 of them on disk (the kill cut the write); the rerun adopts those 5 and
+    enqueues the other 15: timermetrics counts all 20, as the broker's doEnqueue and an
+    unkilled run do."""
     first = run(timer_store, BASE + 1_000)  # what is due by then delivered: the rest is only enqueued
     assert first.code == 0, first.err
     before = timing_count(timer_store, "TimerTopic")
     park(timer_store, 20, BASE + 3_600_000, 300)  # due in an hour: enqueued, not delivered
-    killed = run(timer_store, BASE + 1_000, faults=[{"op": "pwrite", "path": "/timerlog/", "nth": 5, "kill": True}])
+    killed = run(timer_store, BASE + 1_000, faults=[{"op": "pwrite", "path": "/timerlog/", "nth": 1, "kill": True}])
     assert killed.code == -signal.SIGKILL, killed.err
+    units, _ = units_past_the_published_end(timer_store)
+    assert len(units) == 20  # written together
+    cut_timer_log(timer_store, units[5].offset)
     assert len(units_past_the_published_end(timer_store)[0]) == 5
     rerun = run(timer_store, BASE + 1_000)
     assert rerun.code == 0, rerun.err

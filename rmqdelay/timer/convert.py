@@ -64,7 +64,7 @@ def timer_output(msg: Message, enqueue_time: int, roll: bool, dequeue_ms: int) -
         problem = _topic_verdict(topic)
         if problem:
             raise NotDeliverable(f"REAL_TOPIC is {problem}")
-        queue_id = java_parse_int(qid_text) if qid_text is not None else None
+        queue_id = _queue_id(qid_text) if qid_text is not None else None
         if queue_id is None or queue_id < 0:
             raise NotDeliverable(f"REAL_QID is not a queue id: {qid_text!r} (the broker's Integer.parseInt "
                                  f"fails; it retries the message)")
@@ -80,6 +80,7 @@ def timer_output(msg: Message, enqueue_time: int, roll: bool, dequeue_ms: int) -
 # string, in the HashMap's order, and which value that is. Messages repeat a few shapes.
 _TEMPLATES: dict[tuple[str, ...], tuple[list[str], tuple[str, ...]]] = {}
 _TOPIC_VERDICTS: dict[str, str | None] = {}
+_QUEUE_IDS: dict[str, int | None] = {}
 
 
 def stored_string(props: dict[str, str]) -> str:
@@ -112,6 +113,17 @@ def _topic_verdict(topic: str) -> str | None:
         if len(_TOPIC_VERDICTS) < 4096:
             _TOPIC_VERDICTS[topic] = verdict
         return verdict
+
+
+def _queue_id(text: str) -> int | None:
+    """Integer.parseInt of REAL_QID (once per distinct text)."""
+    try:
+        return _QUEUE_IDS[text]
+    except KeyError:
+        value = java_parse_int(text)
+        if len(_QUEUE_IDS) < 4096:
+            _QUEUE_IDS[text] = value
+        return value
 
 
 _DEQUEUE_ENTRY = PROPERTY_TIMER_DEQUEUE_MS + NAME_VALUE_SEPARATOR

@@ -2,8 +2,11 @@
 does (a BLANK and a new file when 52 + 16 bytes no longer fit), and the wheel's slots as
 TimerWheel.putSlot writes them.
 
-Units are written with pwrite (fileio) and read back with pread, so what this run appended is
-read like the rest. Wheel slots are kept in memory (every non-empty slot of the file, then the
+Appended units wait in one buffer (at most ``PENDING_LIMIT`` bytes) and go out with one pwrite
+(fileio) per timer log file they fall in: when the buffer is full, before anything in them is
+rewritten in place, and on ``sync``. A unit still in the buffer is read from it, any other
+with pread. A kill before they are written leaves the log as a kill before their appends did
+(the run's published state never names them). Wheel slots are kept in memory (every non-empty slot of the file, then the
 changes) and written back, changed slots only (a run of neighbouring ones in one write), on
 ``flush``: the broker's own TimerWheel also works on a copy and writes back the bytes that
 differ. Nothing here is fsynced until ``sync``: the engine publishes the timer checkpoint
@@ -38,6 +41,7 @@ from rmqdelay.store.mappedfiles import list_mapped_files
 _UNIT = struct.Struct(">iqiqiqiiq")
 _TARGET_AT = 28  # offsetPy, sizePy, hashCodeOfRealTopic: 16 contiguous bytes
 _MAGIC_AT = 12  # where a unit's magic is: 4 bytes, never across a 512-byte sector (52k + 12 is even)
+PENDING_LIMIT = 1 << 18  # bytes of appended units held before they are written
 
 
 class TimerLogFiles:
@@ -50,6 +54,8 @@ class TimerLogFiles:
         self.end = end
         self._fds: dict[int, int] = {}
         self._dirty: set[int] = set()
+        self._pending = bytearray()  # appended units (and BLANKs) not written yet, from _pending_at
+        self._pending_at = end
 
     def close(self) -> None:
         for fd in self._fds.values():
@@ -88,27 +94,53 @@ class TimerLogFiles:
 
     def append(self, unit_fields: tuple) -> int:
         """Append one unit (TimerLog.append): its global offset. ``unit_fields`` are
-        (prevPos, magic, currWriteTime, delayedTime, offsetPy, sizePy, hashCodeOfRealTopic)."""
+        (prevPos, magic, currWriteTime, delayedTime, offsetPy, sizePy, hashCodeOfRealTopic).
+        It is written with the units around it (``write_pending``)."""
+        pending = self._pending
+        if not pending:
+            self._pending_at = self.end
         room = self.file_size - self.end % self.file_size
         if room < UNIT_SIZE + MIN_BLANK_LEN:
-            self._write(self.end, build_blank(room), appending=True)
+            blank = build_blank(room)
+            pending += blank
+            pending += bytes(max(room - len(blank), 0))  # zeros to the file's end, as it is
             self.end += room
         offset = self.end
-        self._write(offset, _UNIT.pack(UNIT_SIZE, *unit_fields, 0), appending=True)
+        pending += _UNIT.pack(UNIT_SIZE, *unit_fields, 0)
         self.end += UNIT_SIZE
+        if len(pending) >= PENDING_LIMIT:
+            self.write_pending()
         return offset
+
+    def write_pending(self) -> None:
+        """The appended units not written yet: one write per timer log file they fall in."""
+        data, at = self._pending, self._pending_at
+        if not data:
+            return
+        self._pending = bytearray()
+        self._pending_at = self.end
+        view = memoryview(data)
+        while view:
+            stop = at - at % self.file_size + self.file_size
+            chunk = view[:stop - at]
+            self._write(at, chunk, appending=True)
+            at += len(chunk)
+            view = view[len(chunk):]
+
+    def _before_rewrite(self, offset: int, stop: int) -> None:
+        """Bytes [offset, stop) are about to be written in place: pending units there go first."""
+        if self._pending and stop > self._pending_at and offset < self._pending_at + len(self._pending):
+            self.write_pending()
 
     def read(self, offset: int) -> TimerLogUnit:
         """The unit at a global offset, checked (StoreError when it is none)."""
         file_start = offset - offset % self.file_size
         path = self._path(file_start)
-        try:
-            fd = self._fd(file_start, create=False)
-            data = os.pread(fd, UNIT_SIZE, offset - file_start)
-        except StoreWriteError as exc:
-            raise StoreError(path, offset - file_start, exc.what) from None
-        except OSError as exc:
-            raise StoreError(path, offset - file_start, f"a readable timer log ({exc.strerror})") from None
+        at = offset - self._pending_at
+        if self._pending and 0 <= at <= len(self._pending) - UNIT_SIZE:
+            data = self._pending[at:at + UNIT_SIZE]
+        else:
+            data = self._read_written(path, file_start, offset)
         if len(data) < UNIT_SIZE:
             raise StoreError(path, offset - file_start, f"a timer log unit of {UNIT_SIZE} bytes")
         size, prev, magic, cwt, delayed, offset_py, size_py, topic_hash, reserved = _UNIT.unpack(data)
@@ -117,20 +149,33 @@ class TimerLogFiles:
                                                         f"found size {size} magic 0x{magic & 0xFFFFFFFF:X}")
         return TimerLogUnit(offset, prev, magic, cwt, delayed, offset_py, size_py, topic_hash, reserved)
 
+    def _read_written(self, path: Path, file_start: int, offset: int) -> bytes:
+        try:
+            fd = self._fd(file_start, create=False)
+            return os.pread(fd, UNIT_SIZE, offset - file_start)
+        except StoreWriteError as exc:
+            raise StoreError(path, offset - file_start, exc.what) from None
+        except OSError as exc:
+            raise StoreError(path, offset - file_start, f"a readable timer log ({exc.strerror})") from None
+
     def set_magic(self, offset: int, magic: int) -> None:
         """Rewrite one unit's magic in place (a 4-byte write inside one sector)."""
+        self._before_rewrite(offset + _MAGIC_AT, offset + _MAGIC_AT + 4)
         self._write(offset + _MAGIC_AT, struct.pack(">i", magic))
 
     def set_target(self, offset: int, offset_py: int, size_py: int, topic_hash: int) -> None:
         """Rewrite one unit's offsetPy, sizePy and hashCodeOfRealTopic in place (16 bytes)."""
+        self._before_rewrite(offset + _TARGET_AT, offset + _TARGET_AT + 16)
         self._write(offset + _TARGET_AT, struct.pack(">qii", offset_py, size_py, topic_hash))
 
     def zero(self, start: int, stop: int) -> None:
         """Zero [start, stop) of the last file: a torn unit this program left."""
         if stop > start:
+            self._before_rewrite(start, stop)
             self._write(start, bytes(stop - start))
 
     def sync(self) -> None:
+        self.write_pending()
         for file_start in sorted(self._dirty):
             fileio.fsync(self._fds[file_start], self._path(file_start))
         self._dirty.clear()

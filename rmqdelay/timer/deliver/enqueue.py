@@ -54,7 +54,8 @@ class Enqueue:
         entries in queue order; the rest of the batch goes out when the queue ends or an entry
         waits. Under --rate each goes out on its own, after its turn. A batch moves nothing
         the run publishes ahead of what is written: the queue offset and the outputs go out
-        together at the next publish, as one entry's did (the writer buffers either way)."""
+        together at the next publish, as one entry's did (the writer buffers either way). The
+        timer log units of the entries are written together once the loop ends."""
         outcomes: list = []
         one_by_one = self.gate is not None and self.gate.rate
         while self.queue_offset < self.cq_end:
@@ -68,6 +69,8 @@ class Enqueue:
             if len(outcomes) >= self.enqueue_batch or (one_by_one and outcomes):
                 yield from self._put_outputs(outcomes)
                 outcomes = []
+        if not self.dry_run:
+            self.log.write_pending()  # the units of these entries: one write per timer log file
         if outcomes:
             yield from self._put_outputs(outcomes)
 

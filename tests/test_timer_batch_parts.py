@@ -1,0 +1,111 @@
+"""The parts the timer run's batches are made of, held to what they stand for: a delivered
+copy's properties string from one template per key shape (the HashMap order of
+broker_properties_string), a batch of queue entries' records read straight from the mapped
+log (CommitLog.read_message's answer for each), and timer log units appended in one buffer and
+written a file region at a time (the bytes, BLANKs and reads of one pwrite per unit)."""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import pytest
+
+from rmqdelay.errors import StoreError
+from rmqdelay.formats.javanum import java_parse_long
+from rmqdelay.formats.properties import broker_properties_string
+from rmqdelay.formats.timerlog import UNIT_SIZE, build_blank
+from rmqdelay.store import Store
+from rmqdelay.store.writer import NewMessage, StoreWriter
+from rmqdelay.timer import files
+from rmqdelay.timer.convert import stored_string
+from rmqdelay.timer.deliver.reads import parse_long, read_ahead
+
+
+def test_the_stored_string_is_the_hashmap_order_for_every_key_shape():
+    rng = random.Random(5)
+    # "Aa" and "BB" share a Java hash (one bucket, insertion order); 100+ keys resize the map.
+    names = ["UNIQ_KEY", "TAGS", "KEYS", "WAIT", "REAL_TOPIC", "REAL_QID", "TIMER_OUT_MS", "TIMER_ENQUEUE_MS",
+             "TIMER_DEQUEUE_MS", "Aa", "BB", "AaAa", "BBBB", "AaBB", "ü"] + [f"k{i}" for i in range(150)]
+    for _ in range(2_000):
+        keys = rng.sample(names, rng.randrange(0, 130))
+        props = {k: str(rng.randrange(10**6)) for k in keys}
+        assert stored_string(props) == broker_properties_string(props)
+        assert stored_string(props) == broker_properties_string(props)  # the template again
+    assert stored_string({"A": "1", "B": None, "C": "3"}) == broker_properties_string({"A": "1", "B": None, "C": "3"})
+    assert stored_string({}) == broker_properties_string({}) == ""
+
+
+@pytest.mark.parametrize("text", ["0", "1795450290000", "007", "999999999999999999", "9223372036854775807",
+                                  "9223372036854775808", "-5", "+5", "", " 1", "1_0", "١٢", "12a", None])
+def test_parse_long_is_long_parse_long(text):
+    assert parse_long(text) == (java_parse_long(text or ""))
+
+
+def test_records_read_ahead_are_what_read_message_reads(tmp_path):
+    store = tmp_path / "s"
+    with StoreWriter(store, create=True, commitlog_file_size=4096, sync=False) as w:
+        puts = [w.put(NewMessage("T" * (1 + i % 200), i % 3, b"x" * (i * 7 % 300),
+                                 {"UNIQ_KEY": f"U{i}", "REAL_TOPIC": "R"}, bornTimestamp=i)) for i in range(60)]
+    offsets = [p.commitLogOffset for p in puts]
+    sizes = [p.storeSize for p in puts]
+    # Entries that do not name a whole message of their size: another size, the middle of a
+    # record, past the end of the log, before its start.
+    bad = [(offsets[3], sizes[3] + 1), (offsets[4] + 8, sizes[4]), (offsets[-1] + 10_000_000, 100), (-1, 50)]
+    with Store(store) as s:
+        got = {}
+        read_ahead(s.commitlog, offsets + [o for o, _ in bad], sizes + [z for _, z in bad], got)
+        assert sorted(got) == sorted(offsets)
+        for offset, size in zip(offsets, sizes):
+            assert got[offset] == s.commitlog.read_message(offset, size)
+        for offset, size in bad:
+            with pytest.raises(StoreError):
+                s.commitlog.read_message(offset, size)
+
+
+def one_by_one(directory, file_size, units) -> None:
+    """The timer log as TimerLog.append writes it, a unit at a time."""
+    directory.mkdir()
+    end = 0
+    data = {}
+    for fields in units:
+        room = file_size - end % file_size
+        if room < UNIT_SIZE + 16:
+            data[end] = build_blank(room)
+            end += room
+        data[end] = struct.pack(">iqiqiqiiq", UNIT_SIZE, *fields, 0)
+        end += UNIT_SIZE
+    for start in range(0, end, file_size):
+        buf = bytearray(file_size)
+        for at, b in data.items():
+            if start <= at < start + file_size:
+                buf[at - start:at - start + len(b)] = b
+        (directory / f"{start:020d}").write_bytes(bytes(buf))
+
+
+def test_units_appended_in_one_buffer_are_the_bytes_of_one_write_each(tmp_path, monkeypatch):
+    monkeypatch.setattr(files, "PENDING_LIMIT", 52 * 40)  # the buffer written part way, too
+    file_size = 52 * 30 + 40  # a BLANK of 40 bytes closes each file
+    units = [(-1 if i < 3 else (i - 3) * 52, 1 + (i % 2) * 4, 1000 + i, 30_000, 4096 * i, 100 + i, -i) for i in range(200)]
+    log = files.TimerLogFiles(tmp_path / "buffered", file_size, 0)
+    writes = []
+    real = files.fileio.write_all
+    monkeypatch.setattr(files.fileio, "write_all", lambda fd, data, at, path, **kw: (writes.append(len(data)),
+                                                                                      real(fd, data, at, path, **kw)))
+    offsets = []
+    for i, fields in enumerate(units):
+        offsets.append(log.append(fields))
+        if i % 17 == 0:  # read back at once, from the buffer or the file
+            assert log.read(offsets[-1]).offsetPy == fields[4]
+    assert max(writes) > 52 * 20  # many units a write
+    log.set_magic(offsets[-1], 5)  # a unit still in the buffer rewritten in place
+    log.sync()
+    log.close()
+    one_by_one(tmp_path / "reference", file_size, units[:-1] + [units[-1][:1] + (5,) + units[-1][2:]])
+    for ref in sorted((tmp_path / "reference").iterdir()):
+        assert (tmp_path / "buffered" / ref.name).read_bytes() == ref.read_bytes(), ref.name
+    again = files.TimerLogFiles(tmp_path / "buffered", file_size, log.end)
+    assert [again.read(o).currWriteTime for o in offsets] == [u[2] for u in units]
+    with pytest.raises(StoreError):
+        again.read(offsets[29] + 52)  # the BLANK
+    again.close()
