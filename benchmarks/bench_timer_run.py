@@ -1,14 +1,19 @@
 """Timer wheel delivery (`rmqdelay run` on a 5.x store) against the raw writer, in one run, and
 the live lateness of timer deliveries.
 
-    python benchmarks/bench_timer_run.py [--messages 20000] [--live 400] [--work DIR]
+    python benchmarks/bench_timer_run.py [--messages 20000] [--live 400 (0: none)] [--work DIR]
 
 1. Throughput: N timer messages are parked (as the put hook parks them) in a copy of
    samples/timer-fresh, due over the next hour; `run --until-empty --now FAR` (in process, as
-   the command runs it) enqueues them into the timer log and wheel and delivers them. The same
-   N messages, as they are delivered, are put by the bare StoreWriter into another copy, with
-   put() and with put_batch(). The rates and the ratios are printed. The batch encoder's
-   compiled loops are loaded first, so that no side pays for loading them.
+   the command runs it) finds every one of them already due when it enqueues it (TIMER_OUT_MS
+   behind its write clock): each is put at once, as doEnqueue puts an expired message (a
+   broker down longer than its messages' delays). The same N messages, as they are
+   delivered, are put by the bare StoreWriter into another copy, with put() and with
+   put_batch(). The rates and the ratios are printed. The batch encoder's compiled loops are
+   loaded first, so that no side pays for loading them.
+   The wheel path, in a third copy: a run on the clock the messages were parked at enqueues
+   them (a timer log unit each, linked into its slot), then `run --until-empty --now FAR`
+   reads slot after slot and delivers them; the two runs together are timed, and each alone.
 2. Live lateness: the store is drained up to now, then M messages due 2-12 s ahead are parked;
    `run` on the wall clock sleeps to each slot and delivers it. Lateness = store time of the
    delivered record - the moment its slot became due (slot + precision: the broker reads slot
@@ -57,15 +62,17 @@ def park(path: Path, messages: list[NewMessage]) -> None:
             w.put(m)
 
 
-def throughput(work: Path, n: int, rng: random.Random) -> tuple[float, float]:
+def throughput(work: Path, n: int, rng: random.Random) -> tuple[float, float, float, tuple[float, float, float]]:
     timer_store = work / "timer"
     raw_store = work / "raw"
     batch_store = work / "batch"
-    for p in (timer_store, raw_store, batch_store):
+    wheel_store = work / "wheel"
+    for p in (timer_store, raw_store, batch_store, wheel_store):
         shutil.rmtree(p, ignore_errors=True)
         unpack(SAMPLE, p)
     messages = parked(n, FRESH_READ_CLOCK, 3600_000, rng)
     park(timer_store, messages)
+    park(wheel_store, messages)
     # The batch encoder's compiled loops loaded before anything is timed (the writers below
     # run after the timer, in this process, and find them loaded).
     warm = work / "warm"
@@ -79,6 +86,12 @@ def throughput(work: Path, n: int, rng: random.Random) -> tuple[float, float]:
         if isinstance(e, TimerDelivered) and not e.rolled:
             delivered += 1
     timer_s = time.perf_counter() - t
+    t = time.perf_counter()
+    wheel_delivered = delivered_by(Scheduler(wheel_store, now_ms=FRESH_READ_CLOCK, mode="until-empty", sync=True))
+    enqueue_s = time.perf_counter() - t
+    t = time.perf_counter()
+    wheel_delivered += delivered_by(Scheduler(wheel_store, now_ms=FAR, mode="until-empty", sync=True))
+    dequeue_s = time.perf_counter() - t
     # The raw writer puts what the timer put: the same bodies and properties to real topics.
     raw = [NewMessage(m.properties["REAL_TOPIC"], int(m.properties["REAL_QID"]), m.body,
                       dict(m.properties, TIMER_ENQUEUE_MS=str(FRESH_READ_CLOCK), TIMER_DEQUEUE_MS=str(FAR)),
@@ -95,7 +108,12 @@ def throughput(work: Path, n: int, rng: random.Random) -> tuple[float, float]:
             w.put_batch(raw[i:i + 1024])
         w.sync_to_disk()
     batch_s = time.perf_counter() - t
-    return delivered / timer_s, n / raw_s, n / batch_s
+    wheel = (wheel_delivered / (enqueue_s + dequeue_s), enqueue_s, dequeue_s)
+    return delivered / timer_s, n / raw_s, n / batch_s, wheel
+
+
+def delivered_by(scheduler: Scheduler) -> int:
+    return sum(1 for e in scheduler.events() if isinstance(e, TimerDelivered) and not e.rolled)
 
 
 def live_lateness(work: Path, m: int, rng: random.Random) -> list[int]:
@@ -137,11 +155,16 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-timer-"))
     rng = random.Random(args.seed)
-    timer_rate, raw_rate, batch_rate = throughput(work, args.messages, rng)
+    timer_rate, raw_rate, batch_rate, (wheel_rate, enqueue_s, dequeue_s) = throughput(work, args.messages, rng)
     print(f"timer delivery: {timer_rate:,.0f} msg/s; raw writer: {raw_rate:,.0f} msg/s (put), "
           f"{batch_rate:,.0f} msg/s (put_batch, 1024 a batch); ratio {timer_rate / raw_rate:.2f} to put, "
           f"{timer_rate / max(raw_rate, batch_rate):.2f} to the faster (aim >= 0.5) "
           f"({args.messages} messages, {os.cpu_count()} cores)")
+    print(f"timer delivery through the wheel (enqueued, then read slot by slot): {wheel_rate:,.0f} msg/s "
+          f"(enqueue {enqueue_s:.2f} s, dequeue {dequeue_s:.2f} s); ratio {wheel_rate / max(raw_rate, batch_rate):.2f} "
+          f"to the faster writer")
+    if args.live <= 0:
+        return 0
     late = live_lateness(work, args.live, rng)
     if late:
         print(f"live lateness past the slot's due time ({len(late)} deliveries): p50 {pct(late, 0.5):.0f} ms, "
