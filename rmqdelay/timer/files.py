@@ -135,28 +135,29 @@ class TimerLogFiles:
     def read(self, offset: int) -> TimerLogUnit:
         """The unit at a global offset, checked (StoreError when it is none)."""
         file_start = offset - offset % self.file_size
-        path = self._path(file_start)
         at = offset - self._pending_at
         if self._pending and 0 <= at <= len(self._pending) - UNIT_SIZE:
             data = self._pending[at:at + UNIT_SIZE]
         else:
-            data = self._read_written(path, file_start, offset)
+            data = self._read_written(file_start, offset)
         if len(data) < UNIT_SIZE:
-            raise StoreError(path, offset - file_start, f"a timer log unit of {UNIT_SIZE} bytes")
+            raise StoreError(self._path(file_start), offset - file_start, f"a timer log unit of {UNIT_SIZE} bytes")
         size, prev, magic, cwt, delayed, offset_py, size_py, topic_hash, reserved = _UNIT.unpack(data)
         if size != UNIT_SIZE or not is_magic_ok(magic):
-            raise StoreError(path, offset - file_start, f"a timer log unit (size {UNIT_SIZE}, magic 0x1..0xF), "
-                                                        f"found size {size} magic 0x{magic & 0xFFFFFFFF:X}")
+            raise StoreError(self._path(file_start), offset - file_start,
+                             f"a timer log unit (size {UNIT_SIZE}, magic 0x1..0xF), "
+                             f"found size {size} magic 0x{magic & 0xFFFFFFFF:X}")
         return TimerLogUnit(offset, prev, magic, cwt, delayed, offset_py, size_py, topic_hash, reserved)
 
-    def _read_written(self, path: Path, file_start: int, offset: int) -> bytes:
+    def _read_written(self, file_start: int, offset: int) -> bytes:
         try:
             fd = self._fd(file_start, create=False)
             return os.pread(fd, UNIT_SIZE, offset - file_start)
         except StoreWriteError as exc:
-            raise StoreError(path, offset - file_start, exc.what) from None
+            raise StoreError(self._path(file_start), offset - file_start, exc.what) from None
         except OSError as exc:
-            raise StoreError(path, offset - file_start, f"a readable timer log ({exc.strerror})") from None
+            raise StoreError(self._path(file_start), offset - file_start,
+                             f"a readable timer log ({exc.strerror})") from None
 
     def set_magic(self, offset: int, magic: int) -> None:
         """Rewrite one unit's magic in place (a 4-byte write inside one sector)."""
