@@ -14,6 +14,8 @@ the live lateness of timer deliveries.
    The wheel path, in a third copy: a run on the clock the messages were parked at enqueues
    them (a timer log unit each, linked into its slot), then `run --until-empty --now FAR`
    reads slot after slot and delivers them; the two runs together are timed, and each alone.
+   CPU time per message is printed beside the rates: the ratios without the waits on fsync
+   (which other work on a shared disk makes noisy).
 2. Live lateness: the store is drained up to now, then M messages due 2-12 s ahead are parked;
    `run` on the wall clock sleeps to each slot and delivers it. Lateness = store time of the
    delivered record - the moment its slot became due (slot + precision: the broker reads slot
@@ -31,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from rmqdelay.samples.pack import unpack
@@ -62,7 +65,28 @@ def park(path: Path, messages: list[NewMessage]) -> None:
             w.put(m)
 
 
-def throughput(work: Path, n: int, rng: random.Random) -> tuple[float, float, float, tuple[float, float, float]]:
+class Clock:
+    """Wall and CPU seconds of each timed part (the CPU time leaves out waiting on fsync,
+    which other work on a shared disk makes noisy)."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, tuple[float, float]] = {}
+
+    @contextmanager
+    def part(self, name: str):
+        wall, cpu = time.perf_counter(), time.process_time()
+        yield
+        self.parts[name] = (time.perf_counter() - wall, time.process_time() - cpu)
+
+    def wall(self, *names: str) -> float:
+        return sum(self.parts[n][0] for n in names)
+
+    def cpu(self, *names: str) -> float:
+        return sum(self.parts[n][1] for n in names)
+
+
+def throughput(work: Path, n: int, rng: random.Random) -> tuple[Clock, int, int]:
+    """The timed parts, the messages the timer delivered at once and through the wheel."""
     timer_store = work / "timer"
     raw_store = work / "raw"
     batch_store = work / "batch"
@@ -80,36 +104,26 @@ def throughput(work: Path, n: int, rng: random.Random) -> tuple[float, float, fl
     with StoreWriter(warm, create=True, sync=False) as w:
         w.put_batch(messages[:32])
     shutil.rmtree(warm)
-    t = time.perf_counter()
-    delivered = 0
-    for e in Scheduler(timer_store, now_ms=FAR, mode="until-empty", sync=True).events():
-        if isinstance(e, TimerDelivered) and not e.rolled:
-            delivered += 1
-    timer_s = time.perf_counter() - t
-    t = time.perf_counter()
-    wheel_delivered = delivered_by(Scheduler(wheel_store, now_ms=FRESH_READ_CLOCK, mode="until-empty", sync=True))
-    enqueue_s = time.perf_counter() - t
-    t = time.perf_counter()
-    wheel_delivered += delivered_by(Scheduler(wheel_store, now_ms=FAR, mode="until-empty", sync=True))
-    dequeue_s = time.perf_counter() - t
+    clock = Clock()
+    with clock.part("timer"):
+        delivered = delivered_by(Scheduler(timer_store, now_ms=FAR, mode="until-empty", sync=True))
+    with clock.part("enqueue"):
+        wheel_delivered = delivered_by(Scheduler(wheel_store, now_ms=FRESH_READ_CLOCK, mode="until-empty", sync=True))
+    with clock.part("dequeue"):
+        wheel_delivered += delivered_by(Scheduler(wheel_store, now_ms=FAR, mode="until-empty", sync=True))
     # The raw writer puts what the timer put: the same bodies and properties to real topics.
     raw = [NewMessage(m.properties["REAL_TOPIC"], int(m.properties["REAL_QID"]), m.body,
                       dict(m.properties, TIMER_ENQUEUE_MS=str(FRESH_READ_CLOCK), TIMER_DEQUEUE_MS=str(FAR)),
                       bornTimestamp=m.bornTimestamp, storeTimestamp=FAR) for m in messages]
-    t = time.perf_counter()
-    with StoreWriter(raw_store, sync=False) as w:
+    with clock.part("put"), StoreWriter(raw_store, sync=False) as w:
         for m in raw:
             w.put(m)
         w.sync_to_disk()
-    raw_s = time.perf_counter() - t
-    t = time.perf_counter()
-    with StoreWriter(batch_store, sync=False) as w:
+    with clock.part("put_batch"), StoreWriter(batch_store, sync=False) as w:
         for i in range(0, len(raw), 1024):
             w.put_batch(raw[i:i + 1024])
         w.sync_to_disk()
-    batch_s = time.perf_counter() - t
-    wheel = (wheel_delivered / (enqueue_s + dequeue_s), enqueue_s, dequeue_s)
-    return delivered / timer_s, n / raw_s, n / batch_s, wheel
+    return clock, delivered, wheel_delivered
 
 
 def delivered_by(scheduler: Scheduler) -> int:
@@ -155,14 +169,25 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-timer-"))
     rng = random.Random(args.seed)
-    timer_rate, raw_rate, batch_rate, (wheel_rate, enqueue_s, dequeue_s) = throughput(work, args.messages, rng)
+    clock, delivered, wheel_delivered = throughput(work, args.messages, rng)
+    n = args.messages
+    timer_rate, raw_rate, batch_rate = delivered / clock.wall("timer"), n / clock.wall("put"), n / clock.wall("put_batch")
+    wheel_rate = wheel_delivered / clock.wall("enqueue", "dequeue")
+    faster = "put_batch" if batch_rate >= raw_rate else "put"
     print(f"timer delivery: {timer_rate:,.0f} msg/s; raw writer: {raw_rate:,.0f} msg/s (put), "
           f"{batch_rate:,.0f} msg/s (put_batch, 1024 a batch); ratio {timer_rate / raw_rate:.2f} to put, "
           f"{timer_rate / max(raw_rate, batch_rate):.2f} to the faster (aim >= 0.5) "
-          f"({args.messages} messages, {os.cpu_count()} cores)")
+          f"({n} messages, {os.cpu_count()} cores)")
     print(f"timer delivery through the wheel (enqueued, then read slot by slot): {wheel_rate:,.0f} msg/s "
-          f"(enqueue {enqueue_s:.2f} s, dequeue {dequeue_s:.2f} s); ratio {wheel_rate / max(raw_rate, batch_rate):.2f} "
-          f"to the faster writer")
+          f"(enqueue {clock.wall('enqueue'):.2f} s, dequeue {clock.wall('dequeue'):.2f} s); "
+          f"ratio {wheel_rate / max(raw_rate, batch_rate):.2f} to the faster writer")
+    # Per message delivered, CPU seconds: what the ratios are without the waits on fsync.
+    per = {"timer": clock.cpu("timer") / delivered, "wheel": clock.cpu("enqueue", "dequeue") / wheel_delivered,
+           "put": clock.cpu("put") / n, "put_batch": clock.cpu("put_batch") / n}
+    print(f"CPU per message: timer {per['timer'] * 1e6:.0f} us, through the wheel {per['wheel'] * 1e6:.0f} us "
+          f"(enqueue {clock.cpu('enqueue'):.2f} s, dequeue {clock.cpu('dequeue'):.2f} s), put "
+          f"{per['put'] * 1e6:.0f} us, put_batch {per['put_batch'] * 1e6:.0f} us; CPU ratio to {faster}: "
+          f"{per[faster] / per['timer']:.2f} (timer), {per[faster] / per['wheel']:.2f} (wheel)")
     if args.live <= 0:
         return 0
     late = live_lateness(work, args.live, rng)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import struct
 
+import numpy as np
 import pytest
 
 from rmqdelay.errors import StoreError
@@ -109,3 +110,24 @@ def test_units_appended_in_one_buffer_are_the_bytes_of_one_write_each(tmp_path, 
     with pytest.raises(StoreError):
         again.read(offsets[29] + 52)  # the BLANK
     again.close()
+
+
+def test_changed_wheel_slots_written_as_an_array_are_what_put_slot_writes(tmp_path):
+    from rmqdelay.formats.timerwheel import SLOT_SIZE, SLOTS_DTYPE, WHEEL_SLOTS, Slot, build_slot
+
+    rows = np.array([(7, 7 + WHEEL_SLOTS, 52, 104, 2, 0)], dtype=SLOTS_DTYPE)  # a slot the file had
+    wheel = files.WheelFile(tmp_path / "timerwheel", 1000, rows)
+    assert wheel.get((7 + WHEEL_SLOTS) * 1000).lastPos == 104
+    changed = {}
+    for t in [5, 6, 7, 9, 100, 101, WHEEL_SLOTS - 1]:  # runs of neighbours, one alone, the last index
+        time_ms = (t + 3 * WHEEL_SLOTS) * 1000
+        wheel.put(time_ms, t * 52, t * 52 + 52, -t if t % 2 else t, t % 3)
+        changed[t % WHEEL_SLOTS] = Slot(t, t + 3 * WHEEL_SLOTS, t * 52, t * 52 + 52, -t if t % 2 else t, t % 3, 1000)
+    wheel.sync()
+    wheel.close()
+    data = (tmp_path / "timerwheel").read_bytes()
+    assert len(data) == WHEEL_SLOTS * SLOT_SIZE
+    for index in range(0, 110):
+        expected = build_slot(changed[index]) if index in changed else bytes(SLOT_SIZE)
+        assert data[index * SLOT_SIZE:(index + 1) * SLOT_SIZE] == expected, index
+    assert data[-SLOT_SIZE:] == build_slot(changed[WHEEL_SLOTS - 1])

@@ -4,11 +4,14 @@ TimerWheel.putSlot writes them.
 
 Appended units wait in one buffer (at most ``PENDING_LIMIT`` bytes) and go out with one pwrite
 (fileio) per timer log file they fall in: when the buffer is full, before anything in them is
-rewritten in place, and on ``sync``. A unit still in the buffer is read from it, any other
-with pread. A kill before they are written leaves the log as a kill before their appends did
-(the run's published state never names them). Wheel slots are kept in memory (every non-empty slot of the file, then the
-changes) and written back, changed slots only (a run of neighbouring ones in one write), on
-``flush``: the broker's own TimerWheel also works on a copy and writes back the bytes that
+rewritten in place, and on ``sync`` (the engine also writes them at the end of each enqueue
+pass). A unit still in the buffer is read from it, any other with pread. A kill before they
+are written leaves the log as a kill before their appends did (the run's published state
+never names them).
+
+Wheel slots are kept in memory (every non-empty slot of the file, then the changes) and
+written back, changed slots only (an array of them, a run of neighbouring ones in one write),
+on ``flush``: the broker's own TimerWheel also works on a copy and writes back the bytes that
 differ. Nothing here is fsynced until ``sync``: the engine publishes the timer checkpoint
 only after it.
 """
@@ -20,6 +23,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from rmqdelay.errors import StoreError, StoreWriteError
 from rmqdelay.formats.timerlog import (
     MIN_BLANK_LEN,
@@ -29,11 +34,10 @@ from rmqdelay.formats.timerlog import (
     is_magic_ok,
 )
 from rmqdelay.formats.timerwheel import (
+    SLOT_DTYPE,
     SLOT_SIZE,
     WHEEL_FILE_SIZE,
     WHEEL_SLOTS,
-    Slot,
-    build_slot,
 )
 from rmqdelay.store import fileio
 from rmqdelay.store.mappedfiles import list_mapped_files
@@ -197,9 +201,8 @@ class WheelFile:
     def __init__(self, path: Path, precision_ms: int, rows) -> None:
         self.path = Path(path)
         self.precision_ms = precision_ms
-        self.slots: dict[int, SlotState] = {
-            int(r["index"]): SlotState(int(r["timeSlot"]), int(r["firstPos"]), int(r["lastPos"]), int(r["num"]),
-                                       int(r["magic"])) for r in rows}
+        columns = [rows[name].tolist() for name in ("index", "timeSlot", "firstPos", "lastPos", "num", "magic")]
+        self.slots: dict[int, SlotState] = {index: SlotState(*fields) for index, *fields in zip(*columns)}
         self._dirty: set[int] = set()
         self._fd: int | None = None
 
@@ -243,13 +246,15 @@ class WheelFile:
                 raise
             self._fd = fd
         indexes = sorted(self._dirty)
-        run: list[bytes] = []  # the slots of a run of neighbouring indexes, written at once
-        for i, index in enumerate(indexes):
-            s = self.slots[index]
-            run.append(build_slot(Slot(index, s.timeSlot, s.firstPos, s.lastPos, s.num, s.magic, self.precision_ms)))
-            if i + 1 == len(indexes) or indexes[i + 1] != index + 1:
-                fileio.write_all(self._fd, b"".join(run), (index + 1 - len(run)) * SLOT_SIZE, self.path)
-                run = []
+        slots = self.slots
+        # The changed slots as TimerWheel.putSlot writes them, an array; a run of neighbouring
+        # indexes is written at once.
+        data = np.array([(s.timeSlot, s.firstPos, s.lastPos, s.num, s.magic) for s in map(slots.__getitem__, indexes)],
+                        dtype=SLOT_DTYPE)
+        at = np.asarray(indexes, dtype=np.int64)
+        starts = [0, *(np.flatnonzero(np.diff(at) != 1) + 1).tolist()]
+        for a, b in zip(starts, [*starts[1:], len(indexes)]):
+            fileio.write_all(self._fd, data[a:b].tobytes(), indexes[a] * SLOT_SIZE, self.path)
         self._dirty.clear()
 
     def sync(self) -> None:
