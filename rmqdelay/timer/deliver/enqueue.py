@@ -157,8 +157,7 @@ class Enqueue:
             return False
         real_topic = props.get(PROPERTY_REAL_TOPIC)
         self._written_before_unit(entry.offsetPy)
-        self._append_unit(magic, write_ms, slot_ms, entry.offsetPy, entry.size,
-                          java_string_hash(real_topic) if real_topic is not None else 0)
+        self._append_unit(magic, write_ms, slot_ms, entry.offsetPy, entry.size, _topic_hash(real_topic))
         self._count(real_topic, -1 if is_delete else 1)
 
     def _written_before_unit(self, offset_py: int) -> None:
@@ -208,3 +207,19 @@ class Enqueue:
         current = counts.get(topic)
         counts[topic] = TopicCount((current.count if current else 0) + delta, now)
         self._metric_steps += 1
+
+
+_TOPIC_HASHES: dict[str, int] = {}
+
+
+def _topic_hash(topic: str | None) -> int:
+    """A unit's hashCodeOfRealTopic (String.hashCode; 0 without REAL_TOPIC), once per topic."""
+    if topic is None:
+        return 0
+    try:
+        return _TOPIC_HASHES[topic]
+    except KeyError:
+        value = java_string_hash(topic)
+        if len(_TOPIC_HASHES) < 4096:
+            _TOPIC_HASHES[topic] = value
+        return value
