@@ -11,6 +11,7 @@ hosts, born time and reconsume times are copied.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from operator import add
 
 from rmqdelay.formats.commitlog import Message
@@ -79,8 +80,6 @@ def timer_output(msg: Message, enqueue_time: int, roll: bool, dequeue_ms: int) -
 # Per key shape (the keys in the map's order): what comes before each value in the stored
 # string, in the HashMap's order, and which value that is. Messages repeat a few shapes.
 _TEMPLATES: dict[tuple[str, ...], tuple[list[str], tuple[str, ...]]] = {}
-_TOPIC_VERDICTS: dict[str, str | None] = {}
-_QUEUE_IDS: dict[str, int | None] = {}
 
 
 def stored_string(props: dict[str, str]) -> str:
@@ -103,27 +102,17 @@ def stored_string(props: dict[str, str]) -> str:
     return PROPERTY_SEPARATOR.join(map(add, heads, values)) + PROPERTY_SEPARATOR
 
 
+@lru_cache(maxsize=4096)
 def _topic_verdict(topic: str) -> str | None:
     """Why the broker cannot put to REAL_TOPIC ``topic``, or None (once per distinct topic)."""
-    try:
-        return _TOPIC_VERDICTS[topic]
-    except KeyError:
-        problem = topic_problem(topic)
-        verdict = problem if problem and not long_retry_topic(topic) else None
-        if len(_TOPIC_VERDICTS) < 4096:
-            _TOPIC_VERDICTS[topic] = verdict
-        return verdict
+    problem = topic_problem(topic)
+    return problem if problem and not long_retry_topic(topic) else None
 
 
+@lru_cache(maxsize=4096)
 def _queue_id(text: str) -> int | None:
     """Integer.parseInt of REAL_QID (once per distinct text)."""
-    try:
-        return _QUEUE_IDS[text]
-    except KeyError:
-        value = java_parse_int(text)
-        if len(_QUEUE_IDS) < 4096:
-            _QUEUE_IDS[text] = value
-        return value
+    return java_parse_int(text)
 
 
 _DEQUEUE_ENTRY = PROPERTY_TIMER_DEQUEUE_MS + NAME_VALUE_SEPARATOR

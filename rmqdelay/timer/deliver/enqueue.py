@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
+from functools import lru_cache
 from dataclasses import dataclass
 
 from rmqdelay.errors import StoreError, StoreReadError
@@ -209,17 +210,11 @@ class Enqueue:
         self._metric_steps += 1
 
 
-_TOPIC_HASHES: dict[str, int] = {}
+@lru_cache(maxsize=4096)
+def _hash_of(topic: str) -> int:
+    return java_string_hash(topic)
 
 
 def _topic_hash(topic: str | None) -> int:
     """A unit's hashCodeOfRealTopic (String.hashCode; 0 without REAL_TOPIC), once per topic."""
-    if topic is None:
-        return 0
-    try:
-        return _TOPIC_HASHES[topic]
-    except KeyError:
-        value = java_string_hash(topic)
-        if len(_TOPIC_HASHES) < 4096:
-            _TOPIC_HASHES[topic] = value
-        return value
+    return 0 if topic is None else _hash_of(topic)
