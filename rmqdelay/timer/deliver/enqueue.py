@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
-from functools import lru_cache
 from dataclasses import dataclass
+from functools import lru_cache
 
 from rmqdelay.errors import StoreError, StoreReadError
 from rmqdelay.formats.constants import (
