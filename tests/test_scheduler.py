@@ -296,10 +296,11 @@ def test_sleeps_until_the_next_deliver_time_and_never_delivers_early(tmp_path):
     now = int(time.time() * 1000)
     with StoreWriter(path, create=True, commitlog_file_size=1 << 20) as w:
         for i in range(5):
-            # level 1 (1 s): stored so that they fall due 150, 300, ... ms from now
-            w.put(NewMessage(topic="T", queueId=0, body=b"%d" % i, storeTimestamp=now - 1000 + 150 * (i + 1),
-                             properties={"DELAY": "1", "UNIQ_KEY": f"k{i}"}))
-    events = list(Scheduler(path, mode="until-empty", levels=[1]).events())
+            # level 2 (5 s): stored so that they fall due 1.0, 1.3, ... 2.2 s from now (a
+            # loaded machine may take a second to get the run going)
+            w.put(NewMessage(topic="T", queueId=0, body=b"%d" % i, storeTimestamp=now - 4000 + 300 * i,
+                             properties={"DELAY": "2", "UNIQ_KEY": f"k{i}"}))
+    events = list(Scheduler(path, mode="until-empty", levels=[2]).events())
     delivered = [e for e in events if isinstance(e, Delivered)]
     sleeps = [e for e in events if isinstance(e, Sleeping)]
     assert len(delivered) == 5
