@@ -25,10 +25,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rmqdelay.formats.commitlog import RECORD_HEAD, decode_message, plain_message_parts
+from rmqdelay.formats.commitlog import decode_message, plain_message_parts
 from rmqdelay.formats.constants import (
     MESSAGE_MAGIC_CODE,
-    MESSAGE_MAGIC_CODE_V2,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -42,8 +41,6 @@ from rmqdelay.store.writer import NewMessage
 if TYPE_CHECKING:
     from rmqdelay.store.batchencode import StoredCopies
 
-_MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
-
 Restored = tuple[str | None, NewMessage | None, str | None]  # UNIQ_KEY, the delivery, why it is skipped
 
 
@@ -51,27 +48,13 @@ def restore_units(store: Store, offsets: list[int], sizes: list[int], *, broker5
     """``restore_unit`` of each unit (commit log offset, size), in order: the message's
     UNIQ_KEY (None when it has none or cannot be read), the message to put (None when
     skipped) and the reason it is skipped (None when delivered)."""
-    log = store.commitlog
     out: list[Restored] = []
     verdicts: dict[tuple[str | None, str | None], str | None] = {}
-    file_start = file_end = limit = -1
-    view = None
-    for offset, size in zip(offsets, sizes):
-        if not file_start <= offset < file_end:
-            index = log.file_index(offset)
-            if index < 0:
-                out.append(_slow(store, offset, size, broker5x))
-                continue
-            mf = log.files[index]
-            file_start, file_end, limit, view = mf.start, mf.end, mf.size, log.view(index)
-        pos = offset - file_start
-        # Only a whole message record of the unit's size is read here (the head checked
-        # first, as read_message checks it); anything else is restore_unit's to explain.
-        if pos + 8 > limit:
-            out.append(_slow(store, offset, size, broker5x))
-            continue
-        total, magic = RECORD_HEAD.unpack_from(view, pos)
-        if total != size or magic not in _MAGICS or pos + total > limit:
+    # Only a whole message record of the unit's size is read here; anything else is
+    # restore_unit's to explain.
+    for offset, size, (view, pos, limit, magic) in zip(offsets, sizes,
+                                                        store.commitlog.message_spots(offsets, sizes)):
+        if view is None:
             out.append(_slow(store, offset, size, broker5x))
             continue
         parts = plain_message_parts(view, pos, size) if magic == MESSAGE_MAGIC_CODE else None

@@ -16,13 +16,14 @@ from rmqdelay.formats.commitlog import (
     decode_message,
     parse_message_construct,
 )
-from rmqdelay.formats.constants import BLANK_MAGIC_CODE
+from rmqdelay.formats.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
 from rmqdelay.formats.errors import FormatError
 from rmqdelay.store.mappedfiles import MappedFile, MappedFileReader, list_mapped_files
 from rmqdelay.store.problems import Problems
 
 # CommitLog.END_FILE_MIN_BLANK_LENGTH: a message must leave room for a BLANK head.
 END_FILE_MIN_BLANK_LENGTH = 8
+_MESSAGE_MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
 
 
 @dataclass(slots=True, frozen=True)
@@ -56,6 +57,32 @@ class CommitLog:
     def file_index(self, offset: int) -> int:
         """The index in ``files`` of the file holding ``offset``, or -1."""
         return self._reader.index_of(offset)
+
+    def message_spots(self, offsets: list[int], sizes: list[int]) -> Iterator[tuple[memoryview | None, int, int, int]]:
+        """Where the message of each unit (commit log offset, size) is, for a batch of units that
+        mostly lie one after another: (the mapped file, the record's position in it, the file's
+        size, the record's magic code), the file looked up once for a run of units. The view is
+        None where no message record of the unit's size starts there and ends inside its file
+        (outside the files, another record, another size): ``read_message`` says why."""
+        file_start = file_end = limit = -1
+        view = None
+        for offset, size in zip(offsets, sizes):
+            if not file_start <= offset < file_end:
+                index = self._reader.index_of(offset)
+                if index < 0:
+                    yield None, 0, 0, 0
+                    continue
+                mf = self.files[index]
+                file_start, file_end, limit, view = mf.start, mf.end, mf.size, self._reader.view(index)
+            pos = offset - file_start
+            if pos + 8 > limit:
+                yield None, 0, 0, 0
+                continue
+            total, magic = RECORD_HEAD.unpack_from(view, pos)
+            if total != size or magic not in _MESSAGE_MAGICS or pos + total > limit:
+                yield None, 0, 0, 0
+                continue
+            yield view, pos, limit, magic
 
     def _locate(self, offset: int) -> tuple[int, MappedFile, memoryview, int]:
         index = self._reader.index_of(offset)
