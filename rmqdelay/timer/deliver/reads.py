@@ -10,32 +10,17 @@ it is wanted and says exactly why it cannot.
 
 from __future__ import annotations
 
-from rmqdelay.formats.commitlog import RECORD_HEAD, Message, decode_message
-from rmqdelay.formats.constants import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
+from rmqdelay.formats.commitlog import Message, decode_message
 from rmqdelay.formats.errors import FormatError
 from rmqdelay.formats.javanum import java_parse_long
 from rmqdelay.store.commitlog import CommitLog
-
-_MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
 
 
 def read_ahead(log: CommitLog, offsets: list[int], sizes: list[int], into: dict[int, Message]) -> None:
     """The messages at ``offsets`` (of ``sizes`` bytes) into ``into``, by commit log offset:
     what ``log.read_message(offset, size)`` returns for each that reads as a whole message."""
-    file_start = file_end = limit = -1
-    view = None
-    for offset, size in zip(offsets, sizes):
-        if not file_start <= offset < file_end:
-            index = log.file_index(offset)
-            if index < 0:
-                continue
-            mf = log.files[index]
-            file_start, file_end, limit, view = mf.start, mf.end, mf.size, log.view(index)
-        pos = offset - file_start
-        if pos + 8 > limit:
-            continue
-        total, magic = RECORD_HEAD.unpack_from(view, pos)
-        if total != size or magic not in _MAGICS:
+    for offset, (view, pos, limit, _) in zip(offsets, log.message_spots(offsets, sizes)):
+        if view is None:
             continue
         try:
             into[offset] = decode_message(view, pos, limit)
