@@ -116,10 +116,12 @@ LONG_RETRY = ("%RETRY%GID_timer_oracle_consumer_group_with_a_deliberately_long_n
 def park_timer_shapes(path: Path, count: int) -> int:
     """Timer messages parked in ``path`` as the put hook parks them, due over the next ten
     minutes (ten a slot): every shape the batched timer run tells apart - key sets of their
-    own (TAGS and KEYS or not, user properties, TIMER_ROLL_TIMES), a REAL_TOPIC too long for
-    a V1 record, a REAL_QID that is not a number, an empty value, cancellations of messages
-    in their slot, and one queue entry whose size is not its record's (read one by one,
-    skipped). Returns how many are cancelled."""
+    own (TAGS and KEYS or not, user properties, TIMER_ROLL_TIMES, TIMER_ENQUEUE_MS already
+    set, a value not ASCII), DELAY and IPv6 hosts (what put() rewrites or lays out otherwise),
+    born and store hosts of their own, a REAL_TOPIC too long for a V1 record, a REAL_QID that
+    is not a number, an empty value, cancellations of messages in their slot, and one queue
+    entry whose size is not its record's (read one by one, skipped). Returns how many are
+    cancelled."""
     cancelled = 0
     with StoreWriter(path, clock=lambda: TIMER_BASE) as w:
         for i in range(count):
@@ -137,8 +139,16 @@ def park_timer_shapes(path: Path, count: int) -> int:
                 props["TIMER_ROLL_TIMES"] = "1"
             if i % 13 == 3:
                 props["EMPTY"] = ""
+            if i % 17 == 4:
+                props["TIMER_ENQUEUE_MS"] = str(TIMER_BASE - 1_000)  # set before: replaced in its place
+            if i % 19 == 6:
+                props["DELAY"] = "0"  # put() rewrites what asks for a delay
+            if i % 23 == 8:
+                props["note"] = "ü" * (i % 3 + 1)
+            host = (bytes(15) + b"\x01", 10911) if i % 29 == 10 else (b"\x0a\x00\x00\x05", 10911 + i % 2)
             w.put(NewMessage("rmq_sys_wheel_timer", 0, b"m%d" % i, props, bornTimestamp=TIMER_BASE - i,
-                             reconsumeTimes=i % 3))
+                             reconsumeTimes=i % 3, bornHost=host, storeHost=host if i % 31 == 12 else
+                             (b"\x0a\x00\x00\x06", 10911)))
             if i % 50 == 7:
                 cancelled += 1
                 w.put(NewMessage("rmq_sys_wheel_timer", 0, b"0", {
