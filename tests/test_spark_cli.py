@@ -1,5 +1,5 @@
 """`analyze --spark` as an operator meets it: what Spark needs and cannot have (Java, a master)
-is one line and exit 2 before any JVM; on a real standalone cluster (a master and two workers
+is one line and exit 2 before any JVM; on a real standalone cluster (a master and a worker
 from pyspark's own launcher, loopback only) the store paths a user types reach the executors
 whole, the JVM says nothing on the terminal, and a bad record an executor meets comes back
 naming its file and byte; spark-submit, pointed at that master, gives the embedded engine's
@@ -72,14 +72,16 @@ def test_a_standalone_cluster_gives_the_embedded_result_for_store_paths_as_typed
     bad = tmp_path / "bad" / "store"
     shutil.copytree(SAMPLES / "retry" / "store", bad)
     target, offset = corrupt(bad, 1, 5)
-    # Relative to the user's directory, which no executor shares (each worker has its own).
+    # Relative to the user's directory, which no executor shares (a worker has its own). One
+    # worker: a second adds a JVM and an executor for each application, and nothing this test
+    # checks; benchmarks/bench_analyze.py --standalone runs two.
     monkeypatch.chdir(REPO)
     stores = ["a=samples/delay-partial/store", "b=samples/retry/store", f"bad={bad}"]
     embedded = console("analyze", "lateness", *stores, "--now", NOW, "--json", "--keep-going")
     assert embedded.returncode == 1 and f"{target} at byte {offset}" in embedded.stderr, embedded.stderr
     retries = console("analyze", "retries", stores[1], "--now", NOW, "--json")
     assert retries.returncode == 0, retries.stderr
-    with standalone_cluster(tmp_path / "cluster") as master:
+    with standalone_cluster(tmp_path / "cluster", workers=1) as master:
         on_spark = subprocess.run([CONSOLE_SCRIPT, "analyze", "lateness", *stores, "--now", NOW, "--json",
                                    "--keep-going", "--spark", "--master", master], capture_output=True, text=True,
                                   cwd=REPO, timeout=900, env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"))
