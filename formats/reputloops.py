@@ -28,13 +28,14 @@ from .constants import (
     PROPERTY_SEPARATOR,
     STOREHOSTADDRESS_V6_FLAG,
 )
+from .commitlog import MIN_MESSAGE_SIZE
 from .putloops import copy_span
+from .scanloops import int16_be, int32_be, int64_be
 
 # The columns of ``numbers`` (int64, one row per record).
 FLAG, SYS_FLAG, BORN_TS, BORN_PORT, STORE_PORT, RECONSUME = range(6)
 NUMBERS = 6
 
-MIN_MESSAGE_SIZE = 91  # commitlog.MIN_MESSAGE_SIZE: IPv4 hosts, nothing else
 _HEAD = 88  # everything before the body of a record with IPv4 hosts
 _V6_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 _NV = ord(NAME_VALUE_SEPARATOR)
@@ -44,17 +45,6 @@ _NAMES_END = _PS  # ends the names of a shape (a name holds neither separator)
 _REAL_TOPIC = np.frombuffer(b"REAL_TOPIC", dtype=np.uint8)
 _REAL_QID = np.frombuffer(b"REAL_QID", dtype=np.uint8)
 _UNIQ_KEY = np.frombuffer(b"UNIQ_KEY", dtype=np.uint8)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _be(buf: np.ndarray, pos: int, nbytes: int) -> int:
-    """A signed big-endian integer of ``nbytes`` (2, 4 or 8) at ``pos``."""
-    v = 0
-    for k in range(nbytes):
-        v = (v << 8) | np.int64(buf[pos + k])
-    if nbytes < 8 and v >= 1 << (8 * nbytes - 1):
-        v -= 1 << (8 * nbytes)
-    return v
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -95,12 +85,12 @@ def plain_records(buf: np.ndarray, limit: int, positions: np.ndarray, sizes: np.
         if pos < 0 or pos + 8 > limit or total < MIN_MESSAGE_SIZE or pos + total > limit:
             return row
         end = pos + total
-        if _be(buf, pos, 4) != total or _be(buf, pos + 4, 4) != MESSAGE_MAGIC_CODE:
+        if int32_be(buf, pos) != total or int32_be(buf, pos + 4) != MESSAGE_MAGIC_CODE:
             return row
-        sys_flag = _be(buf, pos + 36, 4)
+        sys_flag = int32_be(buf, pos + 36)
         if sys_flag & _V6_FLAGS:
             return row
-        body_len = _be(buf, pos + 84, 4)
+        body_len = int32_be(buf, pos + 84)
         p = pos + _HEAD
         if body_len < 0 or p + body_len + 1 > end:
             return row
@@ -108,15 +98,15 @@ def plain_records(buf: np.ndarray, limit: int, positions: np.ndarray, sizes: np.
         if topic_len >= 128:  # a signed byte
             return row
         q = p + body_len + 1 + topic_len
-        if q + 2 > end or _be(buf, q, 2) != end - q - 2:
+        if q + 2 > end or int16_be(buf, q) != end - q - 2:
             return row
         f = numbers[row]
-        f[FLAG] = _be(buf, pos + 16, 4)
+        f[FLAG] = int32_be(buf, pos + 16)
         f[SYS_FLAG] = sys_flag
-        f[BORN_TS] = _be(buf, pos + 40, 8)
-        f[BORN_PORT] = _be(buf, pos + 52, 4)
-        f[STORE_PORT] = _be(buf, pos + 68, 4)
-        f[RECONSUME] = _be(buf, pos + 72, 4)
+        f[BORN_TS] = int64_be(buf, pos + 40)
+        f[BORN_PORT] = int32_be(buf, pos + 52)
+        f[STORE_PORT] = int32_be(buf, pos + 68)
+        f[RECONSUME] = int32_be(buf, pos + 72)
         copy_span(born, 4 * row, buf, pos + 48, 4)
         copy_span(stored, 4 * row, buf, pos + 64, 4)
         b = body_at[row]

@@ -56,12 +56,12 @@ def _big_endian_load(bits: int):
     return load
 
 
-_int32_be = _big_endian_load(32)
-_int64_be = _big_endian_load(64)
+int32_be = _big_endian_load(32)
+int64_be = _big_endian_load(64)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _int16_be(data: np.ndarray, pos: int) -> int:
+def int16_be(data: np.ndarray, pos: int) -> int:
     value = (np.int64(data[pos]) << 8) | np.int64(data[pos + 1])
     return value - (1 << 16) if value >= (1 << 15) else value
 
@@ -310,14 +310,14 @@ def scan_records(data: np.ndarray, pos: int, limit: int, ints: np.ndarray, longs
             for i in range(max(ready, pos), ahead, _CACHE_LINE):
                 touched += data[i]
             ready = ahead
-        total = _int32_be(data, pos)
-        magic = _int32_be(data, pos + 4)
+        total = int32_be(data, pos)
+        magic = int32_be(data, pos + 4)
         if (magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2) \
                 or total < MIN_MESSAGE_SIZE or total > limit - pos:
             status = HEAD
             break
         v2 = 1 if magic == MESSAGE_MAGIC_CODE_V2 else 0
-        sys_flag = _int32_be(data, pos + 36)
+        sys_flag = int32_be(data, pos + 36)
         born_v6 = 1 if sys_flag & BORNHOST_V6_FLAG else 0
         store_v6 = 1 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 0
         end = pos + total
@@ -327,7 +327,7 @@ def scan_records(data: np.ndarray, pos: int, limit: int, ints: np.ndarray, longs
         ts_pos = pos + 56 + 12 * born_v6
         host_pos = ts_pos + 8
         tail_pos = ts_pos + 16 + 12 * store_v6
-        body_len = _int32_be(data, tail_pos + 12)
+        body_len = int32_be(data, tail_pos + 12)
         body_pos = tail_pos + 16
         if body_len < 0 or body_pos + body_len > end:
             status = BAD
@@ -338,7 +338,7 @@ def scan_records(data: np.ndarray, pos: int, limit: int, ints: np.ndarray, longs
             status = BAD
             break
         if v2:
-            topic_len = _int16_be(data, tlen_pos)
+            topic_len = int16_be(data, tlen_pos)
         else:
             topic_len = np.int64(data[tlen_pos])
             if topic_len >= 128:
@@ -347,7 +347,7 @@ def scan_records(data: np.ndarray, pos: int, limit: int, ints: np.ndarray, longs
             status = BAD
             break
         plen_pos = topic_pos + topic_len
-        props_len = _int16_be(data, plen_pos)
+        props_len = int16_be(data, plen_pos)
         props_pos = plen_pos + 2
         if props_len < 0 or props_pos + props_len != end:
             status = BAD
@@ -377,16 +377,16 @@ def scan_records(data: np.ndarray, pos: int, limit: int, ints: np.ndarray, longs
             break
 
         ints[0, count] = total
-        ints[1, count] = _int32_be(data, pos + 12)
-        ints[2, count] = _int32_be(data, pos + 16)
+        ints[1, count] = int32_be(data, pos + 12)
+        ints[2, count] = int32_be(data, pos + 16)
         ints[3, count] = sys_flag
-        ints[4, count] = _int32_be(data, tail_pos)
+        ints[4, count] = int32_be(data, tail_pos)
         ints[5, count] = body_len
-        physical = _int64_be(data, pos + 28)
-        longs[0, count] = _int64_be(data, pos + 20)
+        physical = int64_be(data, pos + 28)
+        longs[0, count] = int64_be(data, pos + 20)
         longs[1, count] = physical
-        longs[2, count] = _int64_be(data, pos + 40)
-        longs[3, count] = _int64_be(data, ts_pos)
+        longs[2, count] = int64_be(data, pos + 40)
+        longs[3, count] = int64_be(data, ts_pos)
         topic_offsets[count] = topic_o
         _copy(topic_out, topic_o, len(topic_out), data, topic_pos, topic_len)
         for i in range(topic_pos, topic_pos + topic_len):
