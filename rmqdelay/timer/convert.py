@@ -12,7 +12,6 @@ hosts, born time and reconsume times are copied.
 from __future__ import annotations
 
 from functools import lru_cache
-from operator import add
 
 from rmqdelay.formats.commitlog import Message
 from rmqdelay.formats.constants import (
@@ -26,7 +25,7 @@ from rmqdelay.formats.constants import (
     PROPERTY_TIMER_ROLL_TIMES,
 )
 from rmqdelay.formats.javanum import java_parse_int
-from rmqdelay.formats.properties import DECODED_MAP_CAPACITY_5X, broker_properties_string, java_order
+from rmqdelay.formats.properties import broker_properties_string
 from rmqdelay.store.topics import long_retry_topic, topic_problem
 from rmqdelay.store.writer import NewMessage, without_crc
 
@@ -51,7 +50,7 @@ def timer_output(msg: Message, enqueue_time: int, roll: bool, dequeue_ms: int) -
                                      f"Integer.parseInt fails; it retries the message)")
             props[PROPERTY_TIMER_ROLL_TIMES] = str((times + 1 + 2**31) % 2**32 - 2**31)
     props[PROPERTY_TIMER_DEQUEUE_MS] = str(dequeue_ms)
-    raw = stored_string(props)
+    raw = broker_properties_string(props)
     if not msg.body:
         # HookUtils.checkBeforePutMessage refuses a null body: the timer drops the message.
         raise NotDeliverable("an empty body (the broker refuses to put it and drops the message)")
@@ -75,31 +74,6 @@ def timer_output(msg: Message, enqueue_time: int, roll: bool, dequeue_ms: int) -
                       flag=msg.flag, sysFlag=msg.sysFlag, bornTimestamp=msg.bornTimestamp,
                       bornHost=(msg.bornHostAddress, msg.bornPort), storeHost=(msg.storeHostAddress, msg.storePort),
                       reconsumeTimes=msg.reconsumeTimes)
-
-
-# Per key shape (the keys in the map's order): what comes before each value in the stored
-# string, in the HashMap's order, and which value that is. Messages repeat a few shapes.
-_TEMPLATES: dict[tuple[str, ...], tuple[list[str], tuple[str, ...]]] = {}
-
-
-def stored_string(props: dict[str, str]) -> str:
-    """broker_properties_string (formats/properties.py) of ``props``: the order of its keys
-    worked out once per key shape, then only the values filled in."""
-    keys = tuple(props)
-    if not keys:
-        return ""
-    template = _TEMPLATES.get(keys)
-    if template is None:
-        order = tuple(java_order(dict.fromkeys(keys, ""), DECODED_MAP_CAPACITY_5X))
-        template = _TEMPLATES[keys] = ([k + NAME_VALUE_SEPARATOR for k in order], order)
-        if len(_TEMPLATES) > 4096:
-            _TEMPLATES.clear()
-            _TEMPLATES[keys] = template
-    heads, order = template
-    values = [props[k] for k in order]
-    if None in values:
-        return broker_properties_string(props)  # a value None is left out of the string
-    return PROPERTY_SEPARATOR.join(map(add, heads, values)) + PROPERTY_SEPARATOR
 
 
 @lru_cache(maxsize=4096)
