@@ -19,6 +19,9 @@ LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
 def _java_parse(text: str, low: int, high: int) -> int | None:
     if not isinstance(text, str) or not text:
         return None
+    if len(text) <= 18 and text.isascii() and text.isdigit():
+        value = int(text)  # the common case (a timestamp, a queue id): no sign, no overflow
+        return value if value <= high else None
     sign, digits = 1, text
     if text[0] in "+-":
         sign, digits = (-1 if text[0] == "-" else 1), text[1:]

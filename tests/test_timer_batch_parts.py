@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from rmqdelay.errors import StoreError
-from rmqdelay.formats.javanum import java_parse_long
 from rmqdelay.formats.properties import (
     DECODED_MAP_CAPACITY_5X,
     broker_properties_string,
@@ -24,7 +23,7 @@ from rmqdelay.formats.timerlog import UNIT_SIZE, build_blank
 from rmqdelay.store import Store
 from rmqdelay.store.writer import NewMessage, StoreWriter
 from rmqdelay.timer import files
-from rmqdelay.timer.deliver.reads import parse_long, read_ahead
+from rmqdelay.timer.deliver.reads import read_ahead
 
 
 def listed(props: dict) -> str:
@@ -44,12 +43,6 @@ def test_the_stored_string_is_the_hashmap_order_for_every_key_shape():
         assert broker_properties_string(props) == listed(props)  # the key set's order remembered
     assert broker_properties_string({"A": "1", "B": None, "C": "3"}) == listed({"A": "1", "B": None, "C": "3"})
     assert broker_properties_string({}) == listed({}) == ""
-
-
-@pytest.mark.parametrize("text", ["0", "1795450290000", "007", "999999999999999999", "9223372036854775807",
-                                  "9223372036854775808", "-5", "+5", "", " 1", "1_0", "١٢", "12a", None])
-def test_parse_long_is_long_parse_long(text):
-    assert parse_long(text) == (java_parse_long(text or ""))
 
 
 def test_records_read_ahead_are_what_read_message_reads(tmp_path):

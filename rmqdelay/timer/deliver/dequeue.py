@@ -24,12 +24,12 @@ from rmqdelay.formats.constants import (
     TIMER_MAGIC_ROLL,
     TIMER_NEVER_ENQUEUED,
 )
+from rmqdelay.formats.javanum import java_parse_long
 from rmqdelay.formats.timerlog import TimerLogUnit
 from rmqdelay.store.writer import NewMessage
 
 from ..convert import NotDeliverable, output_key, timer_output
 from .events import TimerCancelled, TimerDelivered, TimerEvent, TimerSkipped
-from .reads import parse_long
 
 
 class Dequeue:
@@ -106,9 +106,9 @@ class Dequeue:
                 self.cancelled += 1
                 outcomes.append(TimerCancelled(uniq, real_topic or "", t))
                 continue
-            if parse_long(props.get(PROPERTY_TIMER_ENQUEUE_MS)) != TIMER_NEVER_ENQUEUED:
+            if java_parse_long(props.get(PROPERTY_TIMER_ENQUEUE_MS, "")) != TIMER_NEVER_ENQUEUED:
                 self._count(real_topic, -1)
-            out = parse_long(props.get(PROPERTY_TIMER_OUT_MS))
+            out = java_parse_long(props.get(PROPERTY_TIMER_OUT_MS, ""))
             roll = bool(unit.magic & TIMER_MAGIC_ROLL)
             self._rolls_pending = self._rolls_pending or roll
             outcomes.append(self._output(msg, unit.currWriteTime, roll, t, out))

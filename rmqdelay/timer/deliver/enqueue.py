@@ -34,7 +34,6 @@ from rmqdelay.formats.timerlog import UNIT_SIZE, TimerLogUnit
 from rmqdelay.formats.timermetrics import TopicCount
 
 from .events import TimerEvent, TimerHeld, TimerNotice, TimerSkipped
-from .reads import parse_long
 
 
 @dataclass(slots=True)
@@ -117,7 +116,7 @@ class Enqueue:
             outcomes.append(TimerSkipped(entry.offsetPy, f"no readable message ({exc}); the broker skips it", qoff))
             return
         props = msg.properties
-        out = parse_long(props.get(PROPERTY_TIMER_OUT_MS))
+        out = java_parse_long(props.get(PROPERTY_TIMER_OUT_MS, ""))
         if out is None:
             self.skipped += 1
             outcomes.append(TimerSkipped(entry.offsetPy, f"TIMER_OUT_MS is not a number: "

@@ -1,7 +1,6 @@
 """What the timer engine reads a message at a time, the cheap way: the rmq_sys_wheel_timer
 records of a batch of queue entries (or of a slot's chain) read straight from the mapped
-commit log files, the file looked up once for a run of them, and TIMER_* numbers parsed
-without Long.parseLong's general path when they are plain ASCII digits.
+commit log files, the file looked up once for a run of them.
 
 A record that does not read as a whole message of its entry's size (outside the files,
 another record there, a damaged one) is left out: ``CommitLog.read_message`` reads it when
@@ -12,7 +11,6 @@ from __future__ import annotations
 
 from rmqdelay.formats.commitlog import Message, decode_message
 from rmqdelay.formats.errors import FormatError
-from rmqdelay.formats.javanum import java_parse_long
 from rmqdelay.store.commitlog import CommitLog
 
 
@@ -27,12 +25,3 @@ def read_ahead(log: CommitLog, offsets: list[int], sizes: list[int], into: dict[
         except FormatError:
             continue
 
-
-def parse_long(text: str | None) -> int | None:
-    """``java_parse_long(text or "")``: up to 18 ASCII digits straight, anything else by the
-    Java rules (signs, other digits, overflow)."""
-    if text is None:
-        return None
-    if len(text) <= 18 and text.isascii() and text.isdigit():
-        return int(text)
-    return java_parse_long(text)
