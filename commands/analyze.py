@@ -178,7 +178,7 @@ def _task_bar(description: str):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("tasks"),
-                  TimeElapsedColumn(), console=err_console, transient=True) as bar:
+                  TimeElapsedColumn(), console=err_console.made(), transient=True) as bar:
         task = bar.add_task(description, total=None)
 
         def update(text: str, done: int, total: int) -> None:

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from rich.text import Text
 
 from rmqdelay.analysis.names import DURATION, INSTANT, RATE, TEXT, VIEWS
 
@@ -32,6 +31,8 @@ _WINDOWS = (("due now", 0, 0), ("<1m", 1, 1), ("1-10m", 2, 10), ("10m-1h", 11, 6
 
 
 def _cell(value, kind: str, now_ms: int) -> str | Text:
+    from rich.text import Text
+
     if value is None:
         return "-"
     if kind == DURATION:
@@ -53,6 +54,8 @@ def _columns(names: Sequence[str]) -> list[Column]:
 def drain_windows(table: pa.Table) -> tuple[list[str], list[list]]:
     """A drain table (store, [level,] minute, due) as one row per store (and level): the
     pending messages of each window, and their total."""
+    from rich.text import Text
+
     keys = [n for n in table.column_names if n not in ("minute", "due")]
     rows: dict[tuple, list[int]] = {}
     for row in table.to_pylist():
@@ -74,6 +77,8 @@ class Screen:
     more: int = 0  # rows left out of the tables shown
 
     def table(self, title: str, table: pa.Table) -> None:
+        from rich.text import Text
+
         if table.num_rows == 0:
             console.print(Text(f"{title}: no rows", style="dim"))
             return
@@ -104,6 +109,8 @@ class Screen:
                                "DIR or --report FILE.html give every table whole", style="dim"))
 
     def close(self) -> None:
+        from rich.text import Text
+
         note = hidden_note(self.hidden)
         if note:
             console.print(Text(note, style="dim"))

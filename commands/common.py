@@ -11,11 +11,12 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from rich.console import Console
+from typing import TYPE_CHECKING
+
 from rmqdelay.formats.constants import MAX_DELIVER_MS
 from rmqdelay.formats.javanum import java_parse_int, java_parse_long
 
@@ -28,11 +29,48 @@ from rmqdelay.units import (  # noqa: F401 (the commands take them from here)
     format_when_ms,
 )
 
-console = Console()
-if not console.is_terminal:
-    # A pipe or a file gets whole rows rather than columns squeezed into 80 characters.
-    console = Console(width=max(console.width, 240))
-err_console = Console(stderr=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+class _Deferred:
+    """A rich Console made when first used, not when a command's module is imported: a
+    command's --help needs none, and rich is a good part of its time."""
+
+    def __init__(self, make: Callable[[], Console]) -> None:
+        object.__setattr__(self, "_make", make)
+        object.__setattr__(self, "_console", None)
+
+    def made(self) -> Console:
+        """The Console, made now if it is not yet."""
+        if self._console is None:
+            object.__setattr__(self, "_console", self._make())
+        return self._console
+
+    def __getattr__(self, name: str):
+        return getattr(self.made(), name)
+
+    def __setattr__(self, name: str, value) -> None:
+        setattr(self.made(), name, value)
+
+
+def _stdout_console() -> Console:
+    from rich.console import Console
+
+    made = Console()
+    if not made.is_terminal:
+        # A pipe or a file gets whole rows rather than columns squeezed into 80 characters.
+        made = Console(width=max(made.width, 240))
+    return made
+
+
+def _stderr_console() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+console = _Deferred(_stdout_console)
+err_console = _Deferred(_stderr_console)
 
 
 # Store text that is not UTF-8 (a topic, a property, a directory name) reaches Python as
@@ -184,6 +222,6 @@ def progress(description: str, total: int | None) -> Iterator:
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                  TimeRemainingColumn(), console=err_console, transient=True) as bar:
+                  TimeRemainingColumn(), console=err_console.made(), transient=True) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n=1: bar.advance(task, n)

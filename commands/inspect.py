@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.text import Text
 
 from rmqdelay.errors import EXIT_PROBLEMS, StoreError
 
@@ -118,10 +117,14 @@ def _bytes(n: int) -> str:
 
 
 def _say(text: str, style: str | None = None) -> None:
+    from rich.text import Text
+
     console.print(Text(text, style=style), soft_wrap=False)
 
 
 def _print_store(info: dict, wide: bool) -> None:
+    from rich.text import Text
+
     _say(f"store {info['store']}", "bold")
     print_features(info["features"])
     holder = info["lockHolder"]

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.text import Text
 
 from . import options
 from .checks import crossed, parse_count, parse_count_or_duration
@@ -66,6 +65,8 @@ def inspect_consumers(
 
 
 def _print_consumers(rows, offsets, store_dir: Path, now_ms: int, wide: bool) -> None:
+    from rich.text import Text
+
     groups = sorted({r.group for r in rows})
     behind = [r for r in rows if r.lag and r.kind != "dlq"]
     source = "config/consumerOffset.json" if offsets.present else "no config/consumerOffset.json (nothing committed)"
@@ -158,6 +159,8 @@ def inspect_dlq(
 
 
 def _print_dlq(letters, store_dir: Path, now_ms: int, limit: int | None, wide: bool) -> None:
+    from rich.text import Text
+
     groups = sorted({d.group for d in letters})
     console.print(Text(f"{len(letters)} dead-lettered message(s) in {len(groups)} group(s) of {store_dir}",
                        style="bold"))

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.text import Text
 from rmqdelay.formats.constants import (
     KEY_SEPARATOR,
     PROPERTY_REAL_TOPIC,
@@ -107,6 +106,8 @@ def _exit_problems() -> None:
 # -- the files ---------------------------------------------------------------------------------
 
 def _summary(store: Store, settings: IndexSettings, json_out: bool, wide: bool) -> None:
+    from rich.text import Text
+
     from rmqdelay.store.index import StoreIndex
 
     log_end = store.end_offset()
@@ -150,6 +151,8 @@ def _summary(store: Store, settings: IndexSettings, json_out: bool, wide: bool) 
 
 def _query(store: Store, settings: IndexSettings, key: str, unique: bool, topic: str | None, begin: int,
            end: int, max_num: int, body: bool, json_out: bool, wide: bool) -> None:
+    from rich.text import Text
+
     from rmqdelay.store.index import StoreIndex
     from rmqdelay.store.keylookup import query_messages, query_topics
 
@@ -192,6 +195,8 @@ def _query(store: Store, settings: IndexSettings, key: str, unique: bool, topic:
 
 
 def _note_tail(store: Store, index_end: int) -> None:
+    from rich.text import Text
+
     try:
         after = store.message_at(index_end)
         index_end = after.commitLogOffset + after.storeSize
@@ -209,6 +214,8 @@ def find_messages_by_key(store: Store, key: str, topic: str | None, *, unique: b
     the log; says on stderr what was scanned instead. With ``topic``, a parked copy waiting
     for that topic (SCHEDULE_TOPIC_XXXX, rmq_sys_wheel_timer) is found as well: the index
     holds it under the parking topic until it is delivered."""
+    from rich.text import Text
+
     from rmqdelay.store.keylookup import find_by_key
 
     log = store.commitlog

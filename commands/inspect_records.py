@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.text import Text
 from rmqdelay.formats.constants import KEY_SEPARATOR, RMQ_SYS_SCHEDULE_TOPIC
 from rmqdelay.formats.javanum import java_parse_long
 
@@ -63,6 +62,8 @@ def inspect_cq(
 
     Example: `rmqdelay inspect cq STORE --topic SCHEDULE_TOPIC_XXXX --queue 3 --limit 20`
     """
+    from rich.text import Text
+
     from rmqdelay.store import Store
     from rmqdelay.store.topics import validate_topic
 
@@ -128,6 +129,8 @@ def inspect_commitlog(
 
     Example: `rmqdelay inspect commitlog STORE --topic TopicTest --limit 50`
     """
+    from rich.text import Text
+
     from rmqdelay.store import Store
     from rmqdelay.store.topics import validate_topic
 
@@ -168,6 +171,8 @@ def inspect_commitlog(
 
 
 def _verify(store_dir: Path, json_out: bool) -> None:
+    from rich.text import Text
+
     from rmqdelay.store import Store
     from rmqdelay.store.lock import describe_holder
     from rmqdelay.store.verify import VerifyCounts, iter_problems, verify_total
@@ -219,6 +224,8 @@ def inspect_message(
 
     Example: `rmqdelay inspect message STORE C0000202313A18B4AAC25A7C1E5F07CF`
     """
+    from rich.text import Text
+
     from rmqdelay.store import Store
     from rmqdelay.store.topics import validate_topic
 
@@ -267,6 +274,8 @@ def inspect_message(
 def _by_message_id(store: Store, target: str, topic: str | None) -> list[Message]:
     """mqadmin queryMsgById: the offset msgId when it decodes to a record of this store,
     else the id as a UNIQ_KEY (the index, then a scan of what it does not cover)."""
+    from rich.text import Text
+
     from rmqdelay.formats.msgid import decode_message_id
 
     _, _, offset = decode_message_id(target)

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.text import Text
 from rmqdelay.formats.javahash import java_string_hash
 
 from rmqdelay.errors import EXIT_PROBLEMS, StoreError, UsageError
@@ -144,6 +143,8 @@ def inspect_timer(
 # -- the one screen ------------------------------------------------------------------------------
 def _print_status(s: TimerStatus, wide: bool) -> None:
     """Headline first (the figures the tables below add up to), the details after, warnings last."""
+    from rich.text import Text
+
     from rmqdelay.timer.status import BUCKETS, CANCEL_STATES, LATER
 
     cfg, p, now = s.config, s.pending, s.nowMs
@@ -243,6 +244,8 @@ def _print_status(s: TimerStatus, wide: bool) -> None:
 
 # -- listings -----------------------------------------------------------------------------------
 def _list_slots(ts: TimerStore, now_ms: int, from_ms, to_ms, limit, json_out: bool, wide: bool) -> None:
+    from rich.text import Text
+
     from rmqdelay.timer.listing import slot_rows
 
     rows, total = slot_rows(ts, from_ms, to_ms, limit)
@@ -260,6 +263,8 @@ def _list_slots(ts: TimerStore, now_ms: int, from_ms, to_ms, limit, json_out: bo
 
 
 def _list_units(ts: TimerStore, now_ms: int, from_ms, to_ms, topic, key, limit, json_out: bool, wide: bool) -> None:
+    from rich.text import Text
+
     from rmqdelay.timer.listing import unit_rows
 
     topic_hash = java_string_hash(topic) if topic is not None else None
@@ -325,6 +330,8 @@ def _verify(ts: TimerStore, now_ms: int, json_out: bool) -> None:
 # -- used by inspect store and inspect message ----------------------------------------------------
 def print_features(features: dict) -> None:
     """The store-kind lines of `inspect store`."""
+    from rich.text import Text
+
     from rmqdelay.store.kind import StoreFeatures
 
     f = StoreFeatures(**features)

@@ -308,21 +308,11 @@ def _in_command(message: str, hint: bool = True) -> str:
     return f"rmqdelay: {command}: {message}" + (f" (see 'rmqdelay {command} --help')" if hint else "")
 
 
-def _with_help_markdown(format_help):
-    """Typer's format_help of a command or group, typer.rich_utils imported first by
-    helpmarkdown: the help's Markdown rendered without a Markdown parser or Pygments."""
+def _format_help(self, ctx: _click.Context, formatter: _click.HelpFormatter) -> None:
+    """A command's or group's help page, drawn by helppage.py as Typer's rich help draws it."""
+    from .helppage import write_help
 
-    def with_help_markdown(self, ctx: _click.Context, formatter: _click.HelpFormatter) -> None:
-        from .helpmarkdown import load_rich_utils
-
-        load_rich_utils()
-        format_help(self, ctx, formatter)
-
-    return with_help_markdown
-
-
-_command_help = _with_help_markdown(TyperCommand.format_help)
-_group_help = _with_help_markdown(TyperGroup.format_help)
+    write_help(self, ctx, self.rich_markup_mode)
 
 
 def _runtime_param(self: _TyperParameter):
@@ -335,14 +325,20 @@ def _runtime_param(self: _TyperParameter):
     return self._runtime_param
 
 
-def main() -> None:
-    configure_streams()
+def adapt_typer() -> None:
+    """What rmqdelay changes in Typer: coercion without pydantic where none is needed, the help
+    page drawn by helppage.py, and how options' values and arguments read in it."""
     _TyperParameter.get_runtime_param = _runtime_param
-    TyperCommand.format_help = _command_help
-    TyperGroup.format_help = _group_help
+    TyperCommand.format_help = _format_help
+    TyperGroup.format_help = _format_help
     TyperOption.display_type_rich = _option_value_hint
     TyperArgument._usage_display_name = _argument_usage
     TyperArgument.display_type_rich = _argument_type
+
+
+def main() -> None:
+    configure_streams()
+    adapt_typer()
     warnings.showwarning = _show_warning
     _Invocation.command, _Invocation.renamed = "", {}
     try:

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.text import Text
 from rmqdelay.formats.javanum import java_parse_long
 
 from rmqdelay.errors import UsageError
@@ -123,6 +122,8 @@ def reset(
 
     Example: `rmqdelay offsets reset STORE --levels 4 --to-datetime 2026-11-22T12:30:00Z --execute`
     """
+    from rich.text import Text
+
     from rmqdelay.schedule.offsets import OffsetPublisher
     from rmqdelay.schedule.replay import exact_offsets
     from rmqdelay.schedule.reset import plan_reset

@@ -9,8 +9,6 @@ from __future__ import annotations
 import base64
 from typing import TYPE_CHECKING
 
-from rich.table import Table
-from rich.text import Text
 from rmqdelay.formats.constants import (
     COMPRESSED_FLAG,
     COMPRESSION_TYPE_MASK,
@@ -137,6 +135,8 @@ def offset_notes(statuses) -> list[str]:
 def print_levels(title: str, statuses, now_ms: int, wide: bool, *, with_min: bool = False) -> None:
     """The delay level table of `inspect delay` and `offsets show`: one headline with the
     totals the rows add up to, then a row per level."""
+    from rich.text import Text
+
     pending = sum(s.pending for s in statuses)
     due = sum(s.dueNow for s in statuses)
     console.print(Text(f"{title} at {format_time_ms(now_ms)}: {pending} pending, {due} due now", style="bold"))
@@ -164,6 +164,8 @@ def messages_table(messages: list[Message]) -> tuple[list, list]:
     """The columns and rows of a message listing (tables.print_table fits them): the offset,
     topic, queue and store time always; keys and tags fold; the rest goes first on a narrow
     terminal."""
+    from rich.text import Text
+
     columns = [Column("offset"), Column("size", drop=4), Column("topic", "left", fold=True, floor=20), Column("queue"),
                Column("queue offset", drop=3), Column("stored", "left"), Column("tags", "left", fold=True, drop=2),
                Column("keys", "left", fold=True, drop=1), Column("delay", drop=5), Column("retry", drop=6),
@@ -191,6 +193,8 @@ def verify_summary(checked: dict, problems: int, advisories: int = 0) -> dict:
 def print_problems(problems: list, checked: str, console, limit: int = PROBLEM_LINES, advisories: int = 0) -> None:
     """`--verify` on a terminal: what was checked and how many problems first, then one line
     per problem (the first ``limit``) and how to see the rest."""
+    from rich.text import Text
+
     faults = len(problems) - advisories
     summary = f"checked {checked}: " + (f"{faults} problem(s)" if faults else "no problems")
     if advisories:
@@ -205,6 +209,9 @@ def print_problems(problems: list, checked: str, console, limit: int = PROBLEM_L
 
 def message_tables(msg: Message) -> tuple[Table, Table]:
     """Every field of one message, then its properties."""
+    from rich.table import Table
+    from rich.text import Text
+
     from rmqdelay.formats.commitlog import body_crc
 
     fields = Table(show_header=False, show_edge=False, box=None)

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.text import Text
 
 from rmqdelay.errors import EXIT_PROBLEMS, UsageError
 
@@ -87,6 +86,8 @@ class _LiveView:
         self.scheduler = scheduler
 
     def __rich__(self) -> Group:
+        from rich.text import Text
+
         from rich.console import Group
 
         s = self.scheduler
@@ -182,7 +183,7 @@ def run(
     live = None
     try:
         if not json_out and not dry_run and err_console.is_terminal:
-            live = Live(_LiveView(scheduler), console=err_console, refresh_per_second=4, transient=True)
+            live = Live(_LiveView(scheduler), console=err_console.made(), refresh_per_second=4, transient=True)
             live.start()
         stopped = _consume(scheduler, json_out, dry_run, wide)
     finally:
@@ -218,6 +219,8 @@ _DRY_RUN_ROWS = 50  # a screenful of a dry run; --json lists every message
 
 
 def _consume(scheduler: Scheduler, json_out: bool, dry_run: bool, wide: bool) -> Stopped | None:
+    from rich.text import Text
+
     from rmqdelay.schedule.events import Delivered, Held, Notice, QueueCreated, Replayed, Skipped, Sleeping, Stopped
     from rmqdelay.timer.deliver.events import TimerDelivered, TimerHeld, TimerNotice, TimerSkipped
 
@@ -283,6 +286,8 @@ def _consume(scheduler: Scheduler, json_out: bool, dry_run: bool, wide: bool) ->
 def _summary(scheduler: Scheduler, stopped: Stopped, wide: bool) -> None:
     """The headline counts what the rows below show: the levels' and the timer wheel's
     deliveries together."""
+    from rich.text import Text
+
     verb = "would deliver" if scheduler.dry_run else "delivered"
     delivered, skipped = _totals(scheduler)
     t = scheduler.timer

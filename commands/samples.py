@@ -9,7 +9,6 @@ import math
 from pathlib import Path
 
 import typer
-from rich.text import Text
 from rmqdelay.formats.constants import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CQ_FILE_SIZE
 
 from rmqdelay.errors import UsageError
@@ -53,6 +52,8 @@ def generate_command(
 
     Example: `rmqdelay samples generate /tmp/broker-a --messages 150000 --seed 7 --timer`
     """
+    from rich.text import Text
+
     from rmqdelay.samples.generate import GenerateOptions, generate
     from rmqdelay.store.index import IndexSettings
 

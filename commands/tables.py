@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from rich.cells import cell_len
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+if TYPE_CHECKING:  # rich is imported where a table is drawn, not for a command's --help
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    Cell = str | Text
 
 FOLD_FLOOR = 12  # a foldable column keeps at least this many characters (or its header's)
 
@@ -30,8 +33,6 @@ class Column:
     floor: int = FOLD_FLOOR  # a foldable column keeps at least this many characters (or its header's)
 
 
-Cell = str | Text
-
 
 @dataclass(slots=True)
 class Fitted:
@@ -41,6 +42,9 @@ class Fitted:
 
 
 def _cell_width(cell: Cell) -> int:
+    from rich.cells import cell_len
+    from rich.text import Text
+
     text = cell.plain if isinstance(cell, Text) else cell
     return max((cell_len(line) for line in text.split("\n")), default=0)
 
@@ -53,6 +57,10 @@ def table_width(widths: Sequence[int]) -> int:
 
 def fit(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: int, *, wide: bool = False,
         header_style: str = "bold") -> Fitted:
+    from rich.cells import cell_len
+    from rich.table import Table
+    from rich.text import Text
+
     natural = [max([cell_len(c.header)] + [_cell_width(r[i]) for r in rows]) for i, c in enumerate(columns)]
     # The least a column can take: a foldable one its floor (or less when it needs less).
     least = [min(natural[i], max(c.floor, cell_len(c.header))) if c.fold else natural[i]

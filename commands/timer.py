@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.text import Text
 from rmqdelay.formats.constants import TIMER_MAGIC_DELETE
 
 from rmqdelay.errors import EXIT_PROBLEMS, StoreError
@@ -79,6 +78,8 @@ def repair(
 
 
 def _print(plan: RepairPlan, executed: bool, wide: bool) -> None:
+    from rich.text import Text
+
     from rmqdelay.timer.repair.plan import BELOW_LOG, LOG_BACKUP_DIR, PAST_LOG, WHEEL_BACKUP
 
     line = lambda text, style=None: console.print(Text(text, style=style))  # noqa: E731
@@ -138,5 +139,7 @@ def _print(plan: RepairPlan, executed: bool, wide: bool) -> None:
 
 
 def _more(rows: list) -> None:
+    from rich.text import Text
+
     if len(rows) > _MAX_ROWS:
         console.print(Text(f"... and {len(rows) - _MAX_ROWS} more: --json lists them all", style="dim"))

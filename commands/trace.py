@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.text import Text
 
 from rmqdelay.errors import EXIT_PROBLEMS, UsageError
 
@@ -46,6 +45,8 @@ def trace(
 
     Example: `rmqdelay trace /data/broker-a/store C0000202331C5FFD2B276EC837D60012`
     """
+    from rich.text import Text
+
     from rmqdelay.analysis.trace import seeds_for
     from rmqdelay.analysis.trace import trace as follow
     from rmqdelay.formats.constants import KEY_SEPARATOR
@@ -81,6 +82,8 @@ def trace(
 
 
 def _print_trace(result, now_ms: int, wide: bool) -> None:
+    from rich.text import Text
+
     records = result.records
     first = records[0].msg
     last = records[-1]

@@ -210,7 +210,7 @@ def table_stores(sample_store):
 @pytest.mark.parametrize("width", [80, 120])
 @pytest.mark.parametrize("args", TABLE_COMMANDS, ids=lambda a: " ".join(a[:2]))
 def test_tables_fit_the_terminal_with_no_cut_or_empty_column(capsys, monkeypatch, table_stores, args, width):
-    monkeypatch.setattr(common.console, "width", width)
+    monkeypatch.setattr(common.console.made(), "width", width)
     result = run_cli(capsys, *(a.format(**table_stores) for a in args))
     assert result.code in (0, 1), result.err
     lines = result.out.splitlines()

@@ -23,9 +23,9 @@ STORE = SAMPLES / "delay-partial" / "store"
 # the analysis engine.
 CORE = ("numpy", "numba", "llvmlite", "pyarrow", "pyspark", "pandas", "construct",
         "rmqdelay.store", "rmqdelay.schedule", "rmqdelay.timer", "rmqdelay.analysis", "rmqdelay.spark")
-# Nor, to render the help, a Markdown parser or Pygments: the help's Markdown is rendered by
-# commands/helpmarkdown.py, and Typer's pretty tracebacks are off.
-NOT_FOR_HELP = ("markdown_it", "pygments", "rich.markdown", "rich.syntax", "rich.traceback")
+# Nor, to draw the help page, rich (commands/helppage.py draws it), a Markdown parser or
+# Pygments; nor, importing a command's module for its options, the console it prints with.
+NOT_FOR_HELP = ("rich", "markdown_it", "pygments")
 # What a store read that needs no compiled scan, no Arrow and no Spark must not load.
 NOT_FOR_A_READ = ("numba", "llvmlite", "pyarrow", "pyspark", "pandas", "rmqdelay.analysis", "rmqdelay.spark",
                   # Typer's coercion of the arguments through pydantic, and pydantic's plugin
