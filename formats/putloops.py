@@ -6,9 +6,11 @@ every record, and its host addresses, body, topic and properties as slices of fo
 concatenated buffers. ``seal_crc_digits`` writes the ``__CRC32#`` digits of records whose
 CRC the caller computed (``propcrc``: UtilAll.crc32 of the record but its last 20 bytes).
 ``units`` lays out consume queue units (CqUnit: offset, size, tagsCode, big-endian);
-``property_spans`` finds a property's value in stored properties strings, ``tags_codes``
-hashes TAGS, ``index_key_hashes`` hashes the index keys of records (IndexService.buildIndex)
-from their KEYS and UNIQ_KEY, without making the ``topic#key`` strings.
+``fill_template`` makes the stored properties strings of a batch that shares one key set
+from its template and their values; ``property_spans`` finds a property's value in stored
+properties strings, ``tags_codes`` hashes TAGS, ``index_key_hashes`` hashes the index keys
+of records (IndexService.buildIndex) from their KEYS and UNIQ_KEY, without making the
+``topic#key`` strings.
 
 They only read their inputs and write into arrays the caller allocated; what goes in (the
 delay rewrite, the properties string, the tagsCode) is decided by the caller
@@ -187,6 +189,35 @@ def property_spans(props: np.ndarray, props_at: np.ndarray, needle: np.ndarray, 
                     starts[i] = seg + m
                     ends[i] = end
             seg = end + 1
+
+
+@njit(cache=True, nogil=True)
+def fill_template(out: np.ndarray, at: np.ndarray, pieces: np.ndarray, pieces_at: np.ndarray, values: np.ndarray,
+                  bounds: np.ndarray, order: np.ndarray, value_starts: np.ndarray) -> None:
+    """Properties strings of one template, back to back in ``out``, message i's from
+    ``at[i]`` (``at`` filled here, one more entry: the end): piece 0, its value 0, piece 1,
+    ..., its last value, the last piece (piece j: ``pieces[pieces_at[j]:pieces_at[j + 1]]``;
+    k + 1 of them for k values). The values are ``values`` split at ``bounds`` (value v:
+    ``values[bounds[v] + 1:bounds[v + 1]]``), k a message, its value j the ``order[j]``-th of
+    its k; where it lands in ``out`` goes into ``value_starts[i * k + j]``."""
+    k = order.shape[0]
+    pos = 0
+    n = (bounds.shape[0] - 1) // k
+    for i in range(n):
+        at[i] = pos
+        for j in range(k + 1):
+            p0 = pieces_at[j]
+            size = pieces_at[j + 1] - p0
+            copy_span(out, pos, pieces, p0, size)
+            pos += size
+            if j < k:
+                v = i * k + order[j]
+                a = bounds[v] + 1
+                size = bounds[v + 1] - a
+                value_starts[i * k + j] = pos
+                copy_span(out, pos, values, a, size)
+                pos += size
+    at[n] = pos
 
 
 @njit(cache=True, nogil=True)

@@ -275,7 +275,8 @@ def test_put_batch_orders_keys_sharing_a_hashmap_bucket_as_they_came(tmp_path, s
 @pytest.mark.parametrize("write_format", [FORMAT_4X, FORMAT_5X_CRC], ids=["4.x", "5.x-crc"])
 def test_put_batch_of_one_key_set_made_as_one_text(tmp_path, write_format):
     """A batch whose messages all have one key set is stored from one text made for all:
-    whatever the values (unicode, None, a separator inside, empty, no key at all, one key)."""
+    whatever the values (unicode, None, a separator inside, empty, no key at all, one key)
+    and the order the keys came in."""
     key_sets = [
         lambda i: {"TAGS": f"T{i % 2}", "KEYS": f"k{i} o{i}", "UNIQ_KEY": f"U{i}"},
         lambda i: {"KEYS": f"clé{i}", "UNIQ_KEY": f"ü{i}", "TAGS": "Tag\u00e9"},
@@ -284,6 +285,8 @@ def test_put_batch_of_one_key_set_made_as_one_text(tmp_path, write_format):
         lambda i: {"UNIQ_KEY": "" if i % 2 else f"u{i}", "KEYS": " " if i % 3 else ""},
         lambda i: {},
         lambda i: {"KEYS": f"only{i}"},
+        # one key set, the keys in another order every other message (no two share a bucket)
+        lambda i: dict(sorted({"TAGS": f"T{i}", "KEYS": f"k{i}", "UNIQ_KEY": f"U{i}"}.items(), reverse=i % 2 == 1)),
     ]
     news = [[NewMessage("TopicU", i % 3, b"u%d" % i * 9, make(i), storeTimestamp=T0 + i) for i in range(6)]
             for make in key_sets]

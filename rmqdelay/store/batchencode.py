@@ -171,8 +171,9 @@ def gather(encoder: PutEncoder, news: Sequence) -> Gathered:
         stored = batchprops.stored_properties(props, None, sealed)
     slow.update(stored.demoted)
     codes = np.array(list(map(tags_code, stored.tags)), dtype=np.int64)
+    spans = None
     if stored.texts is None:  # one key set, made as one text: no message left to put()'s rewrite
-        props_buf, props_at = stored.data, stored.at
+        props_buf, props_at, spans = stored.data, stored.at, stored.spans
     else:
         texts = stored.texts
         for i in raw_rows:
@@ -189,7 +190,7 @@ def gather(encoder: PutEncoder, news: Sequence) -> Gathered:
     return _assemble(fmt, topics, queue_ids, codes, props_buf, props_at, body_buf, body_at, body_crcs, _hosts(born),
                      _hosts(store), np.array([m.sysFlag for m in news], dtype=np.int64), [m.flag for m in news],
                      [m.bornTimestamp for m in news], store_ts, [m.reconsumeTimes for m in news],
-                     [m.preparedTransactionOffset for m in news])
+                     [m.preparedTransactionOffset for m in news], spans)
 
 
 @dataclass(slots=True)
@@ -252,9 +253,11 @@ def gather_stored(encoder: PutEncoder, s: StoredCopies) -> Gathered:
 
 def _assemble(fmt, topics: list[str], queue_ids: list[int], codes: np.ndarray, props_buf: np.ndarray,
               props_at: np.ndarray, body_buf: np.ndarray, body_at: np.ndarray, body_crcs: np.ndarray, born: tuple,
-              store: tuple, sys_flags: np.ndarray, flag, born_ts, store_ts, reconsume, prepared) -> Gathered:
+              store: tuple, sys_flags: np.ndarray, flag, born_ts, store_ts, reconsume, prepared,
+              spans: dict | None = None) -> Gathered:
     """The Gathered of a batch whose stored properties strings, bodies and hosts are known
-    (``born``/``store``: addresses back to back, where each starts, the ports)."""
+    (``born``/``store``: addresses back to back, where each starts, the ports; ``spans``: where
+    the index keys are in the strings, when known)."""
     n = len(topics)
     topic_names, topic_index = _index_of(topics)
     topic_buf, topic_starts = _buffer([t.encode("utf-8") for t in topic_names])
@@ -298,7 +301,7 @@ def _assemble(fmt, topics: list[str], queue_ids: list[int], codes: np.ndarray, p
     distinct, queue_index = np.unique(topic_index * span + (qids - low), return_inverse=True)
     queues = [(topic_names[q // span], q % span + low) for q in distinct.tolist()]
     index_records, index_hashes = batchprops.index_hashes(topic_names, topic_index, props_buf, props_at,
-                                                          tran != TRANSACTION_ROLLBACK_TYPE)
+                                                          tran != TRANSACTION_ROLLBACK_TYPE, spans)
     return Gathered(topics, queue_ids, queue_index.astype(np.int64).reshape(-1), queues, dispatch, fields, born_buf,
                     born_at, stored_buf, stored_at, body_buf, body_at, topic_buf, topic_at, topic_len, props_buf,
                     props_at, codes, index_records, index_hashes, fmt.propCrc)

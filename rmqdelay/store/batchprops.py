@@ -43,7 +43,8 @@ from rmqdelay.formats.propcrc import reserved_properties
 class Shape:
     """The stored properties string of messages with one key set."""
 
-    __slots__ = ("simple", "order", "template", "pieces", "values", "separators", "any_order")
+    __slots__ = ("simple", "order", "template", "pieces", "piece_bytes", "piece_at", "values", "separators",
+                 "any_order")
 
     def __init__(self, keys: tuple, sealed: bool) -> None:
         # Not simple: DELAY (put() rewrites the message into SCHEDULE_TOPIC_XXXX), __CRC32#
@@ -57,15 +58,15 @@ class Shape:
         self.template = reserved_properties(text) if sealed else text
         # The text around the values: before the first, between two, after the last.
         self.pieces = tuple(piece.replace("%%", "%") for piece in self.template.split("%s")) if order else ()
+        # The same in UTF-8, back to back, and where each starts (one more entry: the end).
+        encoded = [piece.encode("utf-8") for piece in self.pieces]
+        self.piece_bytes = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        self.piece_at = np.cumsum([0, *map(len, encoded)], dtype=np.int64)
         # The values of a message, as a tuple for the template (itemgetter of one key is no tuple).
         self.values = itemgetter(*order) if len(order) > 1 else (lambda p, k=order: (p[k[0]],)) if order else None
         # Every string made from the template has these many of each separator, unless a value
         # held one (or was None, which put() leaves out).
         self.separators = (self.template.count(NAME_VALUE_SEPARATOR), self.template.count(PROPERTY_SEPARATOR))
-
-    def column(self, columns: list, key: str, n: int, missing) -> Sequence:
-        """The values of ``key`` (``columns``: the values, a tuple per key of ``order``)."""
-        return columns[self.order.index(key)] if key in self.order else [missing] * n
 
 
 @lru_cache(maxsize=1024)
@@ -84,6 +85,9 @@ class StoredProperties:
     at: np.ndarray | None  # where each starts (one more entry: the end)
     tags: Sequence
     demoted: list[int]
+    # Where the values of TAGS, KEYS and UNIQ_KEY are in ``data`` (starts, ends; -1 where a
+    # message has none), as property_spans finds them, when the strings were made knowing it.
+    spans: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
 
 
 def stored_properties(props: Sequence[dict], rows: list[int] | None, sealed: bool) -> StoredProperties:
@@ -112,45 +116,62 @@ def stored_properties(props: Sequence[dict], rows: list[int] | None, sealed: boo
 
 def _uniform(props: Sequence[dict], sealed: bool) -> StoredProperties | None:
     """``stored_properties`` of messages that all have the first one's keys (in the same order
-    when it matters: keys sharing a HashMap bucket) and text values: one text made for all, a
-    column at a time, no string per message. None for any other batch."""
+    when it matters: keys sharing a HashMap bucket) and text values: their values joined once,
+    the strings made from the template by a compiled loop (putloops.fill_template), no string
+    per message; where TAGS, KEYS and UNIQ_KEY land comes back with them. None for any other
+    batch."""
+    from rmqdelay.formats import putloops
+
     n = len(props)
-    first = tuple(props[0])
-    s = shape(first, sealed)
-    if not s.simple or list(map(len, props)).count(len(first)) != n:
-        return None
-    if not s.any_order and not _same_order(props, first):
+    first = list(props[0])
+    s = shape(tuple(first), sealed)
+    if not s.simple:
         return None
     if s.values is None:
+        if any(props):
+            return None
         text = s.template.encode("utf-8")
         return StoredProperties(None, np.frombuffer(text * n, dtype=np.uint8),
                                 np.arange(n + 1, dtype=np.int64) * len(text), [None] * n, [])
+    k = len(first)
     try:
-        columns = list(zip(*map(s.values, props)))  # every key there (and, by the count, no other)
-    except KeyError:
+        if list(chain.from_iterable(props)) == first * n:  # the same keys in the same order (the usual batch)
+            values = list(chain.from_iterable(map(dict.values, props)))
+            order = np.array([first.index(key) for key in s.order], dtype=np.int64)
+        elif list(map(len, props)).count(k) == n and (s.any_order or _same_order(props, tuple(first))):
+            values = list(chain.from_iterable(map(s.values, props)))  # every key there (by the count, no other)
+            order = np.arange(k, dtype=np.int64)
+        else:
+            return None
+        joined = NAME_VALUE_SEPARATOR.join(values)
+    except (KeyError, TypeError):  # another key set, no dict; a value that is no text (None: put() leaves it out)
         return None
-    pieces = s.pieces
-    parts = [repeat(pieces[0], n)]
-    for column, piece in zip(columns, pieces[1:]):
-        parts.append(column)
-        if piece:
-            parts.append(repeat(piece, n))
-    try:
-        joined = "".join(chain.from_iterable(zip(*parts)))
-    except TypeError:  # a value that is no text (None: put() leaves it out)
+    if PROPERTY_SEPARATOR in joined:
         return None
-    data = np.frombuffer(joined.encode("utf-8", "surrogateescape"), dtype=np.uint8)
-    # Each message has the template's separators, unless a value holds one; then the first
-    # NAME_VALUE_SEPARATOR of each (after its first key) says where it starts.
-    ones, twos = s.separators
-    first_ones = np.flatnonzero(data == ord(NAME_VALUE_SEPARATOR))
-    if len(first_ones) != ones * n or np.count_nonzero(data == ord(PROPERTY_SEPARATOR)) != twos * n:
+    encoded = np.frombuffer(joined.encode("utf-8", "surrogateescape"), dtype=np.uint8)
+    bounds = np.empty(k * n + 1, dtype=np.int64)
+    between = np.flatnonzero(encoded == ord(NAME_VALUE_SEPARATOR))
+    if len(between) != k * n - 1:  # a value holds the separator
         return None
+    bounds[0] = -1
+    bounds[1:-1] = between
+    bounds[-1] = len(encoded)
+    data = np.empty(n * int(s.piece_at[-1]) + len(encoded) - len(between), dtype=np.uint8)
     at = np.empty(n + 1, dtype=np.int64)
-    at[:n] = first_ones[::ones]
-    at[:n] -= len(pieces[0].encode("utf-8")) - 1
-    at[n] = len(data)
-    return StoredProperties(None, data, at, s.column(columns, PROPERTY_TAGS, n, None), [])
+    value_starts = np.empty(k * n, dtype=np.int64)
+    putloops.fill_template(data, at, s.piece_bytes, s.piece_at, encoded, bounds, order, value_starts)
+    lengths = np.diff(bounds) - 1
+    spans = {}
+    for key in (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ):
+        if key in s.order:
+            j = s.order.index(key)
+            starts = value_starts[j::k]
+            ends = starts + lengths[order[j]::k]
+            # An empty value is no value to the broker's parse (properties.property_value).
+            empty = starts == ends
+            spans[key] = (np.where(empty, -1, starts), np.where(empty, -1, ends))
+    tags = values[int(order[s.order.index(PROPERTY_TAGS)])::k] if PROPERTY_TAGS in s.order else [None] * n
+    return StoredProperties(None, data, at, tags, [], spans)
 
 
 def _same_order(props: Sequence[dict], first: tuple) -> bool:
@@ -203,16 +224,17 @@ def stored_tags_codes(props: np.ndarray, props_at: np.ndarray, rows: list[int], 
 
 
 def index_hashes(topics: Sequence[str], topic_index: np.ndarray, props: np.ndarray, props_at: np.ndarray,
-                 indexed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                 indexed: np.ndarray, spans: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """buildIndex's key hashes of the records ``indexed`` (not rolled back), in order, and
     the record each is of: ``topic#UNIQ_KEY`` (when there), then ``topic#k`` per KEYS token,
     read from each record's stored properties (``props[props_at[i]:props_at[i + 1]]``).
-    ``topics``: the batch's distinct topics, ``topic_index``: each record's."""
+    ``topics``: the batch's distinct topics, ``topic_index``: each record's. ``spans``: where
+    the values are, when known (StoredProperties.spans); found in the strings otherwise."""
     from rmqdelay.formats import putloops
 
     n = len(topic_index)
-    uniq_starts, uniq_ends = _spans(props, props_at, PROPERTY_UNIQ)
-    keys_starts, keys_ends = _spans(props, props_at, PROPERTY_KEYS)
+    uniq_starts, uniq_ends = _spans(props, props_at, PROPERTY_UNIQ, spans)
+    keys_starts, keys_ends = _spans(props, props_at, PROPERTY_KEYS, spans)
     if all(t.isascii() for t in topics):
         seeds = np.array([java_string_hash(t + "#") & 0xFFFFFFFF for t in topics], dtype=np.int64)[topic_index]
         # a UNIQ_KEY each, and at most one token per two bytes (+1) of KEYS
@@ -234,10 +256,12 @@ def index_hashes(topics: Sequence[str], topic_index: np.ndarray, props: np.ndarr
     return np.array(rows, dtype=np.int64), key_hashes(found)
 
 
-def _spans(props: np.ndarray, props_at: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
+def _spans(props: np.ndarray, props_at: np.ndarray, name: str, known: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     from rmqdelay.formats import putloops
 
     n = len(props_at) - 1
+    if known is not None:
+        return known.get(name) or (np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64))
     starts = np.empty(n, dtype=np.int64)
     ends = np.empty(n, dtype=np.int64)
     needle = np.frombuffer((name + NAME_VALUE_SEPARATOR).encode("utf-8"), dtype=np.uint8)
