@@ -6,13 +6,15 @@ is what put() returned. A message put() refuses refuses the batch before any of 
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from rmqdelay.errors import UsageError
+from rmqdelay.errors import StoreWriteError, UsageError
 from rmqdelay.formats.constants import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
 from rmqdelay.store import Store
 from rmqdelay.store.batchencode import StoredCopies
@@ -120,6 +122,48 @@ def test_put_and_put_batch_mixed_in_one_flush(tmp_path):
             else:
                 writer.put_batch(chunk)
     assert tree_digest(tmp_path / "put") == tree_digest(tmp_path / "mixed")
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["short-writes", "then-a-full-disk"])
+def test_a_flush_of_batches_written_short_is_finished_or_undone(tmp_path, monkeypatch, fails):
+    """The batches of a flush go to the commit log in one pwritev, not joined first: a short
+    one is continued to the last byte (the store put() writes), and when the rest cannot be
+    written the flush is undone (an error; no record of it left in the log)."""
+    news = messages(120)
+    with open_writer(tmp_path / "put", FORMAT_4X, index=False, commitlog_file_size=1 << 20) as writer:
+        for new in news:
+            writer.put(new)
+    real_pwritev, real_pwrite = os.pwritev, os.pwrite
+    calls = []
+
+    def short_pwritev(fd, buffers, offset):
+        calls.append(len(buffers))
+        return real_pwrite(fd, b"".join(buffers)[:1000], offset)
+
+    def full_pwrite(fd, data, offset):
+        # The commit log's disk is full; zeros over what the flush wrote still go.
+        if "commitlog" in os.readlink(f"/proc/self/fd/{fd}") and any(memoryview(data).cast("B")):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwritev", short_pwritev)
+    if fails:
+        monkeypatch.setattr(os, "pwrite", full_pwrite)
+    writer = open_writer(tmp_path / "batch", FORMAT_4X, index=False, commitlog_file_size=1 << 20).open()
+    for chunk in batches(news, [40]):
+        writer.put_batch(chunk)
+    if fails:
+        with pytest.raises(StoreWriteError, match="wrote 1000 of"):
+            writer.flush()
+        writer.abandon()
+        log = tmp_path / "batch" / "commitlog" / f"{0:020d}"
+        assert not log.exists() or not any(log.read_bytes())  # the file the flush made goes, or its bytes
+        with Store(tmp_path / "batch") as store:
+            assert verify_store(store) == []
+        return
+    writer.close()
+    assert calls and min(calls) > 1
+    assert tree_digest(tmp_path / "put") == tree_digest(tmp_path / "batch")
 
 
 def test_a_message_put_refuses_refuses_the_batch(tmp_path):

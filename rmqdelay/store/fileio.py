@@ -25,6 +25,7 @@ import numpy as np
 
 from rmqdelay.errors import NotRegularFileError, StoreReadError, StoreWriteError
 
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 16  # buffers one pwritev takes
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
 
@@ -227,14 +228,32 @@ def open_for_write(path: Path | str, *, create: bool = True, mode: int = 0o644) 
     return fd, created
 
 
-def write_all(fd: int, data, offset: int, path: Path | str, *, zero_on_failure: bool = False) -> None:
+def write_parts(fd: int, parts: list, offset: int, path: Path | str, *, zero_on_failure: bool = False) -> None:
+    """``write_all`` of the buffers ``parts`` back to back (bytes-like, one byte an item),
+    without joining them: one pwritev; the rest of a short one is written as write_all
+    writes it. More buffers than one pwritev takes are joined first."""
+    if len(parts) > _IOV_MAX:
+        parts = [b"".join(parts)]
+    if len(parts) == 1:
+        write_all(fd, parts[0], offset, path, zero_on_failure=zero_on_failure)
+        return
+    total = sum(map(len, parts))
+    try:
+        done = os.pwritev(fd, parts, offset)
+    except OSError as exc:
+        raise _write_error(path, offset, "write", exc) from None
+    if done < total:
+        write_all(fd, b"".join(parts), offset, path, zero_on_failure=zero_on_failure, done=done)
+
+
+def write_all(fd: int, data, offset: int, path: Path | str, *, zero_on_failure: bool = False, done: int = 0) -> None:
     """pwrite every byte of ``data`` at ``offset``. A short write is continued; one that
     writes nothing is an error. ``zero_on_failure``: the bytes this call did write are
-    zeroed again (best effort) before the error is raised, for appends into zeros."""
+    zeroed again (best effort) before the error is raised, for appends into zeros.
+    ``done``: the first bytes are written already (counted as this call's)."""
     total = len(data)
-    done = 0
-    view = None  # made only for a short write: the usual case is one call
-    while total:
+    view = None if not done else memoryview(data).cast("B")  # made only for a short write: the usual case is one call
+    while total > done:
         try:
             n = os.pwrite(fd, data if view is None else view[done:], offset + done)
         except OSError as exc:

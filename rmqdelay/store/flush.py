@@ -54,26 +54,25 @@ class Flush:
             raise self._fail(exc) from None
 
     def _flush_records(self, journal: FlushJournal) -> None:
-        data = b"".join(self._pending)
+        parts = self._pending  # written as they are, one pwritev a file: not joined into one copy
         start = self._pending_start
         # The log end once these are written: a BLANK closing a file is only its 8-byte head
-        # in ``data``, but the end is then the file's end (where recovery finds it); and the
-        # dispatch floor: the first record whose unit this flush writes.
+        # in the pending parts, but the end is then the file's end (where recovery finds it);
+        # and the dispatch floor: the first record whose unit this flush writes.
         units = self._pending_units
         self._abort.mark(self._end, int.from_bytes(units[0][3][:8], "big") if units else start)
-        view = memoryview(data)
-        while view:
+        while parts:
             file_start = start - start % self._commitlog_file_size
             room = file_start + self._commitlog_file_size - start
-            chunk = view[:room]
+            chunk, parts = _split(parts, room)
+            size = sum(map(len, chunk))
             fd = self._commitlog_fd(file_start, journal)
             path = self._commitlog_path(file_start)
             self._wrote = True
-            fileio.write_all(fd, chunk, start - file_start, path, zero_on_failure=True)
-            journal.ranges.append((path, start - file_start, len(chunk)))
+            fileio.write_parts(fd, chunk, start - file_start, path, zero_on_failure=True)
+            journal.ranges.append((path, start - file_start, size))
             self._unsynced_files.add(file_start)
-            start += len(chunk)
-            view = view[len(chunk):]
+            start += size
         if self.sync:
             self._sync_records()
 
@@ -184,3 +183,16 @@ class Flush:
                 fileio.ftruncate(self._cp_fd, CHECKPOINT_FILE_SIZE, path)
         fileio.write_all(self._cp_fd, build_checkpoint(cp)[:24], 0, path)
         fileio.fsync(self._cp_fd, path)
+
+
+def _split(parts: list, size: int) -> tuple[list, list]:
+    """The buffers holding the first ``size`` bytes of ``parts`` (the last one cut there), and
+    the buffers of the rest."""
+    at = 0
+    for i, part in enumerate(parts):
+        if at + len(part) > size:
+            view = memoryview(part).cast("B")
+            head = [*parts[:i], view[:size - at]] if size > at else parts[:i]
+            return head, [view[size - at:], *parts[i + 1:]]
+        at += len(part)
+    return parts, []

@@ -2,10 +2,10 @@
 
     python tests/support/faultinject.py SPEC rmqdelay-args...
 
-runs the `rmqdelay` command in this process after wrapping os.open (and open()), os.pwrite,
-os.write, os.fsync, os.ftruncate and os.replace so that chosen calls fail with an errno (ENOSPC,
-EIO, EMFILE, EACCES, ...) or write short, as a full disk, a failing device or a file that
-cannot be read would make them. rmqdelay's own code is not changed: it meets the faults
+runs the `rmqdelay` command in this process after wrapping os.open (and open()), os.pwrite
+(and os.pwritev, as a pwrite of its buffers joined), os.write, os.fsync, os.ftruncate and
+os.replace so that chosen calls fail with an errno (ENOSPC, EIO, EMFILE, EACCES, ...) or
+write short, as a full disk, a failing device or a file that cannot be read would make them. rmqdelay's own code is not changed: it meets the faults
 where it would meet the real ones. SPEC is JSON, a list of rules:
 
     {"op": "pwrite", "path": "commitlog/", "nth": 3, "errno": "ENOSPC", "short": 100, "count": 1}
@@ -168,7 +168,9 @@ def install(rules: list[Rule]) -> None:
     io.open = fake_builtin_open
     os.open = fake_open
     os.close = fake_close
-    os.pwrite = writer(real_pwrite, "pwrite")
+    os.pwrite = fake_pwrite = writer(real_pwrite, "pwrite")
+    # A pwritev is a pwrite of its buffers joined, to the rules (op "pwrite").
+    os.pwritev = lambda fd, buffers, offset, *flags: fake_pwrite(fd, b"".join(buffers), offset)
     os.write = writer(real_write, "write")
     os.fsync = fake_fsync
     os.ftruncate = fake_ftruncate
