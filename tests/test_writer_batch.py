@@ -166,6 +166,18 @@ def test_a_flush_of_batches_written_short_is_finished_or_undone(tmp_path, monkey
     assert tree_digest(tmp_path / "put") == tree_digest(tmp_path / "batch")
 
 
+@pytest.mark.parametrize("queue_ids", [[0, 1, 2], [0, 5000, 7, 123_456]], ids=["close", "far-apart"])
+def test_put_batch_gives_each_queue_its_own_offsets_however_far_apart_the_queue_ids(tmp_path, queue_ids):
+    news = [NewMessage(f"Topic{i % 2}", queue_ids[i % len(queue_ids)], b"q%d" % i, {"KEYS": f"k{i}"},
+                       storeTimestamp=T0 + i) for i in range(40)]
+    with open_writer(tmp_path / "put", FORMAT_4X) as writer:
+        expected = [writer.put(new) for new in news]
+    with open_writer(tmp_path / "batch", FORMAT_4X) as writer:
+        got = writer.put_batch(news[:25]).results() + writer.put_batch(news[25:]).results()
+    assert got == expected
+    assert tree_digest(tmp_path / "put") == tree_digest(tmp_path / "batch")
+
+
 def test_a_message_put_refuses_refuses_the_batch(tmp_path):
     news = messages(20)
     bad = NewMessage("Topic0", 0, b"x", {"DELAY": "soon"})

@@ -113,11 +113,17 @@ def _strings(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
 def _hosts(hosts: list[tuple[bytes, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray | list[int]]:
     """The addresses back to back and where each starts (``_buffer``), and the ports."""
     n = len(hosts)
-    if n and all(map(hosts[0].__eq__, hosts)):  # one host for all (a producer's batch, this broker)
+    if n and hosts.count(hosts[0]) == n:  # one host for all (a producer's batch, this broker)
         address, port = hosts[0]
         return (np.frombuffer(address * n, dtype=np.uint8), np.arange(n + 1, dtype=np.int64) * len(address),
                 np.full(n, port, dtype=np.int64))
     return (*_buffer(list(map(_first, hosts))), list(map(_second, hosts)))
+
+
+def _same(n: int, values):
+    """``values`` as a column takes them: the one value, when a list of ``n`` holds only it
+    (a batch's flags, reconsume times, prepared offsets: all 0, as a rule)."""
+    return values[0] if type(values) is list and n and values.count(values[0]) == n else values
 
 
 def _index_of(items: list) -> tuple[list, np.ndarray]:
@@ -170,7 +176,8 @@ def gather(encoder: PutEncoder, news: Sequence) -> Gathered:
     else:
         stored = batchprops.stored_properties(props, None, sealed)
     slow.update(stored.demoted)
-    codes = np.array(list(map(tags_code, stored.tags)), dtype=np.int64)
+    code_of = {tags: tags_code(tags) for tags in dict.fromkeys(stored.tags)}  # a batch has a few tags
+    codes = np.fromiter(map(code_of.__getitem__, stored.tags), dtype=np.int64, count=n)
     spans = None
     if stored.texts is None:  # one key set, made as one text: no message left to put()'s rewrite
         props_buf, props_at, spans = stored.data, stored.at, stored.spans
@@ -283,7 +290,7 @@ def _assemble(fmt, topics: list[str], queue_ids: list[int], codes: np.ndarray, p
     fields[:, putloops.MAGIC] = np.where(v2, MESSAGE_MAGIC_CODE_V2, MESSAGE_MAGIC_CODE)
     fields[:, putloops.BODY_CRC] = body_crcs & 0x7FFFFFFF
     fields[:, putloops.QUEUE_ID] = queue_ids
-    fields[:, putloops.FLAG] = flag
+    fields[:, putloops.FLAG] = _same(n, flag)
     fields[:, putloops.QUEUE_OFFSET] = 0
     fields[:, putloops.PHYSICAL_OFFSET] = 0
     fields[:, putloops.SYS_FLAG] = flags_v
@@ -291,14 +298,21 @@ def _assemble(fmt, topics: list[str], queue_ids: list[int], codes: np.ndarray, p
     fields[:, putloops.BORN_PORT] = born_ports
     fields[:, putloops.STORE_TS] = store_ts
     fields[:, putloops.STORE_PORT] = store_ports
-    fields[:, putloops.RECONSUME] = reconsume
-    fields[:, putloops.PREPARED_OFFSET] = prepared
+    fields[:, putloops.RECONSUME] = _same(n, reconsume)
+    fields[:, putloops.PREPARED_OFFSET] = _same(n, prepared)
 
     # The distinct (topic, queueId) of the batch, and which each message's is.
     qids = fields[:, putloops.QUEUE_ID]
     low = int(qids.min()) if n else 0
     span = int(qids.max()) - low + 1 if n else 1
-    distinct, queue_index = np.unique(topic_index * span + (qids - low), return_inverse=True)
+    keys = topic_index * span + (qids - low)
+    if len(topic_names) * span <= 4 * n:  # a table of every key is no bigger than the batch: no sort
+        seen = np.zeros(len(topic_names) * span, dtype=np.bool_)
+        seen[keys] = True
+        distinct = np.flatnonzero(seen)
+        queue_index = (np.cumsum(seen) - 1)[keys]
+    else:
+        distinct, queue_index = np.unique(keys, return_inverse=True)
     queues = [(topic_names[q // span], q % span + low) for q in distinct.tolist()]
     index_records, index_hashes = batchprops.index_hashes(topic_names, topic_index, props_buf, props_at,
                                                           tran != TRANSACTION_ROLLBACK_TYPE, spans)
