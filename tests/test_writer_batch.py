@@ -81,6 +81,17 @@ def open_writer(path: Path, write_format: WriteFormat, index: bool = True,
                        clock=ticking_clock(), write_format=write_format)
 
 
+def assert_put_batch_writes_what_put_writes(tmp_path: Path, write_format: WriteFormat, chunks: list[list]) -> None:
+    """The messages of ``chunks`` put one by one into one store and a put_batch a chunk into
+    another: the same results, the same files."""
+    with open_writer(tmp_path / "put", write_format) as writer:
+        expected = [writer.put(new) for chunk in chunks for new in chunk]
+    with open_writer(tmp_path / "batch", write_format) as writer:
+        got = [r for chunk in chunks for r in writer.put_batch(chunk).results()]
+    assert got == expected
+    assert tree_digest(tmp_path / "put") == tree_digest(tmp_path / "batch")
+
+
 def batches(items: list, sizes: list[int]):
     at, k = 0, 0
     while at < len(items):
@@ -170,12 +181,7 @@ def test_a_flush_of_batches_written_short_is_finished_or_undone(tmp_path, monkey
 def test_put_batch_gives_each_queue_its_own_offsets_however_far_apart_the_queue_ids(tmp_path, queue_ids):
     news = [NewMessage(f"Topic{i % 2}", queue_ids[i % len(queue_ids)], b"q%d" % i, {"KEYS": f"k{i}"},
                        storeTimestamp=T0 + i) for i in range(40)]
-    with open_writer(tmp_path / "put", FORMAT_4X) as writer:
-        expected = [writer.put(new) for new in news]
-    with open_writer(tmp_path / "batch", FORMAT_4X) as writer:
-        got = writer.put_batch(news[:25]).results() + writer.put_batch(news[25:]).results()
-    assert got == expected
-    assert tree_digest(tmp_path / "put") == tree_digest(tmp_path / "batch")
+    assert_put_batch_writes_what_put_writes(tmp_path, FORMAT_4X, [news[:25], news[25:]])
 
 
 def test_a_message_put_refuses_refuses_the_batch(tmp_path):
@@ -346,12 +352,7 @@ def test_put_batch_of_one_key_set_made_as_one_text(tmp_path, write_format):
     ]
     news = [[NewMessage("TopicU", i % 3, b"u%d" % i * 9, make(i), storeTimestamp=T0 + i) for i in range(6)]
             for make in key_sets]
-    with open_writer(tmp_path / "put", write_format) as writer:
-        expected = [writer.put(new) for batch in news for new in batch]
-    with open_writer(tmp_path / "batch", write_format) as writer:
-        got = [r for batch in news for r in writer.put_batch(batch).results()]
-    assert got == expected
-    assert tree_digest(tmp_path / "put") == tree_digest(tmp_path / "batch")
+    assert_put_batch_writes_what_put_writes(tmp_path, write_format, news)
 
 
 @pytest.mark.parametrize("write_format", [FORMAT_4X, FORMAT_5X_CRC], ids=["4.x", "5.x-crc"])
@@ -375,12 +376,7 @@ def test_put_batch_of_stored_strings_reads_tags_and_keys_as_the_broker_parses_th
         props = {"DELAY": "2", "REAL_TOPIC": "TopicR"} if i % 10 == 9 else {}
         news.append(NewMessage(f"TopicR{i % 2}", i % 3, b"r%d" % i * 20, props, propertiesRaw=raw,
                                sysFlag=TRANSACTION_ROLLBACK_TYPE if i % 8 == 7 else 0, storeTimestamp=T0 + i))
-    with open_writer(tmp_path / "put", write_format) as writer:
-        expected = [writer.put(new) for new in news]
-    with open_writer(tmp_path / "batch", write_format) as writer:
-        got = writer.put_batch(news[:33]).results() + writer.put_batch(news[33:]).results()
-    assert got == expected
-    assert tree_digest(tmp_path / "put") == tree_digest(tmp_path / "batch")
+    assert_put_batch_writes_what_put_writes(tmp_path, write_format, [news[:33], news[33:]])
 
 
 def stored_copies(news: list[NewMessage]) -> StoredCopies:
