@@ -15,6 +15,7 @@ and the ratios between them, and the generator's time for 10 M records at the ra
 (an extrapolation unless N is 10 M). Everything written is deleted afterwards.
 
     python3 benchmarks/bench_generate.py [--messages N] [--dir DIR] [--profile]
+    python3 benchmarks/bench_generate.py --messages N --batch-rounds R   (put_batch and raw only)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import cProfile
 import os
 import pstats
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -204,15 +206,38 @@ def bench_raw(directory: Path, size: int) -> float:
     return elapsed
 
 
+def batch_rounds(directory: Path, messages: int, rounds: int, mean_size: int = 1000) -> None:
+    """put_batch of ``messages`` messages of ``mean_size`` bytes (the generator's mean), then the
+    raw write of the same bytes, ``rounds`` times."""
+    mb = 1024 * 1024
+    ratios = []
+    for k in range(rounds):
+        batch_s, size = bench_put_batch(directory, messages, mean_size)
+        raw_s = bench_raw(directory, size)
+        ratios.append(raw_s / batch_s)
+        print(f"round {k + 1}: put_batch {size / mb / batch_s:7.1f} MiB/s  raw {size / mb / raw_s:7.1f} MiB/s  "
+              f"put_batch / raw {ratios[-1]:.3f}", flush=True)
+    print(f"put_batch / raw, median of {rounds}: {statistics.median(ratios):.3f}  (the aim is >= 0.35)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir)")
     parser.add_argument("--profile", action="store_true", help="cProfile the generator (to stderr)")
+    parser.add_argument("--batch-rounds", type=int, default=0,
+                        help="only put_batch and the raw write of as many bytes, one after the other, this many "
+                             "times: each ratio and their median (the ratio under a load that moves)")
     args = parser.parse_args()
     if args.dir is not None:
         args.dir.mkdir(parents=True, exist_ok=True)
     directory = Path(tempfile.mkdtemp(prefix="bench-generate-", dir=args.dir))
+    if args.batch_rounds:
+        try:
+            batch_rounds(directory, args.messages, args.batch_rounds)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        return
     try:
         n = args.messages
         gen_s, gen_bytes = bench_generator(directory, n, args.profile)
