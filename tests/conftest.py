@@ -10,6 +10,7 @@ import pytest
 from wallclock import PINNED_MS, pin_wall_clock
 
 from rmqdelay.samples.pack import ARCHIVE_NAME, unpack
+from support import warmloops
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 REAL_BROKER_SAMPLES = ["delay-fresh", "delay-partial", "retry"]
@@ -36,11 +37,15 @@ def pytest_sessionstart(session):
     """The project's modules compiled to bytecode once, as installing a package compiles its
     modules: the CLI that tests start as a child process (hundreds of times) then reads them,
     even where PYTHONDONTWRITEBYTECODE (which some shells and CI set) keeps every new
-    interpreter from caching what it compiled."""
+    interpreter from caching what it compiled. The numba loops too, where their cache is
+    missing or older than their source (support/warmloops.py)."""
     if hasattr(session.config, "workerinput"):
         return  # the controller of pytest-xdist did it
+    warming = warmloops.start() if warmloops.stale() else []
     for package in ("rmqdelay", "commands", "formats", "spark"):
         compileall.compile_dir(SAMPLES.parent / package, quiet=1)
+    for proc in warming:  # the numba loops compiled once, not in every process (warmloops.py)
+        proc.wait()
 
 
 def pytest_xdist_auto_num_workers(config):
