@@ -21,6 +21,8 @@ where it would meet the real ones. SPEC is JSON, a list of rules:
   write of zeros still succeeds: overwriting bytes already written needs no new space.
 - kill: true: the nth call is made for real, then the process is stopped by SIGKILL (what
   it wrote stays in the page cache, as after a kill -9); for pwrite, write and fsync;
+- after: only calls made once a write (pwrite or write) to a path holding this text is done
+  count ("/commitlog/": once the run has put its first message);
 - contains: only writes whose data holds this text count (a record with a given property);
   contains_hex: the same for bytes given in hex ("cbd43194": a BLANK record's magic code, the
   write that ends a commit log file).
@@ -53,7 +55,9 @@ class Rule:
     kill: bool = False
     contains: str | None = None
     contains_hex: str | None = None
+    after: str | None = None
     seen: int = 0
+    armed: bool = False
 
     def matches(self, path: str) -> bool:
         if self.path.endswith("$"):
@@ -62,6 +66,8 @@ class Rule:
 
     def hit(self, op: str, path: str, mode: str | None = None, data=None) -> bool:
         if op != self.op or not self.matches(path):
+            return False
+        if self.after is not None and not self.armed:
             return False
         if self.contains is not None and (data is None or self.contains.encode() not in bytes(data)):
             return False
@@ -127,7 +133,11 @@ def install(rules: list[Rule]) -> None:
                     size = min(rule.short, len(data))
                     return real(fd, memoryview(data)[:size], *rest) if size else 0
                 raise rule.error(name)
-            return real(fd, data, *rest)
+            done = real(fd, data, *rest)
+            for waiting in rules:
+                if waiting.after is not None and waiting.after in name:
+                    waiting.armed = True
+            return done
         return fake
 
     def fake_fsync(fd):

@@ -9,8 +9,9 @@ on stderr and no traceback (the check itself: rmqdelay.schedule.audit).
 
     python3 tests/support/kill9_soak.py --kills 200 [--messages 4000] [--seed 7] [--faults 0.6]
 
---faults is the share of the stops made by a fault rather than SIGKILL. The same functions
-drive tests/test_kill9.py with a smaller count.
+--faults is the share of the stops made by a fault rather than SIGKILL. tests/test_kill9.py
+stops runs at chosen points instead (KILL_POINTS and one fault of each kind, in turn:
+stop_at_every_point) with the same store, runs and checks.
 """
 
 from __future__ import annotations
@@ -128,6 +129,66 @@ def fault_run(path: Path, kind: str, rules: list[dict], extra: list[str], result
     if proc.returncode != 2 or len(lines) != 1 or not lines[0].startswith("rmqdelay: ") or "Traceback" in err:
         raise RuntimeError(f"rmqdelay run under {kind} {rules}: exit {proc.returncode}, stderr: {err[-2000:]}")
     result.faults[kind] += 1
+
+
+# Every kind of write a run makes, each a point where a run is SIGKILLed right after that
+# system call (faultinject.py's "kill"): together, the states a kill between any two of its
+# system calls can leave (a kill -9 leaves what was written in the page cache, so right after
+# a file's write and right after its fsync are the same state, and the fsync is killed only
+# where other writes come between). Each counts only once the run has put its first message
+# (the stop: the first such call from there), so every stop lands while it delivers.
+KILL_POINTS = {
+    "commit-log-write": {"op": "pwrite", "path": "/commitlog/", "nth": 2},
+    "commit-log-directory-fsync": {"op": "fsync", "path": "/commitlog$"},
+    "queue-unit-write": {"op": "pwrite", "path": "/consumequeue/"},
+    "queue-fsync": {"op": "fsync", "path": "/consumequeue/"},
+    "index-write": {"op": "pwrite", "path": "/index/"},
+    "abort-mark-write": {"op": "pwrite", "path": "abort.rmqdelay-new"},
+    "commit-log-fsync": {"op": "fsync", "path": "/commitlog/"},
+    "checkpoint-write": {"op": "pwrite", "path": "/checkpoint$"},
+    "offsets-write": {"op": "pwrite", "path": "delayOffset.json.tmp"},
+    "offsets-backup-write": {"op": "pwrite", "path": "delayOffset.json.bak.tmp"},
+    "scheduler-state-write": {"op": "pwrite", "path": "rmqdelay.scheduler.json.tmp"},
+    "config-directory-fsync": {"op": "fsync", "path": "/config$"},
+}
+
+
+def killed_at(path: Path, point: str, extra: list[str], out: Path) -> None:
+    """A run SIGKILLed right after the system call KILL_POINTS names; an error if it
+    finished or failed instead (the point was not reached, or the run broke)."""
+    rules = [dict(KILL_POINTS[point], kill=True, after="/commitlog/")]
+    cmd = [sys.executable, FAULTINJECT, json.dumps(rules), *run_command(path, *extra)[3:]]
+    with open(out, "wb") as fh:
+        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=120)
+    if proc.returncode != -signal.SIGKILL:
+        raise RuntimeError(f"rmqdelay run to be killed at {point} {rules}: exit {proc.returncode}, "
+                           f"output: {out.read_text(errors='replace')[-2000:]}")
+
+
+def stop_at_every_point(path: Path, rng: random.Random, work: Path, *, faults: bool = False,
+                        top_up: int = 150) -> SoakResult:
+    """The deterministic counterpart of kill_cycles: a run killed at each of KILL_POINTS, in
+    turn (or, ``faults``, one stopped by each kind of fault_kinds, every one of which must
+    stop its run); the store topped up between stops as kill_cycles does."""
+    result = SoakResult()
+    next_key = 10_000_000
+    started = time.monotonic()
+    stops = sorted(fault_kinds(rng)) if faults else list(KILL_POINTS)
+    for point in stops:
+        add_messages(path, top_up, rng, next_key)
+        next_key += top_up
+        result.added += top_up
+        out = work / "run.out"
+        extra = ["--batch-size", str(rng.choice([1, 8, 64, 512])),
+                 "--flush-interval", str(rng.choice([0, 0.005, 0.05, 10]))]
+        if faults:
+            fault_run(path, point, fault_kinds(rng)[point], extra, result, out)
+        else:
+            killed_at(path, point, extra, out)
+            result.killed_mid_delivery += 1
+        result.kills += 1
+    result.seconds = time.monotonic() - started
+    return result
 
 
 def run_and_kill(command: list[str], out: Path, env: dict, first: bytes, delay_s: float, wait_s: float) -> bool:
