@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 from conftest import SAMPLES
-from support.kill9_timer_soak import kill_timer_runs, run_cli
+from support.kill9_timer_soak import run_cli, stop_timer_runs_at
 
 from rmqdelay.schedule.events import Stopped
 from rmqdelay.schedule.scheduler import Scheduler, wall_clock_ms
@@ -195,10 +195,15 @@ def drained_exactly_once(path, stats: dict):
 
 @pytest.mark.slow
 def test_kill_9_on_a_timer_store_delivers_every_timer_message_exactly_once(store_copy, tmp_path):
+    """A run killed right after each of the timer's own writes, and the flush and checkpoint
+    that follow its outputs (the other writes: the two tests below, between them covering
+    TIMER_KILL_POINTS)."""
     rng = random.Random(20261123)
     path = store_copy("timer-fresh")
-    stats = kill_timer_runs(path, 6, rng, tmp_path)
-    assert stats["killed"] >= 3
+    points = ["timer-log-write", "timer-wheel-fsync", "timer-state-write", "timercheck-write",
+              "timercheck-backup-write", "commit-log-fsync", "checkpoint-write"]
+    stats = stop_timer_runs_at(path, points, rng, tmp_path)
+    assert stats["killed"] == len(points)
     check = drained_exactly_once(path, stats)
     assert check.delay_delivered == check.delay_parked == 305
 
@@ -232,9 +237,11 @@ def test_a_message_due_before_the_read_clock_of_a_run_ahead_is_delivered_by_the_
 
 def test_kill_9_while_full_slots_are_put_in_batches_delivers_each_message_once(store_copy, tmp_path):
     """Every parked message due within the same second as a few dozen others: each slot's
-    outputs go to the writer as one batch (put_batch), killed at random moments."""
+    outputs go to the writer as one batch (put_batch), killed right after a batch's records,
+    its units, its index entries and the abort mark that covers them."""
     rng = random.Random(20261127)
     path = store_copy("timer-fresh")
-    stats = kill_timer_runs(path, 4, rng, tmp_path, spread_ms=1)
-    assert stats["killed"] >= 2
+    points = ["commit-log-write", "queue-unit-write", "index-write", "abort-mark-write"]
+    stats = stop_timer_runs_at(path, points, rng, tmp_path, spread_ms=1)
+    assert stats["killed"] == len(points)
     drained_exactly_once(path, stats)

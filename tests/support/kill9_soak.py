@@ -153,16 +153,22 @@ KILL_POINTS = {
 }
 
 
-def killed_at(path: Path, point: str, extra: list[str], out: Path) -> None:
-    """A run SIGKILLed right after the system call KILL_POINTS names; an error if it
-    finished or failed instead (the point was not reached, or the run broke)."""
-    rules = [dict(KILL_POINTS[point], kill=True, after="/commitlog/")]
-    cmd = [sys.executable, FAULTINJECT, json.dumps(rules), *run_command(path, *extra)[3:]]
+def kill_after(args: list[str], rule: dict, out: Path, what: str) -> None:
+    """``rmqdelay ARGS`` SIGKILLed right after the system call ``rule`` names (counted once
+    the run has put its first message); an error if it finished or failed instead (the
+    point was not reached, or the run broke)."""
+    rules = [dict(rule, kill=True, after="/commitlog/")]
     with open(out, "wb") as fh:
-        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=120)
+        proc = subprocess.run([sys.executable, FAULTINJECT, json.dumps(rules), *args], stdout=fh,
+                              stderr=subprocess.STDOUT, timeout=120)
     if proc.returncode != -signal.SIGKILL:
-        raise RuntimeError(f"rmqdelay run to be killed at {point} {rules}: exit {proc.returncode}, "
+        raise RuntimeError(f"rmqdelay {what} to be killed at {rules}: exit {proc.returncode}, "
                            f"output: {out.read_text(errors='replace')[-2000:]}")
+
+
+def killed_at(path: Path, point: str, extra: list[str], out: Path) -> None:
+    """A run SIGKILLed right after the system call KILL_POINTS names."""
+    kill_after(run_command(path, *extra)[3:], KILL_POINTS[point], out, f"run ({point})")
 
 
 def stop_at_every_point(path: Path, rng: random.Random, work: Path, *, faults: bool = False,

@@ -17,7 +17,8 @@ resized) and `timer repair --execute` mends it before the next run; the check th
 counts recalled messages delivered (a cancellation that reached the timer in time).
 
 Each run reads the wheel four hours further (--now), so runs read ahead of the wall clock too
-(the neutralising of slots read early is killed as well). tests/test_timer_run.py runs a few.
+(the neutralising of slots read early is killed as well). tests/test_timer_run.py and
+tests/test_samples_timerstore.py kill runs at chosen points instead (TIMER_KILL_POINTS, in turn).
 """
 
 from __future__ import annotations
@@ -38,10 +39,10 @@ from rmqdelay.store.writer import NewMessage, StoreWriter
 from rmqdelay.timer.audit import check_timer_store
 
 try:
-    from support.kill9_soak import run_and_kill
+    from support.kill9_soak import KILL_POINTS, kill_after, run_and_kill
     from support.timerdamage import DAMAGES, FILES, damage_store
 except ImportError:  # run as a script: tests/support is the script's own directory
-    from kill9_soak import run_and_kill
+    from kill9_soak import KILL_POINTS, kill_after, run_and_kill
     from timerdamage import DAMAGES, FILES, damage_store
 
 FAR = 4_102_444_800_000  # 2100-01-01: everything is due
@@ -105,6 +106,39 @@ def kill_timer_runs(path: Path, kills: int, rng: random.Random, work: Path, *, m
                                        f"{repair.stderr.decode()[-2000:]}")
                 stats["repairs"][f"{name} {how}"] += 1
     stats["seconds"] = time.monotonic() - started
+    return stats
+
+
+# The writes of a run on a timer store, each a point where a run is SIGKILLed right after it
+# (kill9_soak.KILL_POINTS: the delay side's; counted once the run has put its first output).
+# The wheel is written through its mapping: its fsync is the call after it.
+TIMER_KILL_POINTS = {
+    **{name: KILL_POINTS[name] for name in ("commit-log-write", "queue-unit-write", "index-write",
+                                            "abort-mark-write", "commit-log-fsync", "checkpoint-write",
+                                            "scheduler-state-write", "config-directory-fsync")},
+    "timer-log-write": {"op": "pwrite", "path": "/timerlog/"},
+    "timer-wheel-fsync": {"op": "fsync", "path": "/timerwheel$"},
+    "timer-state-write": {"op": "pwrite", "path": "rmqdelay.timer.json.tmp"},
+    "timercheck-write": {"op": "pwrite", "path": "timercheck.tmp"},
+    "timercheck-backup-write": {"op": "pwrite", "path": "timercheck.bak.tmp"},
+}
+
+
+def stop_timer_runs_at(path: Path, points: list[str], rng: random.Random, work: Path, *,
+                       clock: int = FRESH_READ_CLOCK, spread_ms: int = 5000, parked: tuple[int, ...] = (40, 80)) -> dict:
+    """The deterministic counterpart of kill_timer_runs: park messages, start `run` reading
+    four hours further, SIGKILL it right after the write TIMER_KILL_POINTS names; once per
+    point, in turn. Every run must reach its point, so fewer messages (``parked``) than the
+    soak's are parked before each: a stop lands where it is meant to, not where time ran out."""
+    stats = {"killed": 0, "finished": 0, "parked": 0}
+    serial = 1
+    for point in points:
+        stats["parked"] += park(path, rng, rng.choice(parked), clock, serial, spread_ms)
+        serial += 1000
+        clock += 4 * 3600_000
+        command = run_cli(path, "--flush-interval", str(rng.choice([0, 0.01, 0.2])), now=clock)
+        kill_after(command[3:], TIMER_KILL_POINTS[point], work / "run.out", f"timer run ({point})")
+        stats["killed"] += 1
     return stats
 
 
