@@ -92,6 +92,8 @@ def test_a_standalone_cluster_gives_the_embedded_result_for_store_paths_as_typed
         # spark-submit picks the master and runs the same jobs: the rows are the embedded engine's.
         submitted = subprocess.run([str(Path(sys.executable).parent / "spark-submit"), "--master", master,
                                     "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.host=127.0.0.1",
+                                    # a short-lived executor JVM, as conftest.py sets for the drivers
+                                    "--conf", f"spark.executor.extraJavaOptions={os.environ['SPARK_SUBMIT_OPTS']}",
                                     submit.__file__, "retries", stores[1], "--now", NOW, "--json"],
                                    capture_output=True, text=True, cwd=REPO, timeout=900,
                                    env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
