@@ -78,6 +78,12 @@ def run_command(path: Path, *extra: str) -> list[str]:
             "--json", *extra]
 
 
+def run_options(rng: random.Random) -> list[str]:
+    """A run's batch size and flush interval, from one at a time to more than a level holds."""
+    return ["--batch-size", str(rng.choice([1, 8, 64, 512])),
+            "--flush-interval", str(rng.choice([0, 0.005, 0.05, 10]))]
+
+
 def pending_units(path: Path) -> int:
     with Store(path) as store:
         offsets = store.delay_offsets()
@@ -175,7 +181,8 @@ def stop_at_every_point(path: Path, rng: random.Random, work: Path, *, faults: b
                         top_up: int = 150) -> SoakResult:
     """The deterministic counterpart of kill_cycles: a run killed at each of KILL_POINTS, in
     turn (or, ``faults``, one stopped by each kind of fault_kinds, every one of which must
-    stop its run); the store topped up between stops as kill_cycles does."""
+    stop its run); ``top_up`` new messages before every stop, so each run has messages to put
+    (and files to start) besides what it replays."""
     result = SoakResult()
     next_key = 10_000_000
     started = time.monotonic()
@@ -185,8 +192,7 @@ def stop_at_every_point(path: Path, rng: random.Random, work: Path, *, faults: b
         next_key += top_up
         result.added += top_up
         out = work / "run.out"
-        extra = ["--batch-size", str(rng.choice([1, 8, 64, 512])),
-                 "--flush-interval", str(rng.choice([0, 0.005, 0.05, 10]))]
+        extra = run_options(rng)
         if faults:
             fault_run(path, point, fault_kinds(rng)[point], extra, result, out)
         else:
@@ -235,8 +241,7 @@ def kill_cycles(path: Path, kills: int, rng: random.Random, *, top_up: int = 400
             next_key += top_up
             result.added += top_up
         out = work / "run.out"
-        extra = ["--batch-size", str(rng.choice([1, 8, 64, 512])),
-                 "--flush-interval", str(rng.choice([0, 0.005, 0.05, 10]))]
+        extra = run_options(rng)
         if rng.random() < faults:
             kind, rules = rng.choice(sorted(fault_kinds(rng).items()))
             fault_run(path, kind, rules, extra, result, out)
