@@ -61,6 +61,11 @@ def test_no_java_is_one_line_saying_which_java_and_how_to_point_java_home(tmp_pa
     assert_one_line(no_path, 2, "no Java (JAVA_HOME is not set and no java is on PATH)")
 
 
+# The CLI's executor, a short-lived JVM too (the launcher's arguments reach spark-submit).
+_SHORT_LIVED_EXECUTOR = \
+    f"--conf \"spark.executor.extraJavaOptions={os.environ['SPARK_SUBMIT_OPTS']}\" pyspark-shell"
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.long
@@ -84,7 +89,8 @@ def test_a_standalone_cluster_gives_the_embedded_result_for_store_paths_as_typed
     with standalone_cluster(tmp_path / "cluster", workers=1) as master:
         on_spark = subprocess.run([CONSOLE_SCRIPT, "analyze", "lateness", *stores, "--now", NOW, "--json",
                                    "--keep-going", "--spark", "--master", master], capture_output=True, text=True,
-                                  cwd=REPO, timeout=900, env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"))
+                                  cwd=REPO, timeout=900, env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1",
+                                                                  PYSPARK_SUBMIT_ARGS=_SHORT_LIVED_EXECUTOR))
         # The JVM says nothing on the terminal: stderr is the embedded engine's, the skipped bytes.
         assert (on_spark.returncode, on_spark.stderr) == (embedded.returncode, embedded.stderr), on_spark.stderr[-3000:]
         assert [json.loads(x) for x in on_spark.stdout.splitlines()] == \
