@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from rmqdelay.formats.constants import MAX_DELIVER_MS
@@ -31,6 +30,7 @@ from rmqdelay.units import (  # noqa: F401 (the commands take them from here)
 
 if TYPE_CHECKING:
     from rich.console import Console
+
 
 class _Deferred:
     """A rich Console made when first used, not when a command's module is imported: a

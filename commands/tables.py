@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # rich is imported where a table is drawn, not for a command'
 
     Cell = str | Text
 
+
 FOLD_FLOOR = 12  # a foldable column keeps at least this many characters (or its header's)
 
 
