@@ -42,14 +42,6 @@ class Fitted:
     hidden: list[str]  # headers of the columns dropped to fit
 
 
-def _cell_width(cell: Cell) -> int:
-    from rich.cells import cell_len
-    from rich.text import Text
-
-    text = cell.plain if isinstance(cell, Text) else cell
-    return max((cell_len(line) for line in text.split("\n")), default=0)
-
-
 def table_width(widths: Sequence[int]) -> int:
     """What a rich table without edges takes: each column padded by one space either side,
     one rule between columns."""
@@ -62,7 +54,11 @@ def fit(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: int, *
     from rich.table import Table
     from rich.text import Text
 
-    natural = [max([cell_len(c.header)] + [_cell_width(r[i]) for r in rows]) for i, c in enumerate(columns)]
+    def cell_width(cell: Cell) -> int:
+        text = cell.plain if isinstance(cell, Text) else cell
+        return max((cell_len(line) for line in text.split("\n")), default=0)
+
+    natural = [max([cell_len(c.header)] + [cell_width(r[i]) for r in rows]) for i, c in enumerate(columns)]
     # The least a column can take: a foldable one its floor (or less when it needs less).
     least = [min(natural[i], max(c.floor, cell_len(c.header))) if c.fold else natural[i]
              for i, c in enumerate(columns)]
