@@ -159,11 +159,12 @@ class Text:
         part.plain, part.styles = self.plain, [_combine(base, s) for s in self.styles]
         return part
 
-    def padded(self, width: int, style: Style = PLAIN) -> Text:
+    def padded(self, width: int) -> Text:
+        """This text with plain spaces after it up to WIDTH cells."""
         missing = width - cell_len(self.plain)
         if missing > 0:
             part = self.slice(0, len(self.plain))
-            part.append(" " * missing, style)
+            part.append(" " * missing)
             return part
         return self
 
@@ -434,7 +435,7 @@ def _table(rows: list[list[_Cell]], width: int, fixed: dict[int, int] | None = N
             line = Text()
             for left, body, right, style, inner in cells:
                 part = body[n] if n < len(body) else Text()
-                part = part.padded(inner).over(style) if style != PLAIN else part.padded(inner)
+                part = part.padded(inner).over(style)
                 line.extend(left).extend(part).extend(right)
             lines.append(line)
     return lines
