@@ -257,7 +257,7 @@ def wrap(text: Text, width: int, pad: bool = False, fold: bool = True) -> list[T
         cuts = [0, *_break_points(line.plain, width, fold), len(line.plain)]
         for a, b in zip(cuts, cuts[1:]):
             part = line.slice(a, b)
-            excess = cell_len(part.plain) - width
+            excess = len(part.plain) - width  # in characters, as rich counts it here
             if excess > 0:  # trailing spaces beyond the width go
                 spaces = len(part.plain) - len(part.plain.rstrip())
                 part = part.slice(0, len(part.plain) - min(spaces, excess))
@@ -268,18 +268,19 @@ def wrap(text: Text, width: int, pad: bool = False, fold: bool = True) -> list[T
 
 
 def _cut(text: Text, width: int, fold: bool) -> Text:
-    """TEXT cut to WIDTH cells, its last one an ellipsis unless FOLD."""
+    """TEXT cut to WIDTH cells, its last one an ellipsis unless FOLD. Each character of the
+    cut text keeps the style of the one it stands in place of (rich trims the styles to the
+    new length)."""
     keep = width if fold else width - 1
     end, used = 0, 0
     while end < len(text.plain) and used + _char_cells(text.plain[end]) <= keep:
         used += _char_cells(text.plain[end])
         end += 1
-    part = text.slice(0, end)
-    if used < keep:  # a wide character that does not fit leaves its cell blank
-        part.append(" " * (keep - used), text.styles[end] if end < len(text.styles) else PLAIN)
-    if not fold and width > 0:
-        part.plain += "…"
-        part.styles.append(text.styles[end] if end < len(text.styles) else PLAIN)
+    # A wide character that does not fit leaves its cell blank.
+    plain = text.plain[:end] + " " * (keep - used) + ("…" if not fold and width > 0 else "")
+    part = Text()
+    part.plain = plain
+    part.styles = [text.styles[i] if i < len(text.styles) else PLAIN for i in range(len(plain))]
     return part
 
 

@@ -171,6 +171,8 @@ WORDS = ["word", "x_y", "a-b", "--opt", "-o", "<N>", "`code`", "`a b`", " ", "  
        st.integers(20, 130), st.booleans(), st.booleans())
 @example("Say `x` to :smile: at 12:00:00.\n\nMore words here.", "Level: `3`", "", 80, True, True)
 @example("A long one " * 30, "x" * 90, "y", 21, False, False)
+@example("", ":smile:`a b`", "", 26, False, False)  # a wide character where a cell's line is cut
+@example("", ":smile:`code`", "", 20, True, False)  # the ellipsis takes the style of what it replaces
 def test_any_page_is_typers(terminal, command_help, option_help, argument_help, width, colour, required):
     command, ctx = build(command_help, option_help, argument_help, required=required)
     assert_same_page(command, ctx, width, terminal, colour=colour)
