@@ -130,9 +130,8 @@ def stored_copies(news: list[NewMessage]) -> StoredCopies:
 
     raw = format_properties(java_order(PROPS)).encode()
     return StoredCopies([m.topic for m in news], [m.queueId for m in news], column("flag"), column("sysFlag"),
-                        column("bornTimestamp"), np.frombuffer(b"".join(m.bornHost[0] for m in news), dtype=np.uint8),
-                        np.array([m.bornHost[1] for m in news], dtype=np.int64),
-                        np.frombuffer(b"".join(m.storeHost[0] for m in news), dtype=np.uint8),
+                        column("bornTimestamp"), *spans([m.bornHost[0] for m in news]),
+                        np.array([m.bornHost[1] for m in news], dtype=np.int64), *spans([m.storeHost[0] for m in news]),
                         np.array([m.storeHost[1] for m in news], dtype=np.int64), column("reconsumeTimes"),
                         *spans([m.body for m in news]), *spans([raw] * len(news)))
 

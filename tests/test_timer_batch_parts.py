@@ -6,13 +6,20 @@ written a file region at a time (the bytes, BLANKs and reads of one pwrite per u
 
 from __future__ import annotations
 
+import heapq
 import random
+import re
 import struct
 
 import numpy as np
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from rmqdelay.formats import reputloops as r
 
 from rmqdelay.errors import StoreError
+from rmqdelay.formats.javanum import java_parse_long
 from rmqdelay.formats.properties import (
     DECODED_MAP_CAPACITY_5X,
     broker_properties_string,
@@ -21,8 +28,10 @@ from rmqdelay.formats.properties import (
 )
 from rmqdelay.formats.timerlog import UNIT_SIZE, build_blank
 from rmqdelay.store import Store
+from rmqdelay.store.plainrecords import read_plain
 from rmqdelay.store.writer import NewMessage, StoreWriter
 from rmqdelay.timer import files
+from rmqdelay.timer.deliver.engine import _ascending
 from rmqdelay.timer.deliver.reads import read_ahead
 
 
@@ -133,3 +142,72 @@ def test_changed_wheel_slots_written_as_an_array_are_what_put_slot_writes(tmp_pa
         expected = build_slot(changed[index]) if index in changed else bytes(SLOT_SIZE)
         assert data[index * SLOT_SIZE:(index + 1) * SLOT_SIZE] == expected, index
     assert data[-SLOT_SIZE:] == build_slot(changed[WHEEL_SLOTS - 1])
+
+
+def test_records_read_as_columns_are_what_read_message_reads(tmp_path):
+    """read_plain (store/plainrecords.py) of a batch of entries: every row it reads holds what
+    read_message reads there (numbers, hosts IPv4 or IPv6, body, properties string); it leaves
+    unread exactly the rows that are not a plain whole record of their entry's size (a
+    properties segment the parser skips, another size, the middle of a record, outside the
+    log), and reads on after each."""
+    store = tmp_path / "s"
+    v6, v4 = (bytes(range(16)), 10911), (b"\x0a\x00\x00\x05", 10912)
+    with StoreWriter(store, create=True, commitlog_file_size=4096, sync=False) as w:
+        puts = []
+        for i in range(80):
+            pairs = {"UNIQ_KEY": f"U{i}", "REAL_TOPIC": "R", "note": "ü" * (i % 3)} if i % 9 else {"A": "1"}
+            raw = "".join(f"{k}\x01{v}\x02" for k, v in pairs.items() if v)
+            raw = raw[:-1] if i % 2 else raw
+            if i % 10 == 7:
+                raw += "\x02EMPTY\x01"  # a segment the parser skips
+            puts.append(w.put(NewMessage("T" * (1 + i % 3), i % 3, b"x" * (i * 7 % 300),
+                                         pairs, propertiesRaw=raw, bornTimestamp=i, reconsumeTimes=i % 4,
+                                         bornHost=v6 if i % 4 == 1 else v4, storeHost=v6 if i % 6 == 2 else v4,
+                                         flag=i, sysFlag=i % 2)))
+    offsets = [p.commitLogOffset for p in puts]
+    sizes = [p.storeSize for p in puts]
+    bad = [(offsets[3], sizes[3] + 1), (offsets[4] + 8, sizes[4]), (offsets[-1] + 10_000_000, 100), (-1, 50)]
+    offsets += [o for o, _ in bad]
+    sizes += [z for _, z in bad]
+    with Store(store) as s:
+        plain = read_plain(s.commitlog, offsets, sizes, whole=False)
+        assert read_plain(s.commitlog, offsets, sizes, whole=True) is None
+        for row, (offset, size) in enumerate(zip(offsets, sizes)):
+            plain_kind = row < 80 and row % 10 != 7
+            assert bool(plain.read[row]) == bool(plain_kind), row
+            if not plain_kind:
+                continue
+            msg = s.commitlog.read_message(offset, size)
+            n = plain.numbers[row]
+            assert (n[r.FLAG], n[r.SYS_FLAG], n[r.BORN_TS], n[r.BORN_PORT], n[r.STORE_PORT], n[r.RECONSUME]) == \
+                (msg.flag, msg.sysFlag, msg.bornTimestamp, msg.bornPort, msg.storePort, msg.reconsumeTimes)
+            assert plain.born[plain.born_at[row]:plain.born_at[row + 1]].tobytes() == msg.bornHostAddress
+            assert plain.stored[plain.stored_at[row]:plain.stored_at[row + 1]].tobytes() == msg.storeHostAddress
+            assert plain.bodies[plain.body_at[row]:plain.body_at[row + 1]].tobytes() == msg.body
+            assert plain.text(row) == msg.propertiesRaw
+            assert plain.uniq_keys()[row] == msg.properties.get("UNIQ_KEY")
+
+
+@given(st.lists(st.text(alphabet="0123456789+-x٣ ", max_size=21), min_size=1, max_size=40))
+@example(["9" * 18, "-" + "9" * 18, "9" * 19, "+5", "-", "+", "", "٣", "00012", "-0"])
+@settings(deadline=None)  # the first call loads the compiled loops
+def test_small_longs_read_as_long_parse_long(values):
+    """The compiled parse of TIMER_OUT_MS takes every sign and 1 to 18 ASCII digits, as
+    Long.parseLong reads them; the caller parses the rest with java_parse_long."""
+    data = "".join(values).encode()
+    ends = np.cumsum([len(v.encode()) for v in values])
+    starts = ends - [len(v.encode()) for v in values]
+    out = np.empty(len(values), dtype=np.int64)
+    ok = np.empty(len(values), dtype=np.bool_)
+    r.small_longs(np.frombuffer(data or b"\0", dtype=np.uint8), starts, ends, out, ok)
+    for value, parsed, taken in zip(values, out.tolist(), ok.tolist()):
+        if taken:
+            assert parsed == java_parse_long(value)
+        assert taken == bool(re.fullmatch(r"[+-]?[0-9]{1,18}", value))
+
+
+@given(st.lists(st.integers(-50, 50), max_size=200))
+def test_a_heap_read_in_ascending_order(values):
+    heap = list(values)
+    heapq.heapify(heap)
+    assert list(_ascending(heap)) == sorted(values)

@@ -380,7 +380,7 @@ def test_put_batch_of_stored_strings_reads_tags_and_keys_as_the_broker_parses_th
 
 
 def stored_copies(news: list[NewMessage]) -> StoredCopies:
-    """The messages (each with its stored string, IPv4 hosts) as the columns put_stored takes."""
+    """The messages (each with its stored string) as the columns put_stored takes."""
     def spans(parts: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
         at = np.zeros(len(parts) + 1, dtype=np.int64)
         np.cumsum([len(p) for p in parts], out=at[1:])
@@ -390,9 +390,8 @@ def stored_copies(news: list[NewMessage]) -> StoredCopies:
         return np.array([getattr(m, name) for m in news], dtype=np.int64)
 
     return StoredCopies([m.topic for m in news], [m.queueId for m in news], column("flag"), column("sysFlag"),
-                        column("bornTimestamp"), np.frombuffer(b"".join(m.bornHost[0] for m in news), dtype=np.uint8),
-                        np.array([m.bornHost[1] for m in news], dtype=np.int64),
-                        np.frombuffer(b"".join(m.storeHost[0] for m in news), dtype=np.uint8),
+                        column("bornTimestamp"), *spans([m.bornHost[0] for m in news]),
+                        np.array([m.bornHost[1] for m in news], dtype=np.int64), *spans([m.storeHost[0] for m in news]),
                         np.array([m.storeHost[1] for m in news], dtype=np.int64), column("reconsumeTimes"),
                         *spans([m.body for m in news]),
                         *spans([m.propertiesRaw.encode("utf-8", "surrogateescape") for m in news]))

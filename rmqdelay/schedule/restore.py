@@ -36,6 +36,7 @@ from rmqdelay.formats.errors import FormatError
 from rmqdelay.formats.properties import parse_properties, reformat_properties
 from rmqdelay.schedule.redelivery import real_queue_id, restore_problem, restore_unit, timeup_message
 from rmqdelay.store import Store
+from rmqdelay.store.plainrecords import read_plain
 from rmqdelay.store.writer import NewMessage
 
 if TYPE_CHECKING:
@@ -106,87 +107,20 @@ def restore_columns(store: Store, offsets: list[int], sizes: list[int]) -> Resto
     """``restore_units`` of a 4.x level's units (as a 4.x broker restores them), as columns; None
     when a unit is not a plain record whose properties the parser keeps whole and messageTimeup
     stores as they are (``restore_units`` then reads the batch and says why)."""
-    # Imported here: the compiled loops (numba) load only in a run that delivers.
-    from rmqdelay.formats import reputloops
-    from rmqdelay.store.batchencode import StoredCopies
-
-    n = len(offsets)
-    log = store.commitlog
-    files = log.files
-    if not n or not files:
+    plain = read_plain(store.commitlog, offsets, sizes, whole=True)
+    if plain is None:
         return None
-    at = np.array(offsets, dtype=np.int64)
-    size = np.array(sizes, dtype=np.int64)
-    file_of = np.searchsorted(np.array([f.start for f in files], dtype=np.int64), at, "right") - 1
-    if int(file_of.min()) < 0:
-        return None
-    room = int(size.sum())
-    numbers = np.empty((n, reputloops.NUMBERS), dtype=np.int64)
-    born = np.empty(4 * n, dtype=np.uint8)
-    stored = np.empty(4 * n, dtype=np.uint8)
-    bodies = np.empty(room, dtype=np.uint8)
-    props = np.empty(room, dtype=np.uint8)
-    shapes = np.empty(2 * room + 8 * n, dtype=np.uint8)
-    body_at = np.zeros(n + 1, dtype=np.int64)
-    props_at = np.zeros(n + 1, dtype=np.int64)
-    shape_at = np.zeros(n + 1, dtype=np.int64)
-    uniq_start = np.empty(n, dtype=np.int64)
-    uniq_end = np.empty(n, dtype=np.int64)
-    cuts = [0, *(np.flatnonzero(np.diff(file_of)) + 1).tolist(), n]
-    for a, b in zip(cuts, cuts[1:]):  # a run of units in one file (a batch rarely spans two)
-        mf = files[int(file_of[a])]
-        view = np.frombuffer(log.view(int(file_of[a])), dtype=np.uint8)
-        if reputloops.plain_records(view, min(mf.size, len(view)), at[a:b] - mf.start, size[a:b], a, numbers, born,
-                                    stored, bodies, body_at, props, props_at, shapes, shape_at, uniq_start,
-                                    uniq_end) >= 0:
-            return None
     # Once per distinct shape: the parse, messageTimeup's verdict and whether it keeps the string.
-    shape_bytes = shapes[:int(shape_at[n])].tobytes()
-    bounds = shape_at.tolist()
-    kinds: dict[bytes, int] = {}
-    kind_of = [kinds.setdefault(shape, len(kinds))
-               for shape in map(shape_bytes.__getitem__, map(slice, bounds, bounds[1:]))]
-    first_of = dict(zip(reversed(kind_of), range(n - 1, -1, -1)))
     verdicts: list[tuple[str | None, str, int]] = []
-    text_bounds = props_at.tolist()
-    for kind in range(len(kinds)):
-        i = first_of[kind]
-        raw = props[text_bounds[i]:text_bounds[i + 1]].tobytes().decode("utf-8", "surrogateescape")
+    for i in plain.first_of:
+        raw = plain.text(i)
         parsed = parse_properties(raw)
         if reformat_properties(parsed, raw) != raw:
             return None  # messageTimeup stores another string: restore_units says which
         verdicts.append((restore_problem(parsed, False), parsed.get(PROPERTY_REAL_TOPIC, ""), real_queue_id(parsed)))
+    kind_of = plain.kind_of
     reasons = [verdicts[k][0] for k in kind_of]
-    uniq_keys = _values(props[:int(props_at[n])], uniq_start, uniq_end)
-    keep = np.array([r is None for r in reasons], dtype=np.bool_)
-    rows = np.flatnonzero(keep)
-    if len(rows) == n:
-        chosen = (bodies, body_at, props, props_at)
-    else:
-        chosen = (*_take(bodies, body_at, rows), *_take(props, props_at, rows))
+    uniq_keys = plain.uniq_keys()
+    rows = np.flatnonzero(np.array([r is None for r in reasons], dtype=np.bool_))
     kept = [verdicts[k] for k, r in zip(kind_of, reasons) if r is None]
-    f = numbers[rows]
-    four = (4 * rows[:, None] + np.arange(4)).reshape(-1)
-    copies = StoredCopies([v[1] for v in kept], [v[2] for v in kept], f[:, reputloops.FLAG],
-                          f[:, reputloops.SYS_FLAG], f[:, reputloops.BORN_TS], born[four], f[:, reputloops.BORN_PORT],
-                          stored[four], f[:, reputloops.STORE_PORT], f[:, reputloops.RECONSUME], *chosen)
-    return RestoredColumns(uniq_keys, reasons, copies)
-
-
-def _values(props: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[str | None]:
-    """The property values at ``props[starts[i]:ends[i]]`` (None where ``starts[i]`` is -1)."""
-    data = props.tobytes()
-    text = data.decode("utf-8", "surrogateescape")
-    a, b = starts.tolist(), ends.tolist()
-    if len(text) != len(data):  # not ASCII: byte offsets are not character offsets
-        return [None if s < 0 else data[s:e].decode("utf-8", "surrogateescape") for s, e in zip(a, b)]
-    return [None if s < 0 else text[s:e] for s, e in zip(a, b)]
-
-
-def _take(buf: np.ndarray, at: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    from rmqdelay.formats import reputloops
-
-    out = np.empty(int((at[rows + 1] - at[rows]).sum()), dtype=np.uint8)
-    out_at = np.empty(len(rows) + 1, dtype=np.int64)
-    reputloops.take_spans(buf, at, rows, out, out_at)
-    return out, out_at
+    return RestoredColumns(uniq_keys, reasons, plain.copies(rows, [v[1] for v in kept], [v[2] for v in kept]))

@@ -205,8 +205,9 @@ class StoredCopies:
     """Messages to put with the stored properties string each carries (messageTimeup's copies
     of records read back), as columns: what ``NewMessage`` says of each, its properties
     string back to back with the others (``props[props_at[i]:props_at[i + 1]]``, put as it
-    is, as put() puts a ``propertiesRaw``), its body the same way, its hosts IPv4 (4 bytes
-    each, back to back) with their ports. Its store timestamp is the writer's clock."""
+    is, as put() puts a ``propertiesRaw``), its body the same way, its hosts' addresses too
+    (4 bytes, 16 for IPv6; ``born[born_at[i]:born_at[i + 1]]``) with their ports. Its store
+    timestamp is the writer's clock."""
 
     topics: list[str]
     queue_ids: list[int]
@@ -214,8 +215,10 @@ class StoredCopies:
     sys_flag: np.ndarray
     born_ts: np.ndarray
     born: np.ndarray
+    born_at: np.ndarray
     born_ports: np.ndarray
     stored: np.ndarray
+    stored_at: np.ndarray
     store_ports: np.ndarray
     reconsume: np.ndarray
     bodies: np.ndarray
@@ -229,8 +232,9 @@ class StoredCopies:
     def head(self, m: int) -> StoredCopies:
         """The first ``m`` messages (their buffers shared)."""
         return StoredCopies(self.topics[:m], self.queue_ids[:m], self.flag[:m], self.sys_flag[:m], self.born_ts[:m],
-                            self.born[:4 * m], self.born_ports[:m], self.stored[:4 * m], self.store_ports[:m],
-                            self.reconsume[:m], self.bodies, self.body_at[:m + 1], self.props, self.props_at[:m + 1])
+                            self.born, self.born_at[:m + 1], self.born_ports[:m], self.stored, self.stored_at[:m + 1],
+                            self.store_ports[:m], self.reconsume[:m], self.bodies, self.body_at[:m + 1], self.props,
+                            self.props_at[:m + 1])
 
 
 def gather_stored(encoder: PutEncoder, s: StoredCopies) -> Gathered:
@@ -252,10 +256,9 @@ def gather_stored(encoder: PutEncoder, s: StoredCopies) -> Gathered:
     bodies = memoryview(s.bodies)
     at = s.body_at.tolist()
     body_crcs = np.fromiter(map(zlib.crc32, map(bodies.__getitem__, map(slice, at, at[1:]))), dtype=np.int64, count=n)
-    four = np.arange(n + 1, dtype=np.int64) * 4
     return _assemble(encoder.write_format, s.topics, s.queue_ids, codes, s.props, s.props_at, s.bodies, s.body_at,
-                     body_crcs, (s.born, four, s.born_ports), (s.stored, four, s.store_ports), s.sys_flag, s.flag,
-                     s.born_ts, store_ts, s.reconsume, 0)
+                     body_crcs, (s.born, s.born_at, s.born_ports), (s.stored, s.stored_at, s.store_ports), s.sys_flag,
+                     s.flag, s.born_ts, store_ts, s.reconsume, 0)
 
 
 def _assemble(fmt, topics: list[str], queue_ids: list[int], codes: np.ndarray, props_buf: np.ndarray,

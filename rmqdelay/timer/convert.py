@@ -61,10 +61,10 @@ def timer_output(msg: Message, enqueue_time: int, roll: bool, dequeue_ms: int) -
         qid_text = props.get(PROPERTY_REAL_QUEUE_ID)
         if topic is None:
             raise NotDeliverable("no REAL_TOPIC property")
-        problem = _topic_verdict(topic)
+        problem = topic_verdict(topic)
         if problem:
             raise NotDeliverable(f"REAL_TOPIC is {problem}")
-        queue_id = _queue_id(qid_text) if qid_text is not None else None
+        queue_id = queue_id_of(qid_text) if qid_text is not None else None
         if queue_id is None or queue_id < 0:
             raise NotDeliverable(f"REAL_QID is not a queue id: {qid_text!r} (the broker's Integer.parseInt "
                                  f"fails; it retries the message)")
@@ -77,14 +77,14 @@ def timer_output(msg: Message, enqueue_time: int, roll: bool, dequeue_ms: int) -
 
 
 @lru_cache(maxsize=4096)
-def _topic_verdict(topic: str) -> str | None:
+def topic_verdict(topic: str) -> str | None:
     """Why the broker cannot put to REAL_TOPIC ``topic``, or None (once per distinct topic)."""
     problem = topic_problem(topic)
     return problem if problem and not long_retry_topic(topic) else None
 
 
 @lru_cache(maxsize=4096)
-def _queue_id(text: str) -> int | None:
+def queue_id_of(text: str) -> int | None:
     """Integer.parseInt of REAL_QID (once per distinct text)."""
     return java_parse_int(text)
 

@@ -9,6 +9,7 @@ TIMER_ROLL_TIMES + 1 when it is a ROLL unit, delivered to REAL_TOPIC / REAL_QID 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from typing import NamedTuple
 
 from rmqdelay.errors import StoreError, StoreReadError
@@ -26,7 +27,10 @@ from rmqdelay.formats.constants import (
 )
 from rmqdelay.formats.javanum import java_parse_long
 from rmqdelay.formats.timerlog import TimerLogUnit
-from rmqdelay.store.writer import NewMessage
+from rmqdelay.store.writer import PUT_BATCH_MIN, NewMessage
+
+from .columns import TimerColumns
+from .enqueue import QueueEntry
 
 from ..convert import NotDeliverable, output_key, timer_output
 from .events import TimerCancelled, TimerDelivered, TimerEvent, TimerSkipped
@@ -89,7 +93,13 @@ class Dequeue:
                 normals.append(unit)
         normals.reverse()  # normalMsgStack.addFirst while walking back: append order
         outcomes = self._pending_outcomes  # in append order: events, and outputs to put
+        rows = self._slot_rows
         for unit in normals:
+            row = rows.get(unit.offsetPy) if rows else None
+            if row is not None and not unit.magic & TIMER_MAGIC_ROLL and unit.currWriteTime != -1 \
+                    and not self._replaying and self._slot_columns.sizes[row] == unit.sizePy:
+                self._dequeue_ready(unit, row, t, delete_keys, outcomes)
+                continue
             try:
                 msg = self._message(unit.offsetPy, unit.sizePy)
             except StoreReadError:
@@ -112,6 +122,29 @@ class Dequeue:
             roll = bool(unit.magic & TIMER_MAGIC_ROLL)
             self._rolls_pending = self._rolls_pending or roll
             outcomes.append(self._output(msg, unit.currWriteTime, roll, t, out))
+
+    def _dequeue_ready(self, unit: TimerLogUnit, row: int, t: int, delete_keys: set[str], outcomes: list) -> None:
+        """``_dequeue_slot`` of a ready record's unit, not a roll (columns.py)."""
+        cols = self._slot_columns
+        uniq = cols.uniq_keys()[row]
+        real_topic = cols.shape(row).topic
+        if uniq is not None and delete_keys and f"{real_topic}+{uniq}" in delete_keys:
+            self.cancelled += 1
+            outcomes.append(TimerCancelled(uniq, real_topic, t))
+            return
+        self._count(real_topic, -1)  # a ready record has no TIMER_ENQUEUE_MS: it was enqueued
+        outcomes.append(self._column_output(cols, row, QueueEntry(unit.offsetPy, unit.sizePy), unit.currWriteTime, t))
+
+    def _column_output(self, cols: TimerColumns, row: int, entry: QueueEntry, enqueue_time: int,
+                       slot_ms: int | None) -> _Columned:
+        """``_output`` of a ready record (nothing to replay, no run filter, a writer)."""
+        timer_out = cols.out_ms[row]
+        due = (slot_ms if slot_ms is not None else timer_out) + self.precision
+        return _Columned(cols, row, entry, enqueue_time, self.clock(), cols.uniq_keys()[row], slot_ms, timer_out, due)
+
+    def _column_run(self, cols: TimerColumns, start: int, stop: int) -> _ColumnRun:
+        """Ready rows ``start`` to ``stop`` of a queue batch, already due: put at once."""
+        return _ColumnRun(cols, start, stop, self.clock())
 
     def _put_pending(self) -> Iterator[TimerEvent]:
         """The outcomes of the slots read since the last call: outputs put, events in order."""
@@ -159,31 +192,125 @@ class Dequeue:
         return _Output(new, uniq, roll, roll_times, slot_ms, timer_out, due)
 
     def _put_outputs(self, outcomes: list) -> Iterator[TimerEvent]:
-        """The outputs among ``outcomes`` put with the one writer at once (put_all: put_batch,
-        the bytes put() writes, in the same order), then every event in order."""
-        news = [o.new for o in outcomes if isinstance(o, _Output)]
-        puts = self.writer.put_all(news) if news else None
-        j = 0
+        """The outputs among ``outcomes`` put with the one writer, in order, then every event
+        in order. A run of outputs of ready records (``_Columned``) is put as columns
+        (put_stored); any other output, and a run of ready ones too short to repay a batch's
+        fixed cost, is made the reference way and put with put_all (put_batch, or put() for a
+        few). The bytes are put()'s either way."""
+        outcomes = self._short_runs_made(outcomes)
+        placed: list[tuple] = []  # what each output became: topic, queue id and offset, offset, id, time
+        results = []  # put_all's result for each output made the reference way
+        run: list = []
+        for o in outcomes:
+            if isinstance(o, _Output | _Columned | _ColumnRun):
+                if run and (type(run[0]) is not type(o) or isinstance(o, _ColumnRun)):
+                    self._put_run(run, placed, results)
+                    run = []
+                run.append(o)
+        if run:
+            self._put_run(run, placed, results)
+        j = k = 0
+        lateness = self.lateness
         for o in outcomes:
             if o is None:
                 continue
-            if not isinstance(o, _Output):
+            if isinstance(o, _ColumnRun):
+                uniqs = o.cols.uniq_keys()
+                outs = o.cols.out_ms
+                due = self.precision
+                for row in range(o.start, o.stop):
+                    topic, queue_id, queue_offset, cl_offset, msg_id, store_ts = placed[j]
+                    late = store_ts - outs[row] - due
+                    lateness.append(late)
+                    yield TimerDelivered(uniqs[row], topic, queue_id, queue_offset, cl_offset, msg_id, outs[row], None,
+                                         store_ts, late, False, 0)
+                    j += 1
+                self.delivered += o.stop - o.start
+                if len(lateness) > 1 << 17:
+                    del lateness[:1 << 16]
+                continue
+            if not isinstance(o, _Output | _Columned):
                 yield o
                 continue
-            store_ts = puts.store_timestamps[j]
-            if o.roll:
+            topic, queue_id, queue_offset, cl_offset, msg_id, store_ts = placed[j]
+            roll = isinstance(o, _Output) and o.roll
+            if roll:
                 self.rolled += 1
-                self._remember(o.new, puts.result(j))
-                self._reput_slots[puts.commit_log_offsets[j]] = o.slot_ms
+                self._remember(o.new, results[k]())
+                self._reput_slots[cl_offset] = o.slot_ms
             else:
                 self.delivered += 1
-                self.lateness.append(store_ts - o.due)
-                if len(self.lateness) > 1 << 17:
-                    del self.lateness[:1 << 16]
-            yield TimerDelivered(o.uniq, puts.topics[j], puts.queue_ids[j], puts.queue_offsets[j],
-                                 puts.commit_log_offsets[j], puts.msg_ids[j], o.timer_out, o.slot_ms, store_ts,
-                                 store_ts - o.due, o.roll, o.roll_times)
+                lateness.append(store_ts - o.due)
+                if len(lateness) > 1 << 17:
+                    del lateness[:1 << 16]
+            k += isinstance(o, _Output)
+            yield TimerDelivered(o.uniq, topic, queue_id, queue_offset, cl_offset, msg_id, o.timer_out, o.slot_ms,
+                                 store_ts, store_ts - o.due, roll, o.roll_times if isinstance(o, _Output) else 0)
             j += 1
+
+    def _short_runs_made(self, outcomes: list) -> list:
+        """``outcomes`` with each run of fewer than PUT_BATCH_MIN ready outputs of one batch's
+        columns made the reference way (``_output`` of the decoded record)."""
+        made = list(outcomes)
+        run: list[int] = []
+        for i in [*(i for i, o in enumerate(outcomes) if isinstance(o, _Output | _Columned | _ColumnRun)), None]:
+            o = outcomes[i] if i is not None else None
+            if isinstance(o, _Columned) and (not run or outcomes[run[0]].cols is o.cols):
+                run.append(i)
+                continue
+            if len(run) < PUT_BATCH_MIN:
+                for m in run:
+                    c = made[m]
+                    made[m] = self._output(self._message(c.entry.offsetPy, c.entry.size), c.enqueue_time, False,
+                                           c.slot_ms, c.timer_out)
+            run = [i] if isinstance(o, _Columned) else []
+        return made
+
+    def _put_run(self, run: list, placed: list, results: list) -> None:
+        """One run of outputs of one kind put; what each became joins ``placed`` (and for
+        outputs made the reference way, their results)."""
+        if isinstance(run[0], _Output):
+            puts = self.writer.put_all([o.new for o in run])
+            placed.extend(zip(puts.topics, puts.queue_ids, puts.queue_offsets, puts.commit_log_offsets, puts.msg_ids,
+                              puts.store_timestamps))
+            results.extend(partial(puts.result, j) for j in range(len(run)))
+            return
+        if isinstance(run[0], _ColumnRun):
+            o, = run
+            rows = list(range(o.start, o.stop))
+            parts = [(o.cols, rows, [str(TIMER_NEVER_ENQUEUED)] * len(rows), [str(o.now)] * len(rows))]
+        else:
+            cuts = [0, *[i for i in range(1, len(run)) if run[i].cols is not run[i - 1].cols], len(run)]
+            parts = [(run[a].cols, [o.row for o in run[a:b]], [str(o.enqueue_time) for o in run[a:b]],
+                      [str(o.now) for o in run[a:b]]) for a, b in zip(cuts, cuts[1:])]
+        for cols, rows, enqueued, dequeued in parts:  # a run of one batch's columns (a queue batch or a slot)
+            puts = self.writer.put_stored(cols.copies(rows, enqueued, dequeued))
+            placed.extend(zip(puts.topics, puts.queue_ids, puts.queue_offsets.tolist(),
+                              puts.commit_log_offsets.tolist(), puts.msg_ids(), puts.store_timestamps.tolist()))
+
+
+class _Columned(NamedTuple):
+    """A ready record the dequeue (or the enqueue, already due) puts, as a row of columns."""
+
+    cols: TimerColumns
+    row: int
+    entry: QueueEntry
+    enqueue_time: int
+    now: int  # its TIMER_DEQUEUE_MS
+    uniq: str | None
+    slot_ms: int | None
+    timer_out: int
+    due: int
+
+
+class _ColumnRun(NamedTuple):
+    """Ready records of a queue batch, rows ``start`` to ``stop``, already due when enqueued:
+    put at once (TIMER_ENQUEUE_MS Long.MAX_VALUE, no slot), TIMER_DEQUEUE_MS ``now``."""
+
+    cols: TimerColumns
+    start: int
+    stop: int
+    now: int
 
 
 class _Output(NamedTuple):

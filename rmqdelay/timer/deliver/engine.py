@@ -27,11 +27,12 @@ from rmqdelay.formats.timermetrics import TimerMetrics
 from rmqdelay.runfilter import RunFilter
 from rmqdelay.store import Store
 from rmqdelay.store.kind import timer_paths
-from rmqdelay.store.writer import StoreWriter
+from rmqdelay.store.writer import PUT_BATCH_MIN, StoreWriter
 
 from ..files import TimerLogFiles, WheelFile
 from ..store import TimerStore
 from ..stranded import scan_timer_log, stranded_error
+from .columns import TimerColumns, read_columns
 from .dequeue import Dequeue
 from .enqueue import Enqueue, QueueEntry
 from .events import TimerEvent, TimerHeld, TimerNotice
@@ -90,6 +91,12 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         self._entries_at = 0  # the queue's units from this logical offset, read a batch at a time
         self._entries: tuple[list[int], list[int]] = ([], [])  # their commit log offsets and sizes
         self._ahead: dict[int, Message] = {}  # the records of those entries, read at once
+        self._entry_columns: TimerColumns | None = None  # or as columns (ready ones, columns.py)
+        self._slot_columns: TimerColumns | None = None  # the same of the slot being read
+        self._slot_rows: dict[int, int] = {}  # its ready rows, by commit log offset
+        self._slot_read: set[int] = set()  # the commit log offsets those were read for
+        self._target = 0  # the step's write clock floor: slots before it are read this step
+        self._chains: dict[int, tuple[int, list[TimerLogUnit]]] = {}  # slots read ahead: lastPos, chain
         self._slot_ahead: dict[int, Message] = {}  # the records of the slot being read, read at once
         self._pending_outcomes: list = []  # of slots read, not put yet (dequeue.py)
         self._rolls_pending = False  # among them a re-put, which is enqueued at once
@@ -227,8 +234,33 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
             self._entries_at, row = queue_offset, 0
             if self.enqueue_batch > 1:
                 self._ahead = {}
-                read_ahead(self.store.commitlog, offsets, sizes, self._ahead)
+                self._entry_columns = self._columns(offsets, sizes, self._ahead)
         return QueueEntry(offsets[row], sizes[row])
+
+    def _columns(self, offsets: list[int], sizes: list[int], ahead: dict[int, Message]) -> TimerColumns | None:
+        """The records at ``offsets`` read at once: as columns when the run puts ready ones
+        that way (columns.py), and into ``ahead`` the messages of the others."""
+        cols = read_columns(self.store.commitlog, offsets, sizes) if self._by_columns() else None
+        if cols is not None:
+            rest = [i for i, ready in enumerate(cols.ready_rows) if not ready]
+            offsets, sizes = [offsets[i] for i in rest], [sizes[i] for i in rest]
+        read_ahead(self.store.commitlog, offsets, sizes, ahead)
+        return cols
+
+    def _by_columns(self) -> bool:
+        """Ready records are delivered as columns: a batched run that writes, with no run filter
+        and nothing to replay, on a store whose records carry no CRC property."""
+        return (self.enqueue_batch > 1 and self.writer is not None and not self.dry_run and self.gate is None
+                and not self._replay and not self._replaying and not self.writer.write_format.propCrc)
+
+    def _entry_row(self, queue_offset: int) -> int | None:
+        """The row of a ready record in the queue batch's columns, or None."""
+        cols = self._entry_columns
+        row = queue_offset - self._entries_at
+        if cols is None or self._replaying or self._adopted or not 0 <= row < len(cols.ready_rows) \
+                or not cols.ready_rows[row] or queue_offset >= self._cq_max:
+            return None
+        return row
 
     def _message(self, offset_py: int, size: int) -> Message:
         mine = self._messages.get(offset_py)
@@ -243,12 +275,40 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         return self.store.commitlog.read_message(offset_py, size)
 
     def _read_slot_ahead(self, units: list[TimerLogUnit]) -> None:
-        """The messages of a slot's units read at once (not those this run put)."""
-        if self.enqueue_batch > 1:
-            wanted = [u for u in units if u.offsetPy not in self._messages]
-            self._slot_ahead = {}
-            read_ahead(self.store.commitlog, [u.offsetPy for u in wanted], [u.sizePy for u in wanted],
-                       self._slot_ahead)
+        """The messages of a slot's units read at once (not those this run put), with those
+        of the slots due after it before ``_target`` (a batch at most; records never change
+        once written, and each chain is read again when its slot is): the ready ones as
+        columns (``_slot_rows``: their rows by commit log offset), the others decoded."""
+        if self.enqueue_batch <= 1:
+            return
+        wanted = [u for u in units if u.offsetPy not in self._messages]
+        if all(u.offsetPy in self._slot_read for u in wanted):
+            return  # read with an earlier slot
+        last = None
+        for t in _ascending(self._heap):
+            if len(wanted) >= self.enqueue_batch or t >= self._target:
+                break
+            if t == last or t <= self.read_ms or self.wheel.get(t) is None:
+                continue
+            last = t
+            try:
+                chain = self._chain(t)
+            except StoreError:
+                break  # said when that slot is read
+            self._chains[t] = (chain[0].offset if chain else -1, chain)
+            wanted.extend(u for u in chain if u.offsetPy not in self._messages)
+        wanted.sort(key=_offset_py)  # a run of records in one commit log file is read at once
+        offsets, sizes = [u.offsetPy for u in wanted], [u.sizePy for u in wanted]
+        self._slot_ahead = {}
+        self._slot_read = set(offsets)
+        self._slot_columns, self._slot_rows = None, {}
+        if len(wanted) < PUT_BATCH_MIN:  # too few to repay the columns' fixed cost
+            read_ahead(self.store.commitlog, offsets, sizes, self._slot_ahead)
+            return
+        cols = self._columns(offsets, sizes, self._slot_ahead)
+        if cols is not None:
+            self._slot_columns = cols
+            self._slot_rows = {offsets[i]: i for i, ready in enumerate(cols.ready_rows) if ready}
 
     def warm(self) -> None:
         """Read the messages of the next slot before it is due (records never change once
@@ -270,6 +330,9 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         slot = self.wheel.get(time_ms)
         units: list[TimerLogUnit] = []
         pos = slot.lastPos if slot is not None else -1
+        read = self._chains.pop(time_ms, None)
+        if read is not None and read[0] == pos:
+            return read[1]  # read ahead with an earlier slot, and nothing linked into it since
         while pos != -1 and len(units) < CHAIN_LIMIT:
             if pos < self._log_start and pos not in self._dry_units:
                 break  # into files already deleted: the broker's getWholeBuffer finds none and stops there
@@ -342,7 +405,8 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         before = self.delivered + self.rolled
         if self.held is not None:
             return 0  # a run filter stopped the wheel: nothing read or enqueued past it
-        target = max(self._floor(self.clock()), self._write_floor)
+        target = self._target = max(self._floor(self.clock()), self._write_floor)
+        self._chains = {}
         # The broker's write clock is never behind its read clock (its dequeue stops there).
         # Here it can be: an earlier run read ahead (``--now`` in the future) and this one runs
         # on an earlier clock. A message due before the read clock is then past due - put at
@@ -383,6 +447,23 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         if self._replaying and self.queue_offset >= self.cq_end:
             yield from self._end_replay()
         return self.delivered + self.rolled - before
+
+
+def _offset_py(unit: TimerLogUnit) -> int:
+    return unit.offsetPy
+
+
+def _ascending(heap: list[int]) -> Iterator[int]:
+    """The items of a heap in ascending order, lazily (the first k cost k log k)."""
+    if not heap:
+        return
+    frontier = [(heap[0], 0)]
+    while frontier:
+        value, i = heapq.heappop(frontier)
+        yield value
+        for child in (2 * i + 1, 2 * i + 2):
+            if child < len(heap):
+                heapq.heappush(frontier, (heap[child], child))
 
 
 def _iso(ms: int) -> str:

@@ -32,6 +32,7 @@ from rmqdelay.formats.javahash import java_string_hash
 from rmqdelay.formats.javanum import java_parse_long
 from rmqdelay.formats.timerlog import UNIT_SIZE, TimerLogUnit
 from rmqdelay.formats.timermetrics import TopicCount
+from rmqdelay.store.writer import PUT_BATCH_MIN
 
 from .events import TimerEvent, TimerHeld, TimerNotice, TimerSkipped
 
@@ -57,18 +58,28 @@ class Enqueue:
         together at the next publish, as one entry's did (the writer buffers either way). The
         timer log units of the entries are written together once the loop ends."""
         outcomes: list = []
+        pending = 0  # the entries among them
         one_by_one = self.gate is not None and self.gate.rate
         while self.queue_offset < self.cq_end:
             qoff = self.queue_offset
             entry = self._entry(qoff)
             if self._replaying and qoff not in self._adopted and self._wait_for_origin(entry):
                 break
-            if self._enqueue(qoff, entry, outcomes) is False:
+            row = self._entry_row(qoff)
+            stop = self._entry_columns.due_run(row, self.write_ms) if row is not None else -1
+            if row is not None and stop - row >= PUT_BATCH_MIN:
+                # Ready entries put at once, one after another: as columns, together.
+                outcomes.append(self._column_run(self._entry_columns, row, stop))
+                self.queue_offset = qoff + stop - row
+                pending += stop - row
+            elif self._enqueue(qoff, entry, outcomes) is False:
                 break  # its slot's wheel index holds a slot not read yet: read first
-            self.queue_offset = qoff + 1
-            if len(outcomes) >= self.enqueue_batch or (one_by_one and outcomes):
+            else:
+                self.queue_offset = qoff + 1
+                pending += 1
+            if pending >= self.enqueue_batch or (one_by_one and outcomes):
                 yield from self._put_outputs(outcomes)
-                outcomes = []
+                outcomes, pending = [], 0
         if not self.dry_run:
             self.log.write_pending()  # the units of these entries: one write per timer log file
         if outcomes:
@@ -107,6 +118,9 @@ class Enqueue:
             self._adopted.discard(qoff)
             self._count_adopted(entry)
             return
+        row = self._entry_row(qoff)
+        if row is not None:
+            return self._enqueue_ready(entry, row, outcomes)
         try:
             msg = self._message(entry.offsetPy, entry.size)
         except StoreReadError:
@@ -144,20 +158,35 @@ class Enqueue:
                     return False
             outcomes.append(self._output(msg, TIMER_NEVER_ENQUEUED, False, None, out))
             return
+        return self._enqueue_unit(entry, out, write_ms, PROPERTY_TIMER_DEL_UNIQKEY in props,
+                                  props.get(PROPERTY_REAL_TOPIC))
+
+    def _enqueue_ready(self, entry: QueueEntry, row: int, outcomes: list) -> bool | None:
+        """``_enqueue`` of a ready record (columns.py): what it decides follows from the
+        record's TIMER_OUT_MS and its shape."""
+        cols = self._entry_columns
+        out = cols.out_ms[row]
+        if out < self.write_ms:
+            outcomes.append(self._column_output(cols, row, entry, TIMER_NEVER_ENQUEUED, None))
+            return
+        return self._enqueue_unit(entry, out, self.write_ms, False, cols.shape(row).topic)
+
+    def _enqueue_unit(self, entry: QueueEntry, out: int, write_ms: int, is_delete: bool,
+                      real_topic: str | None) -> bool | None:
+        """The entry's unit appended in its slot (or a roll slot); False when that slot's wheel
+        index holds a slot not read yet."""
         magic = TIMER_MAGIC_DEFAULT
         slot_ms = out
         roll_slot = self.ts.config.roll_slot(out, write_ms)
         if roll_slot is not None:
             magic |= TIMER_MAGIC_ROLL
             slot_ms = roll_slot
-        is_delete = PROPERTY_TIMER_DEL_UNIQKEY in props
         if is_delete:
             magic |= TIMER_MAGIC_DELETE
         if self._unread_under(slot_ms):
             return False
-        real_topic = props.get(PROPERTY_REAL_TOPIC)
         self._written_before_unit(entry.offsetPy)
-        self._append_unit(magic, write_ms, slot_ms, entry.offsetPy, entry.size, _topic_hash(real_topic))
+        self._append_unit(magic, write_ms, slot_ms, entry.offsetPy, entry.size, topic_hash(real_topic))
         self._count(real_topic, -1 if is_delete else 1)
 
     def _written_before_unit(self, offset_py: int) -> None:
@@ -214,6 +243,6 @@ def _hash_of(topic: str) -> int:
     return java_string_hash(topic)
 
 
-def _topic_hash(topic: str | None) -> int:
+def topic_hash(topic: str | None) -> int:
     """A unit's hashCodeOfRealTopic (String.hashCode; 0 without REAL_TOPIC), once per topic."""
     return 0 if topic is None else _hash_of(topic)
