@@ -316,6 +316,44 @@ def test_batched_run_of_every_shape_of_stored_properties_leaves_the_same_bytes(t
         {("TopicA", 0), ("TopicA", 1), ("TopicA", 2), ("TopicB", 0), ("TopicB", 1), ("TopicB", 2), ("TopicA", 3)}
 
 
+def test_batched_run_of_a_5x_brokers_levels_rebuilds_the_strings_as_columns_with_the_same_bytes(
+        sample_store, tmp_path, monkeypatch):
+    """Schedule messages of many shapes in a 5.x store (timer-fresh): a 5.x broker stores the
+    string its 128-bucket map makes of them (trailing separator, HashMap order, TIMER_*
+    cleared from the map only). The batched run rebuilds the strings as columns for all of
+    them but a key twice (the reference way); one at a time the same events and bytes."""
+    source = tmp_path / "source"
+    shutil.copytree(sample_store("timer-fresh"), source)
+    with StoreWriter(source, clock=lambda: TIMER_BASE) as w:
+        for i in range(1_200):
+            topic = LONG_RETRY if i % 97 == 5 else ("TopicA", "TopicB", "TimerTopic")[i % 3]
+            pairs = [("UNIQ_KEY", f"U{i}"), ("REAL_TOPIC", topic), ("REAL_QID", str(i % 2)), ("KEYS", f"k{i}")]
+            if i % 4 == 1:
+                pairs += [("TIMER_DELIVER_MS", str(TIMER_BASE + i)), ("TIMER_DELAY_SEC", "3"), ("TAGS", "t\u00e9")]
+            if i % 5 == 2:
+                pairs.reverse()
+            if i % 7 == 3:
+                pairs.append((f"user{i % 3}", "\u00fc" * (1 + i % 4)))
+            if i % 150 == 77:
+                pairs.append(("KEYS", "twice"))  # a name twice: the map keeps one
+            raw = "".join(f"{k}\x01{v}\x02" for k, v in pairs)
+            host = (bytes(15) + b"\x01", 7) if i % 11 == 4 else (bytes([10, 1, 2, i % 200]), 3000 + i)
+            w.put(NewMessage(topic="SCHEDULE_TOPIC_XXXX", queueId=i % 3, body=b"m%d" % i * (1 + i % 30),
+                             propertiesRaw=raw[:-1] if i % 9 == 8 else raw, flag=i % 3, bornTimestamp=TIMER_BASE - i,
+                             bornHost=host, reconsumeTimes=i % 4))
+    as_columns = []
+    put_stored = StoreWriter.put_stored
+
+    def counted(self, copies):
+        as_columns.append(len(copies))
+        return put_stored(self, copies)
+
+    monkeypatch.setattr(StoreWriter, "put_stored", counted)
+    events = assert_same_run(source, tmp_path, monkeypatch)
+    assert sum(type(e).__name__ == "Delivered" for e in events) >= 1_200
+    assert sum(as_columns) > 1_000
+
+
 @pytest.mark.parametrize("run_filter", [{"limit": 40}, {"limit": 300}, {"topics": frozenset({"TopicA"})},
                                         {"topics": frozenset({"TopicA", "TopicB"}), "limit": 200}],
                          ids=["limit-in-first-batch", "limit-later", "topics", "topics-and-limit"])

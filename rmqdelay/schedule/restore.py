@@ -10,12 +10,12 @@ again). A unit the fast path cannot read as a whole message of its size - outsid
 files, another record there, a damaged record - goes through ``restore_unit``, which says
 exactly why. The result is the same, unit by unit, as ``restore_unit``'s.
 
-``restore_columns`` goes further for a 4.x level's batch: its records read by a compiled pass
-(formats/reputloops.py) into columns, the properties parsed, judged and ordered once per
+``restore_columns`` goes further for a level's batch: its records read by a compiled pass
+(store/plainrecords.py) into columns, the properties parsed, judged and ordered once per
 distinct *shape* (the names of the properties in their order, REAL_TOPIC and REAL_QID), and
-the deliveries handed on as columns (``StoredCopies``, for ``StoreWriter.put_stored``) with
-their stored strings as they are. A batch with a unit it cannot take whole is left to
-``restore_units``.
+the deliveries handed on as columns (``StoredCopies``, for ``StoreWriter.put_stored``): with
+their stored strings as they are (4.x), or rebuilt in the 5.x map's order by a compiled loop.
+A batch with a unit it cannot take whole is left to ``restore_units``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,13 @@ from rmqdelay.formats.constants import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
 )
 from rmqdelay.formats.errors import FormatError
-from rmqdelay.formats.properties import parse_properties, reformat_properties
+from rmqdelay.formats.properties import (
+    DECODED_MAP_CAPACITY_5X,
+    PROPERTY_SEPARATOR,
+    java_order,
+    parse_properties,
+    reformat_properties,
+)
 from rmqdelay.schedule.redelivery import real_queue_id, restore_problem, restore_unit, timeup_message
 from rmqdelay.store import Store
 from rmqdelay.store.plainrecords import read_plain
@@ -103,24 +109,36 @@ class RestoredColumns:
     copies: StoredCopies
 
 
-def restore_columns(store: Store, offsets: list[int], sizes: list[int]) -> RestoredColumns | None:
-    """``restore_units`` of a 4.x level's units (as a 4.x broker restores them), as columns; None
-    when a unit is not a plain record whose properties the parser keeps whole and messageTimeup
-    stores as they are (``restore_units`` then reads the batch and says why)."""
+def restore_columns(store: Store, offsets: list[int], sizes: list[int], *,
+                    broker5x: bool = False) -> RestoredColumns | None:
+    """``restore_units`` of a level's units, as columns; None when a unit is not a plain record
+    whose properties the parser keeps whole, one by one, and (4.x) messageTimeup stores as
+    they are (``restore_units`` then reads the batch and says why). A 5.x broker
+    (``broker5x``) stores the string its 128-bucket map makes of them: rebuilt here in that
+    order, worked out once per shape."""
     plain = read_plain(store.commitlog, offsets, sizes, whole=True)
     if plain is None:
         return None
-    # Once per distinct shape: the parse, messageTimeup's verdict and whether it keeps the string.
+    # Once per distinct shape: the parse, messageTimeup's verdict and the string it stores.
     verdicts: list[tuple[str | None, str, int]] = []
+    orders: list[tuple[int, ...]] = []
     for i in plain.first_of:
         raw = plain.text(i)
         parsed = parse_properties(raw)
-        if reformat_properties(parsed, raw) != raw:
+        if broker5x:
+            names = list(parsed)
+            if len(names) != raw.count(PROPERTY_SEPARATOR) + (not raw.endswith(PROPERTY_SEPARATOR)):
+                return None  # a name twice: the map keeps one (restore_units)
+            orders.append(tuple(map(names.index, java_order(parsed, DECODED_MAP_CAPACITY_5X))))
+        elif reformat_properties(parsed, raw) != raw:
             return None  # messageTimeup stores another string: restore_units says which
-        verdicts.append((restore_problem(parsed, False), parsed.get(PROPERTY_REAL_TOPIC, ""), real_queue_id(parsed)))
+        verdicts.append((restore_problem(parsed, broker5x), parsed.get(PROPERTY_REAL_TOPIC, ""),
+                         real_queue_id(parsed)))
     kind_of = plain.kind_of
     reasons = [verdicts[k][0] for k in kind_of]
     uniq_keys = plain.uniq_keys()
     rows = np.flatnonzero(np.array([r is None for r in reasons], dtype=np.bool_))
-    kept = [verdicts[k] for k, r in zip(kind_of, reasons) if r is None]
-    return RestoredColumns(uniq_keys, reasons, plain.copies(rows, [v[1] for v in kept], [v[2] for v in kept]))
+    kept = [k for k, r in zip(kind_of, reasons) if r is None]
+    props = plain.rebuilt(rows, [orders[k] for k in kept]) if broker5x else None
+    return RestoredColumns(uniq_keys, reasons, plain.copies(rows, [verdicts[k][1] for k in kept],
+                                                            [verdicts[k][2] for k in kept], props))

@@ -397,9 +397,8 @@ class Scheduler:
         gate = self.filter
         # As columns: a batch worth its fixed cost (a few due units, as a live run meets them,
         # go as put_all puts a few: one by one).
-        if self.batched and len(offsets_py) >= PUT_BATCH_MIN and not self.broker5x and not gate.rate \
-                and not writer.write_format.propCrc:
-            columns = restore_columns(store, offsets_py, sizes_py)
+        if self.batched and len(offsets_py) >= PUT_BATCH_MIN and not gate.rate and not writer.write_format.propCrc:
+            columns = restore_columns(store, offsets_py, sizes_py, broker5x=self.broker5x)
             if columns is not None:
                 yield from self._deliver_columns(state, writer, known_queues, start, offsets_py, times_py,
                                                  lateness_batch, columns)

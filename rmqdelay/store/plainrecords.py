@@ -56,6 +56,32 @@ class PlainRecords:
             return [None if s < 0 else data[s:e].decode("utf-8", "surrogateescape") for s, e in zip(a, b)]
         return [None if s < 0 else text[s:e] for s, e in zip(a, b)]
 
+    def rebuilt(self, rows: np.ndarray, codes: list[tuple[int, ...]], added: tuple[str, ...] = (),
+                values: list[list[str]] | tuple = ()) -> tuple[np.ndarray, np.ndarray]:
+        """The properties strings of ``rows`` rebuilt as a 5.x broker stores a map it filled
+        from them (``reputloops.rebuild_properties``): row k's pairs in the order of
+        ``codes[k]`` (i >= 0: its i-th pair as stored; i < 0: ``added[-i - 1]`` with the value
+        ``values[-i - 1][k]``), each followed by a separator. Back to back, and where each
+        starts (one more: the end)."""
+        from rmqdelay.formats import reputloops
+
+        n = len(rows)
+        distinct = list(dict.fromkeys(codes))
+        slot = {c: i for i, c in enumerate(distinct)}
+        codes_at = np.cumsum([0, *map(len, distinct)], dtype=np.int64)
+        flat = np.array([c for cs in distinct for c in cs], dtype=np.int64)
+        names = "".join(name + "\x01" for name in added).encode()
+        names_at = np.cumsum([0, *(len(name.encode()) + 1 for name in added)], dtype=np.int64)
+        data, value_at = _laid_out(values, n)
+        room = int((self.props_at[rows + 1] - self.props_at[rows]).sum()) + n * (len(names) + len(added) + 1) \
+            + int((value_at[:, 1::2] - value_at[:, 0::2]).sum())
+        out = np.empty(room, dtype=np.uint8)
+        out_at = np.empty(n + 1, dtype=np.int64)
+        reputloops.rebuild_properties(self.props, self.props_at, rows, np.array([slot[c] for c in codes], dtype=np.int64),
+                                      flat, codes_at, np.frombuffer(names or b"\0", dtype=np.uint8), names_at, data,
+                                      value_at, out, out_at)
+        return out, out_at
+
     def copies(self, rows: np.ndarray, topics: list[str], queue_ids: list[int],
                props: tuple[np.ndarray, np.ndarray] | None = None) -> StoredCopies:
         """The messages of ``rows`` put to ``topics`` / ``queue_ids`` as columns: each with its
@@ -148,6 +174,29 @@ def _unread(read: np.ndarray, spans: tuple[np.ndarray, ...], a: int, b: int) -> 
     read[a:b] = False
     for at in spans:
         at[a + 1:b + 1] = at[a]
+
+
+def _laid_out(columns: list[list[str]] | tuple, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The values of ``columns`` (n each) back to back, and where each is: column j's k-th at
+    ``value_at[k, 2 * j]`` to ``value_at[k, 2 * j + 1]``. A column of one value is laid out
+    once."""
+    parts: list[bytes] = []
+    value_at = np.empty((n, 2 * len(columns)), dtype=np.int64)
+    pos = 0
+    for j, column in enumerate(columns):
+        if column.count(column[0]) == n:
+            data = column[0].encode()
+            value_at[:, 2 * j] = pos
+            value_at[:, 2 * j + 1] = pos + len(data)
+        else:
+            encoded = [v.encode() for v in column]
+            data = b"".join(encoded)
+            sizes = np.array([len(v) for v in encoded], dtype=np.int64)
+            value_at[:, 2 * j + 1] = np.cumsum(sizes) + pos
+            value_at[:, 2 * j] = value_at[:, 2 * j + 1] - sizes
+        parts.append(data)
+        pos += len(data)
+    return np.frombuffer(b"".join(parts) or b"\0", dtype=np.uint8), value_at
 
 
 def _take(buf: np.ndarray, at: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 
 # The properties a delivery gets (convert.timer_output), in the order it puts them.
 ADDED = (PROPERTY_TIMER_ENQUEUE_MS, PROPERTY_TIMER_DEQUEUE_MS)
-_ADDED_NAMES = "".join(name + NAME_VALUE_SEPARATOR for name in ADDED).encode()
 _NOT_READY = frozenset((PROPERTY_TIMER_DEL_UNIQKEY, PROPERTY_TIMER_ROLL_TIMES, PROPERTY_TIMER_ENQUEUE_MS,
                         PROPERTY_DELAY_TIME_LEVEL))
 _TIMER_OUT = (PROPERTY_TIMER_OUT_MS + NAME_VALUE_SEPARATOR).encode()
@@ -118,59 +117,16 @@ class TimerColumns:
     def copies(self, rows: list[int], enqueued: list[str], dequeued: list[str]) -> StoredCopies:
         """The deliveries of ready ``rows``: each to its REAL_TOPIC / REAL_QID, with
         TIMER_ENQUEUE_MS ``enqueued[k]`` and TIMER_DEQUEUE_MS ``dequeued[k]``."""
-        from rmqdelay.formats import reputloops
-
-        p = self.plain
-        kind_of = p.kind_of
         picked = np.array(rows, dtype=np.int64)
-        kinds = [kind_of[r] for r in rows]
-        distinct = sorted(set(kinds))
-        slot = {kind: i for i, kind in enumerate(distinct)}
-        codes = [self.shapes[kind].codes for kind in distinct]
-        codes_at = np.cumsum([0, *map(len, codes)], dtype=np.int64)
-        flat = np.array([c for cs in codes for c in cs], dtype=np.int64)
-        values, value_at = _values(enqueued, dequeued)
-        lengths = p.props_at[picked + 1] - p.props_at[picked]
-        room = int(lengths.sum()) + len(rows) * (len(_ADDED_NAMES) + 4) + int(value_at[:, 1::2].sum()
-                                                                             - value_at[:, 0::2].sum())
-        out = np.empty(room, dtype=np.uint8)
-        out_at = np.empty(len(rows) + 1, dtype=np.int64)
-        names_at = np.cumsum([0, *(len(name) + 1 for name in ADDED)], dtype=np.int64)
-        reputloops.rebuild_properties(p.props, p.props_at, picked, np.array([slot[k] for k in kinds], dtype=np.int64),
-                                      flat, codes_at, np.frombuffer(_ADDED_NAMES, dtype=np.uint8), names_at, values,
-                                      value_at, out, out_at)
-        shapes = [self.shapes[k] for k in kinds]
-        return p.copies(picked, [s.topic for s in shapes], [s.queue_id for s in shapes], (out, out_at))
+        shapes = [self.shapes[self.plain.kind_of[r]] for r in rows]
+        props = self.plain.rebuilt(picked, [s.codes for s in shapes], ADDED, [enqueued, dequeued])
+        return self.plain.copies(picked, [s.topic for s in shapes], [s.queue_id for s in shapes], props)
 
 
 def read_columns(log: CommitLog, offsets: list[int], sizes: list[int]) -> TimerColumns | None:
     """The records at ``offsets`` (of ``sizes`` bytes) as columns; None when there are none."""
     plain = read_plain(log, offsets, sizes, whole=False)
     return None if plain is None else TimerColumns(plain, offsets, sizes)
-
-
-def _values(enqueued: list[str], dequeued: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """The added values of every row back to back, and where each is: row k's ADDED[j] at
-    ``value_at[k, 2 * j]`` to ``value_at[k, 2 * j + 1]``. A column of one value is laid out
-    once."""
-    n = len(enqueued)
-    parts: list[bytes] = []
-    value_at = np.empty((n, 2 * len(ADDED)), dtype=np.int64)
-    pos = 0
-    for j, column in enumerate((enqueued, dequeued)):
-        if column.count(column[0]) == n:
-            data = column[0].encode()
-            value_at[:, 2 * j] = pos
-            value_at[:, 2 * j + 1] = pos + len(data)
-        else:
-            encoded = [v.encode() for v in column]
-            data = b"".join(encoded)
-            ends = np.cumsum([len(v) for v in encoded], dtype=np.int64) + pos
-            value_at[:, 2 * j + 1] = ends
-            value_at[:, 2 * j] = ends - [len(v) for v in encoded]
-        parts.append(data)
-        pos += len(data)
-    return np.frombuffer(b"".join(parts) or b"\0", dtype=np.uint8), value_at
 
 
 def _shape(shape: bytes) -> Shape | None:
