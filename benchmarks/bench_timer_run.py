@@ -1,7 +1,7 @@
 """Timer wheel delivery (`rmqdelay run` on a 5.x store) against the raw writer, in one run, and
 the live lateness of timer deliveries.
 
-    python benchmarks/bench_timer_run.py [--messages 20000] [--live 400 (0: none)] [--work DIR]
+    python benchmarks/bench_timer_run.py [--messages 20000] [--live 400 (0: none)] [--rounds 1] [--work DIR]
 
 1. Throughput: N timer messages are parked (as the put hook parks them) in a copy of
    samples/timer-fresh, due over the next hour; `run --until-empty --now FAR` (in process, as
@@ -16,6 +16,9 @@ the live lateness of timer deliveries.
    reads slot after slot and delivers them; the two runs together are timed, and each alone.
    CPU time per message is printed beside the rates: the ratios without the waits on fsync
    (which other work on a shared disk makes noisy).
+   ``--rounds R``: R more rounds of the all-due run and put_batch alone, back to back (which
+   goes first alternates), each ratio printed and their median: one pair of figures moves with
+   this machine's load more than with a change.
 2. Live lateness: the store is drained up to now, then M messages due 2-12 s ahead are parked;
    `run` on the wall clock sleeps to each slot and delivers it. Lateness = store time of the
    delivered record - the moment its slot became due (slot + precision: the broker reads slot
@@ -111,19 +114,52 @@ def throughput(work: Path, n: int, rng: random.Random) -> tuple[Clock, int, int]
         wheel_delivered = delivered_by(Scheduler(wheel_store, now_ms=FRESH_READ_CLOCK, mode="until-empty", sync=True))
     with clock.part("dequeue"):
         wheel_delivered += delivered_by(Scheduler(wheel_store, now_ms=FAR, mode="until-empty", sync=True))
-    # The raw writer puts what the timer put: the same bodies and properties to real topics.
-    raw = [NewMessage(m.properties["REAL_TOPIC"], int(m.properties["REAL_QID"]), m.body,
-                      dict(m.properties, TIMER_ENQUEUE_MS=str(FRESH_READ_CLOCK), TIMER_DEQUEUE_MS=str(FAR)),
-                      bornTimestamp=m.bornTimestamp, storeTimestamp=FAR) for m in messages]
+    raw = as_delivered(messages)
     with clock.part("put"), StoreWriter(raw_store, sync=False) as w:
         for m in raw:
             w.put(m)
         w.sync_to_disk()
-    with clock.part("put_batch"), StoreWriter(batch_store, sync=False) as w:
+    with clock.part("put_batch"):
+        put_batches(batch_store, raw)
+    return clock, delivered, wheel_delivered
+
+
+def as_delivered(messages: list[NewMessage]) -> list[NewMessage]:
+    """What the raw writer puts: what the timer put, the same bodies and properties to real
+    topics."""
+    return [NewMessage(m.properties["REAL_TOPIC"], int(m.properties["REAL_QID"]), m.body,
+                       dict(m.properties, TIMER_ENQUEUE_MS=str(FRESH_READ_CLOCK), TIMER_DEQUEUE_MS=str(FAR)),
+                       bornTimestamp=m.bornTimestamp, storeTimestamp=FAR) for m in messages]
+
+
+def put_batches(store: Path, raw: list[NewMessage]) -> None:
+    with StoreWriter(store, sync=False) as w:
         for i in range(0, len(raw), 1024):
             w.put_batch(raw[i:i + 1024])
         w.sync_to_disk()
-    return clock, delivered, wheel_delivered
+
+
+def rounds(work: Path, n: int, count: int, rng: random.Random) -> list[float]:
+    """``count`` rounds, each the timer's all-due run and put_batch of the same messages back
+    to back (which goes first alternates): the ratio of their rates in each round."""
+    ratios = []
+    for r in range(count):
+        messages = parked(n, FRESH_READ_CLOCK, 3600_000, rng)
+        timer_store, batch_store = work / "round-timer", work / "round-batch"
+        for p in (timer_store, batch_store):
+            shutil.rmtree(p, ignore_errors=True)
+            unpack(SAMPLE, p)
+        park(timer_store, messages)
+        raw = as_delivered(messages)
+        clock = Clock()
+        for part in (("timer", "put_batch") if r % 2 == 0 else ("put_batch", "timer")):
+            with clock.part(part):
+                if part == "timer":
+                    delivered = delivered_by(Scheduler(timer_store, now_ms=FAR, mode="until-empty", sync=True))
+                else:
+                    put_batches(batch_store, raw)
+        ratios.append((delivered / clock.wall("timer")) / (n / clock.wall("put_batch")))
+    return ratios
 
 
 def delivered_by(scheduler: Scheduler) -> int:
@@ -166,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--live", type=int, default=400)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--work", type=Path, default=None)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="more rounds of the all-due run against put_batch, back to back: each ratio and the median")
     args = ap.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-timer-"))
     rng = random.Random(args.seed)
@@ -188,6 +226,10 @@ def main(argv: list[str] | None = None) -> int:
           f"(enqueue {clock.cpu('enqueue'):.2f} s, dequeue {clock.cpu('dequeue'):.2f} s), put "
           f"{per['put'] * 1e6:.0f} us, put_batch {per['put_batch'] * 1e6:.0f} us; CPU ratio to {faster}: "
           f"{per[faster] / per['timer']:.2f} (timer), {per[faster] / per['wheel']:.2f} (wheel)")
+    if args.rounds > 1:
+        ratios = rounds(work, n, args.rounds, rng)
+        print(f"timer delivery / put_batch, {args.rounds} rounds back to back: "
+              f"{', '.join(f'{r:.2f}' for r in ratios)}; median {statistics.median(ratios):.2f} (aim >= 0.5)")
     if args.live <= 0:
         return 0
     late = live_lateness(work, args.live, rng)
