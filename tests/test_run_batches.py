@@ -187,6 +187,19 @@ def test_batched_timer_run_of_every_shape_leaves_the_same_bytes(through, sample_
         assert kinds.count("TimerCancelled") >= cancelled
 
 
+def put_stored_counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many messages each put_stored call of the test puts (the columns path taken)."""
+    counts: list[int] = []
+    put_stored = StoreWriter.put_stored
+
+    def counted(self, copies):
+        counts.append(len(copies))
+        return put_stored(self, copies)
+
+    monkeypatch.setattr(StoreWriter, "put_stored", counted)
+    return counts
+
+
 def park_ready_shapes(path: Path, count: int) -> None:
     """Timer messages parked in ``path``, due over the next ten minutes (ten a slot), that the
     batched run puts as columns (timer/deliver/columns.py), of every shape it tells apart
@@ -230,14 +243,7 @@ def test_batched_timer_run_puts_ready_messages_as_columns_with_the_same_bytes(th
     source = tmp_path / "source"
     shutil.copytree(sample_store("timer-fresh"), source)
     park_ready_shapes(source, 3_000)
-    as_columns = []
-    put_stored = StoreWriter.put_stored
-
-    def counted(self, copies):
-        as_columns.append(len(copies))
-        return put_stored(self, copies)
-
-    monkeypatch.setattr(StoreWriter, "put_stored", counted)
+    as_columns = put_stored_counted(monkeypatch)
     nows = (FAR,) if through == "due-at-once" else (TIMER_BASE, FAR)
     events = assert_same_run(source, tmp_path, monkeypatch, nows)
     assert sum(type(e).__name__ == "TimerDelivered" for e in events) > 3_000
@@ -341,14 +347,7 @@ def test_batched_run_of_a_5x_brokers_levels_rebuilds_the_strings_as_columns_with
             w.put(NewMessage(topic="SCHEDULE_TOPIC_XXXX", queueId=i % 3, body=b"m%d" % i * (1 + i % 30),
                              propertiesRaw=raw[:-1] if i % 9 == 8 else raw, flag=i % 3, bornTimestamp=TIMER_BASE - i,
                              bornHost=host, reconsumeTimes=i % 4))
-    as_columns = []
-    put_stored = StoreWriter.put_stored
-
-    def counted(self, copies):
-        as_columns.append(len(copies))
-        return put_stored(self, copies)
-
-    monkeypatch.setattr(StoreWriter, "put_stored", counted)
+    as_columns = put_stored_counted(monkeypatch)
     events = assert_same_run(source, tmp_path, monkeypatch)
     assert sum(type(e).__name__ == "Delivered" for e in events) >= 1_200
     assert sum(as_columns) > 1_000
