@@ -10,6 +10,8 @@
   CLI does); on Spark each analysis first runs once cold (printed apart), then the measured runs
   are warm, in ``--rounds`` rounds (best of each kept), the embedded engine's runs alternating
   with Spark ``local[1]``'s;
+- the scan alone (every column of every record, nothing kept: what each analysis starts from),
+  MB/s, and each analysis' embedded engine against it;
 - the ratios: Spark local[1] vs embedded (one core's worth), local[2] vs local[1] (cores),
   and how the time grows from 1 to N stores; peak RSS of this process and of the JVM (the
   commit log is never held in the driver: it streams on the executors).
@@ -45,7 +47,7 @@ from pathlib import Path
 
 from rmqdelay.analysis import StoreRef, analyze
 from rmqdelay.store import Store
-from rmqdelay.store.scan import commitlog_files
+from rmqdelay.store.scan import commitlog_files, scan_commitlog_file
 
 HERE = Path(__file__).resolve().parent
 KINDS = ("lateness", "retries")
@@ -99,6 +101,15 @@ def _peak_rss_kb(pid: int) -> int:
     except OSError:
         pass
     return 0
+
+
+def scan_alone(stores: list[Path]) -> None:
+    """The column scan every analysis starts from: every column of every record of every
+    commit log file, nothing kept (what `analyze` reads before it computes anything)."""
+    for store in stores:
+        for path in commitlog_files(store):
+            for _ in scan_commitlog_file(path, store.parent.name):
+                pass
 
 
 def timed(fn) -> float:
@@ -189,6 +200,9 @@ def main() -> None:
     raw = raw_read_seconds(paths)
     raw_one = raw_read_seconds(paths[:1])
     print(f"raw read: {total / raw / 1e6:,.0f} MB/s (all), {sizes[0] / raw_one / 1e6:,.0f} MB/s (one store)")
+    scan_alone(paths[:1])  # the compiled loops loaded
+    scan_s = min(timed(lambda: scan_alone(paths)) for _ in range(args.rounds))
+    print(f"the scan alone (every column of every record): {total / scan_s / 1e6:,.0f} MB/s (all, one core)")
 
     from rmqdelay.spark.jobs import analyze as spark_analyze
     from rmqdelay.spark.session import get_session
@@ -230,6 +244,10 @@ def main() -> None:
                 sa = results[(f"spark {masters[-1]}", kind, n, what)]
                 print(f"{kind} ({what}): standalone cluster (2 workers x 1 core) / local[2] (same {n} stores) = "
                       f"{sa / s2:.2f}x time; / embedded = {sa / emb_n:.2f}x time")
+    for kind in KINDS:
+        emb_n = results[("embedded", kind, n, "tables")]
+        print(f"{kind}: embedded engine / the scan alone (same {n} stores) = {scan_s / emb_n:.0%} of its MB/s "
+              f"({total / emb_n / 1e6:,.0f} vs {total / scan_s / 1e6:,.0f} MB/s; aim >= 70 %)")
     largest = max(p.stat().st_size for s in paths for p in commitlog_files(s))
     print(f"peak RSS: this process (Spark driver Python and the embedded engine) {process_peak / 1024:,.0f} MB, "
           f"Spark JVM (driver + local executors) {jvm_peak / 1024:,.0f} MB "

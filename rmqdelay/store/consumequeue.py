@@ -78,6 +78,8 @@ class ConsumeQueue:
             return 0
         for index in range(len(self.files)):
             units = self.file_units(index)
+            if len(units) and 0 < units["size"][0] != 0x7FFFFFFF:
+                return self.files[index].start // CQ_STORE_UNIT_SIZE  # the usual case: the file's first unit
             real = (units["size"] > 0) & (units["size"] != 0x7FFFFFFF)
             if real.any():
                 return self.files[index].start // CQ_STORE_UNIT_SIZE + int(np.argmax(real))
