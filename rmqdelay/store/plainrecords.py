@@ -91,8 +91,7 @@ class PlainRecords:
 
         from .batchencode import StoredCopies
 
-        every = len(rows) == len(self.kind_of) and (len(rows) < 2 or bool((np.diff(rows) == 1).all())) \
-            and (not len(rows) or rows[0] == 0)
+        every = np.array_equal(rows, np.arange(len(self.kind_of)))  # all of them, in order
 
         def taken(buf: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             return (buf, at) if every else _take(buf, at, rows)

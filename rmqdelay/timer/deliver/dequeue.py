@@ -193,28 +193,20 @@ class Dequeue:
 
     def _put_outputs(self, outcomes: list) -> Iterator[TimerEvent]:
         """The outputs among ``outcomes`` put with the one writer, in order, then every event
-        in order. A run of outputs of ready records (``_Columned``) is put as columns
-        (put_stored); any other output, and a run of ready ones too short to repay a batch's
-        fixed cost, is made the reference way and put with put_all (put_batch, or put() for a
-        few). The bytes are put()'s either way."""
+        in order. A run of outputs of ready records (``_Columned`` of one batch's columns, or
+        a ``_ColumnRun``) is put as columns (put_stored); any other output, and a run of ready
+        ones too short to repay a batch's fixed cost, is made the reference way and put with
+        put_all (put_batch, or put() for a few). The bytes are put()'s either way."""
         outcomes = self._short_runs_made(outcomes)
         placed: list[tuple] = []  # what each output became: topic, queue id and offset, offset, id, time
         results = []  # put_all's result for each output made the reference way
-        run: list = []
-        for o in outcomes:
-            if isinstance(o, _Output | _Columned | _ColumnRun):
-                if run and (type(run[0]) is not type(o) or isinstance(o, _ColumnRun)):
-                    self._put_run(run, placed, results)
-                    run = []
-                run.append(o)
-        if run:
+        for run in _runs(outcomes):
             self._put_run(run, placed, results)
         j = k = 0
         lateness = self.lateness
         for o in outcomes:
-            if o is None:
-                continue
-            if isinstance(o, _ColumnRun):
+            kind = type(o)
+            if kind is _ColumnRun:
                 uniqs = o.cols.uniq_keys()
                 outs = o.cols.out_ms
                 due = self.precision
@@ -229,11 +221,12 @@ class Dequeue:
                 if len(lateness) > 1 << 17:
                     del lateness[:1 << 16]
                 continue
-            if not isinstance(o, _Output | _Columned):
-                yield o
+            if kind is not _Output and kind is not _Columned:
+                if o is not None:
+                    yield o
                 continue
             topic, queue_id, queue_offset, cl_offset, msg_id, store_ts = placed[j]
-            roll = isinstance(o, _Output) and o.roll
+            roll = kind is _Output and o.roll
             if roll:
                 self.rolled += 1
                 self._remember(o.new, results[k]())
@@ -243,50 +236,56 @@ class Dequeue:
                 lateness.append(store_ts - o.due)
                 if len(lateness) > 1 << 17:
                     del lateness[:1 << 16]
-            k += isinstance(o, _Output)
+            k += kind is _Output
             yield TimerDelivered(o.uniq, topic, queue_id, queue_offset, cl_offset, msg_id, o.timer_out, o.slot_ms,
-                                 store_ts, store_ts - o.due, roll, o.roll_times if isinstance(o, _Output) else 0)
+                                 store_ts, store_ts - o.due, roll, o.roll_times if kind is _Output else 0)
             j += 1
 
     def _short_runs_made(self, outcomes: list) -> list:
         """``outcomes`` with each run of fewer than PUT_BATCH_MIN ready outputs of one batch's
         columns made the reference way (``_output`` of the decoded record)."""
-        made = list(outcomes)
-        run: list[int] = []
-        for i in [*(i for i, o in enumerate(outcomes) if isinstance(o, _Output | _Columned | _ColumnRun)), None]:
-            o = outcomes[i] if i is not None else None
-            if isinstance(o, _Columned) and (not run or outcomes[run[0]].cols is o.cols):
-                run.append(i)
-                continue
-            if len(run) < PUT_BATCH_MIN:
-                for m in run:
-                    c = made[m]
-                    made[m] = self._output(self._message(c.entry.offsetPy, c.entry.size), c.enqueue_time, False,
-                                           c.slot_ms, c.timer_out)
-            run = [i] if isinstance(o, _Columned) else []
-        return made
+        short = [run for run in _runs(outcomes) if type(run[0]) is _Columned and len(run) < PUT_BATCH_MIN]
+        if not short:
+            return outcomes
+        made = {id(c): self._output(self._message(c.entry.offsetPy, c.entry.size), c.enqueue_time, False, c.slot_ms,
+                                    c.timer_out) for run in short for c in run}
+        return [made.get(id(o), o) for o in outcomes]
 
     def _put_run(self, run: list, placed: list, results: list) -> None:
-        """One run of outputs of one kind put; what each became joins ``placed`` (and for
+        """One run of outputs (``_runs``) put; what each became joins ``placed`` (and for
         outputs made the reference way, their results)."""
-        if isinstance(run[0], _Output):
+        first = run[0]
+        if type(first) is _Output:
             puts = self.writer.put_all([o.new for o in run])
             placed.extend(zip(puts.topics, puts.queue_ids, puts.queue_offsets, puts.commit_log_offsets, puts.msg_ids,
                               puts.store_timestamps))
             results.extend(partial(puts.result, j) for j in range(len(run)))
             return
-        if isinstance(run[0], _ColumnRun):
-            o, = run
-            rows = list(range(o.start, o.stop))
-            parts = [(o.cols, rows, [str(TIMER_NEVER_ENQUEUED)] * len(rows), [str(o.now)] * len(rows))]
+        if type(first) is _ColumnRun:
+            rows = list(range(first.start, first.stop))
+            copies = first.cols.copies(rows, [str(TIMER_NEVER_ENQUEUED)] * len(rows), [str(first.now)] * len(rows))
         else:
-            cuts = [0, *[i for i in range(1, len(run)) if run[i].cols is not run[i - 1].cols], len(run)]
-            parts = [(run[a].cols, [o.row for o in run[a:b]], [str(o.enqueue_time) for o in run[a:b]],
-                      [str(o.now) for o in run[a:b]]) for a, b in zip(cuts, cuts[1:])]
-        for cols, rows, enqueued, dequeued in parts:  # a run of one batch's columns (a queue batch or a slot)
-            puts = self.writer.put_stored(cols.copies(rows, enqueued, dequeued))
-            placed.extend(zip(puts.topics, puts.queue_ids, puts.queue_offsets.tolist(),
-                              puts.commit_log_offsets.tolist(), puts.msg_ids(), puts.store_timestamps.tolist()))
+            copies = first.cols.copies([o.row for o in run], [str(o.enqueue_time) for o in run],
+                                       [str(o.now) for o in run])
+        puts = self.writer.put_stored(copies)
+        placed.extend(zip(puts.topics, puts.queue_ids, puts.queue_offsets.tolist(), puts.commit_log_offsets.tolist(),
+                          puts.msg_ids(), puts.store_timestamps.tolist()))
+
+
+def _runs(outcomes: list) -> list[list]:
+    """The outputs among ``outcomes`` in runs that are put together, in order: consecutive
+    ``_Output``s; consecutive ``_Columned`` of one batch's columns; a ``_ColumnRun`` alone."""
+    runs: list[list] = []
+    for o in outcomes:
+        kind = type(o)
+        if kind is not _Output and kind is not _Columned and kind is not _ColumnRun:
+            continue
+        last = runs[-1][0] if runs else None
+        if kind is _ColumnRun or type(last) is not kind or (kind is _Columned and last.cols is not o.cols):
+            runs.append([o])
+        else:
+            runs[-1].append(o)
+    return runs
 
 
 class _Columned(NamedTuple):
