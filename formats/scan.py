@@ -16,6 +16,10 @@ and the same ``FormatError`` at the first bad record. How:
 2. those buffers become Arrow arrays without a copy; text is checked for UTF-8 only in
    batches where the pass saw a byte that is not ASCII.
 
+A scan may ask for some columns only (a projection): the pass then picks out only the
+property values they hold and copies the properties and message ids only when they are
+columns, which is most of what it writes.
+
 Pure: bytes in, batches out, no file I/O.
 """
 
@@ -44,7 +48,6 @@ from .constants import (
 )
 from .errors import FormatError
 from .javanum import java_parse_int
-from .properties import parse_properties
 from .scanloops import BAD, HEAD, NOT_PLAIN, PRESENT, name_table, scan_records
 
 MESSAGE_SCHEMA = pa.schema([
@@ -159,28 +162,56 @@ def _constant_strings(text: str, n: int) -> pa.Array:
                                                   pa.py_buffer(data)])
 
 
-_WANTED = [*STRING_PROPERTIES.values(), *INT_PROPERTIES.values()]
-
 # Bytes of topics, of properties and of each property column one batch may hold (a
 # record's are at most 32767 each, signed shorts): a batch ends early rather than grow them.
 _TEXT_ROOM = 32 << 20
 _VALUE_ROOM = 8 << 20
-# The rows of ``ints`` and ``longs`` scan_records fills.
+# The rows of ``ints`` and ``longs`` scan_records fills (the last long: where the record starts).
 _INTS = ["store_size", "queue_id", "flag", "sys_flag", "reconsume_times", "body_length"]
 _LONGS = ["queue_offset", "commitlog_offset", "born_timestamp", "store_timestamp"]
-_NAMES = name_table(_WANTED)
+_POSITION = len(_LONGS)
+
+
+class _Projection:
+    """What a scan reads for ``columns`` (of MESSAGE_SCHEMA, in that order): only the
+    property values they hold are picked out, and the properties and message ids are
+    copied only when they are columns."""
+
+    def __init__(self, columns: tuple[str, ...]) -> None:
+        unknown = [c for c in columns if c not in MESSAGE_SCHEMA.names]
+        if unknown:
+            raise ValueError(f"not a column of MESSAGE_SCHEMA: {unknown[0]!r}")
+        self.columns = columns
+        self.schema = pa.schema([MESSAGE_SCHEMA.field(c) for c in columns])
+        self.strings = [c for c in STRING_PROPERTIES if c in columns]
+        self.ints = [c for c in INT_PROPERTIES if c in columns]
+        self.names = name_table([STRING_PROPERTIES[c] for c in self.strings] + [INT_PROPERTIES[c] for c in self.ints])
+        self.copy_props = "properties_raw" in columns
+        self.copy_ids = "msg_id" in columns
+
+
+_PROJECTIONS: dict[tuple[str, ...], _Projection] = {}
+
+
+def _projection(columns) -> _Projection:
+    key = tuple(MESSAGE_SCHEMA.names if columns is None else columns)
+    if key not in _PROJECTIONS:
+        _PROJECTIONS[key] = _Projection(key)
+    return _PROJECTIONS[key]
 
 
 def decode_records(buf, *, store: str, file: str, start: int = 0, limit: int | None = None,
-                   batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+                   batch_rows: int = DEFAULT_BATCH_ROWS, columns=None) -> Iterator[pa.RecordBatch]:
     """Every message record of one commit log file's bytes, in batches of at most ``batch_rows``.
 
     Stops at the zero tail or the BLANK record. At a bad record it first yields the records
     before it, then raises the FormatError decode_message raises there (offsets are
-    positions in ``buf``).
+    positions in ``buf``). ``columns``: only these columns, in this order (all of
+    MESSAGE_SCHEMA when None); the same values, and what no column needs is not copied.
     """
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be at least 1, not {batch_rows}")
+    projection = _projection(columns)
     limit = len(buf) if limit is None else limit
     data = np.frombuffer(buf, dtype=np.uint8)
     pos = start
@@ -194,15 +225,16 @@ def decode_records(buf, *, store: str, file: str, start: int = 0, limit: int | N
             out = handed.pop(0)
             out.not_ascii[:] = 0
         else:
-            out = _Columns(batch_rows, room, min(_VALUE_ROOM, room))
+            out = _Columns(projection, batch_rows, room, min(_VALUE_ROOM, room))
             if len(handed) == 2:
                 handed.pop(0)
         count, pos, why = scan_records(data, pos, limit, out.ints, out.longs, out.topic_offsets,
                                        out.topic, out.props_offsets, out.props, out.id_offsets, out.ids,
-                                       *_NAMES, out.value_offsets, out.values, out.value_found,
-                                       out.int_values, out.int_state, out.not_ascii)
+                                       *projection.names, out.value_offsets, out.values, out.value_found,
+                                       out.int_values, out.int_state, out.not_ascii,
+                                       projection.copy_props, projection.copy_ids)
         if count:
-            batch = out.batch(count, store=store, file=file)
+            batch = out.batch(count, buf, limit, store=store, file=file)
             handed.append(out)
             yield batch
             del batch
@@ -224,18 +256,19 @@ _COUNTED = hasattr(sys, "getrefcount") and getattr(sys, "_is_gil_enabled", lambd
 
 
 class _Columns:
-    """The arrays scan_records fills for one batch, and the batch made of them."""
+    """The arrays scan_records fills for one batch of a projection, and the batch made of them."""
 
-    def __init__(self, rows: int, room: int, value_room: int) -> None:
-        strings, ints = len(STRING_PROPERTIES), len(INT_PROPERTIES)
+    def __init__(self, projection: _Projection, rows: int, room: int, value_room: int) -> None:
+        self.projection = projection
+        strings, ints = len(projection.strings), len(projection.ints)
         self.ints = np.empty((len(_INTS), rows), dtype=np.int32)
-        self.longs = np.empty((len(_LONGS), rows), dtype=np.int64)
+        self.longs = np.empty((len(_LONGS) + 1, rows), dtype=np.int64)
         self.topic_offsets = np.empty(rows + 1, dtype=np.int32)
         self.topic = np.empty(room, dtype=np.uint8)
         self.props_offsets = np.empty(rows + 1, dtype=np.int32)
-        self.props = np.empty(room, dtype=np.uint8)
+        self.props = np.empty(room if projection.copy_props else 0, dtype=np.uint8)
         self.id_offsets = np.empty(rows + 1, dtype=np.int32)
-        self.ids = np.empty(56 * rows, dtype=np.uint8)
+        self.ids = np.empty(56 * rows if projection.copy_ids else 0, dtype=np.uint8)
         self.value_offsets = np.empty((strings, rows + 1), dtype=np.int32)
         self.value_room = value_room
         self.values = np.empty(strings * value_room, dtype=np.uint8)
@@ -255,31 +288,43 @@ class _Columns:
         made of them."""
         return self._references() == self._idle
 
-    def batch(self, n: int, *, store: str, file: str) -> pa.RecordBatch:
-        columns = {
-            "store": _constant_strings(store, n),
-            "file": _constant_strings(file, n),
-            "topic": _checked_utf8(_string_array(self.topic, self.topic_offsets, n), self.not_ascii[0]),
-            "msg_id": _string_array(self.ids, self.id_offsets, n),
-            "properties_raw": _checked_utf8(_string_array(self.props, self.props_offsets, n), self.not_ascii[1]),
-        }
+    def batch(self, n: int, buf, limit: int, *, store: str, file: str) -> pa.RecordBatch:
+        """The batch of the first ``n`` records read (``buf``, ``limit``: what they were read
+        from, for the rare property value only the exact rule reads)."""
+        projection = self.projection
+        wanted = set(projection.columns)
+        columns = {}
+        if "store" in wanted:
+            columns["store"] = _constant_strings(store, n)
+        if "file" in wanted:
+            columns["file"] = _constant_strings(file, n)
+        if "topic" in wanted:
+            columns["topic"] = _checked_utf8(_string_array(self.topic, self.topic_offsets, n), self.not_ascii[0])
+        if "msg_id" in wanted:
+            columns["msg_id"] = _string_array(self.ids, self.id_offsets, n)
+        if "properties_raw" in wanted:
+            columns["properties_raw"] = _checked_utf8(_string_array(self.props, self.props_offsets, n),
+                                                      self.not_ascii[1])
         for row, column in enumerate(_INTS):
-            columns[column] = pa.array(self.ints[row, :n], type=pa.int32())
+            if column in wanted:
+                columns[column] = pa.array(self.ints[row, :n], type=pa.int32())
         for row, column in enumerate(_LONGS):
-            columns[column] = pa.array(self.longs[row, :n], type=pa.int64())
+            if column in wanted:
+                columns[column] = pa.array(self.longs[row, :n], type=pa.int64())
         # Values are properties text cut at ASCII separators: ASCII where the properties are.
-        for k, column in enumerate(STRING_PROPERTIES):
+        for k, column in enumerate(projection.strings):
             part = self.values[k * self.value_room:(k + 1) * self.value_room]
             columns[column] = _checked_utf8(_string_array(part, self.value_offsets[k], n, self.value_found[k, :n]),
                                             self.not_ascii[1])
-        for j, column in enumerate(INT_PROPERTIES):
+        for j, column in enumerate(projection.ints):
             values, state = self.int_values[j, :n], self.int_state[j, :n]
             # What the compiled parse refused (rare): Java also takes leading zeros past 10
             # digits and any Unicode decimal digit, so those values get the exact rule.
             name = INT_PROPERTIES[column]
             for row in np.flatnonzero(state == NOT_PLAIN).tolist():
-                number = java_parse_int(parse_properties(columns["properties_raw"][row].as_py())[name])
+                properties = decode_message(buf, int(self.longs[_POSITION, row]), limit).properties
+                number = java_parse_int(properties[name])
                 if number is not None:
                     values[row], state[row] = number, PRESENT
             columns[column] = pa.array(values, type=pa.int32(), mask=state != PRESENT)
-        return pa.RecordBatch.from_arrays([columns[f.name] for f in MESSAGE_SCHEMA], schema=MESSAGE_SCHEMA)
+        return pa.RecordBatch.from_arrays([columns[c] for c in projection.columns], schema=projection.schema)

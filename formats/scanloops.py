@@ -253,7 +253,8 @@ def scan_records(data: np.ndarray, pos: int, limit: int, ints: np.ndarray, longs
                  props_out: np.ndarray, id_offsets: np.ndarray, id_out: np.ndarray,
                  names: np.ndarray, name_offsets: np.ndarray, by_first: np.ndarray,
                  value_offsets: np.ndarray, value_out: np.ndarray, value_found: np.ndarray,
-                 int_values: np.ndarray, int_state: np.ndarray, not_ascii: np.ndarray) -> tuple[int, int, int]:
+                 int_values: np.ndarray, int_state: np.ndarray, not_ascii: np.ndarray,
+                 copy_props: bool = True, copy_ids: bool = True) -> tuple[int, int, int]:
     """Walk the records from ``pos`` and read each while its bytes are in the cache.
 
     A record is a message head (a message magic code, V1 or V2, at +4 and a totalSize of at
@@ -265,7 +266,8 @@ def scan_records(data: np.ndarray, pos: int, limit: int, ints: np.ndarray, longs
     queueId, flag, sysFlag, reconsumeTimes, bodyLength) and ``longs[:, r]`` (queueOffset,
     physicalOffset, bornTimestamp, storeTimestamp); its topic, properties and message id (upper hex, as
     MessageDecoder.createMessageId) as bytes one after another in ``*_out`` with Arrow
-    offsets in ``*_offsets``.
+    offsets in ``*_offsets``; the properties and the ids only when ``copy_props`` and
+    ``copy_ids`` (else their offsets stay 0); and where the record starts in ``longs[4, r]``.
 
     Its properties as string2messageProperties reads them: cut at each 0x02 into segments,
     a segment's name the text before its first 0x01 and its value the rest, a pair kept
@@ -285,7 +287,7 @@ def scan_records(data: np.ndarray, pos: int, limit: int, ints: np.ndarray, longs
     capacity = ints.shape[1]
     wanted = len(name_offsets) - 1
     strings = value_offsets.shape[0]
-    value_room = len(value_out) // strings
+    value_room = len(value_out) // max(strings, 1)
     starts = np.empty(wanted, dtype=np.int64)
     ends = np.empty(wanted, dtype=np.int64)
     value_o = np.zeros(strings, dtype=np.int64)
@@ -365,7 +367,7 @@ def scan_records(data: np.ndarray, pos: int, limit: int, ints: np.ndarray, longs
             segment = segment_end + 1
 
         # Room for this record's text, or the batch ends before it.
-        if topic_o + topic_len > len(topic_out) or props_o + props_len > len(props_out):
+        if topic_o + topic_len > len(topic_out) or (copy_props and props_o + props_len > len(props_out)):
             status = FULL
             break
         room = True
@@ -387,26 +389,29 @@ def scan_records(data: np.ndarray, pos: int, limit: int, ints: np.ndarray, longs
         longs[1, count] = physical
         longs[2, count] = int64_be(data, pos + 40)
         longs[3, count] = int64_be(data, ts_pos)
+        longs[4, count] = pos
         topic_offsets[count] = topic_o
         _copy(topic_out, topic_o, len(topic_out), data, topic_pos, topic_len)
         for i in range(topic_pos, topic_pos + topic_len):
             not_ascii[0] |= np.int64(data[i]) & 128
         topic_o += topic_len
         props_offsets[count] = props_o
-        _memcpy(props_out, props_o, data, props_pos, props_len)
-        props_o += props_len
+        if copy_props:
+            _memcpy(props_out, props_o, data, props_pos, props_len)
+            props_o += props_len
         # createMessageId: the store host (address and port), then the physical offset.
         id_offsets[count] = id_o
-        for i in range(host_pos, host_pos + (20 if store_v6 else 8)):
-            byte = data[i]
-            id_out[id_o] = _hex_digit(byte >> 4)
-            id_out[id_o + 1] = _hex_digit(byte & 15)
-            id_o += 2
-        for shift in range(56, -8, -8):
-            byte = (physical >> shift) & 255
-            id_out[id_o] = _hex_digit(byte >> 4)
-            id_out[id_o + 1] = _hex_digit(byte & 15)
-            id_o += 2
+        if copy_ids:
+            for i in range(host_pos, host_pos + (20 if store_v6 else 8)):
+                byte = data[i]
+                id_out[id_o] = _hex_digit(byte >> 4)
+                id_out[id_o + 1] = _hex_digit(byte & 15)
+                id_o += 2
+            for shift in range(56, -8, -8):
+                byte = (physical >> shift) & 255
+                id_out[id_o] = _hex_digit(byte >> 4)
+                id_out[id_o + 1] = _hex_digit(byte & 15)
+                id_o += 2
         for k in range(strings):
             value_offsets[k, count] = value_o[k]
             value_found[k, count] = starts[k] >= 0

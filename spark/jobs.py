@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.rdd import RDD
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -248,15 +247,14 @@ def _lateness(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: d
     # them as the embedded engine does and folds its share into the histogram. Only the
     # histograms (small: a row per distinct lateness) go to the driver, which folds them and
     # takes the exact percentiles from them.
-    rows = source.keyed_blocks(spark, stores, embedded_lateness._COLUMNS, embedded_lateness._is_schedule_or_copy,
+    rows = source.keyed_blocks(spark, stores, embedded_lateness._COLUMNS, None,
                                problems, lambda rows: embedded_lateness.buckets(rows, partitions), partitions,
                                join=embedded_lateness.records_with_units)
     with_messages = messages_to != _NO_MESSAGES
 
     def match(keyed: Iterator[tuple[int, bytes]]) -> Iterator[tuple[str, bytes]]:
         rows = blocks.table((block for _, block in keyed), embedded_lateness.ROWS_SCHEMA)
-        is_schedule = rows.column("is_schedule")
-        messages = embedded_lateness.match_coded(rows.filter(is_schedule), rows.filter(pc.invert(is_schedule)))
+        messages = embedded_lateness.match_rows(rows)
         yield _HISTOGRAM, blocks.block(embedded_lateness.histogram(messages, at_ms))
         if with_messages:
             yield _MESSAGES, blocks.block(messages)

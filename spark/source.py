@@ -93,11 +93,11 @@ def messages(spark: SparkSession, stores: list[StoreRef], columns: list[str],
         for batch in batches:
             for store, path in zip(batch.column("store").to_pylist(), batch.column("path").to_pylist()):
                 try:
-                    for records in scan_commitlog_file(path, store):
+                    for records in scan_commitlog_file(path, store, columns=columns):
                         if keep is not None:
                             records = records.filter(keep(records))
                         if records.num_rows:
-                            yield records.select(columns)
+                            yield records
                 except StoreError as exc:
                     # The rows before the bad record are kept (keep-going semantics); without
                     # keep-going the driver fails on the problem after the job.
@@ -108,11 +108,11 @@ def messages(spark: SparkSession, stores: list[StoreRef], columns: list[str],
 
 
 def keyed_blocks(spark: SparkSession, stores: list[StoreRef], columns: list[str],
-                 keep: Callable[[pa.RecordBatch], pa.Array], problems: Problems,
+                 keep: Callable[[pa.RecordBatch], pa.Array] | None, problems: Problems,
                  bucket_of: Callable[[pa.Table], np.ndarray], partitions: int, *,
                  join: Callable[[pa.Table, pa.Table], pa.Table] | None = None) -> RDD:
-    """Each commit log file's rows that ``keep`` selects (only ``columns``), decoded by one task
-    per file, split by ``bucket_of`` (a bucket in [0, partitions) per row, -1 to leave it out)
+    """Each commit log file's rows that ``keep`` selects (all when None; only ``columns``,
+    and only they are decoded), decoded by one task per file, split by ``bucket_of`` (a bucket in [0, partitions) per row, -1 to leave it out)
     into Arrow blocks: an RDD of (bucket, block), for ``blocks.partition_of`` to route.
 
     With ``join``, the task first passes its rows with the schedule units that point into its
@@ -143,8 +143,8 @@ def keyed_blocks(spark: SparkSession, stores: list[StoreRef], columns: list[str]
         for store, path, where, ranges, _ in work:
             parts = []
             try:
-                for records in scan_commitlog_file(path, store):
-                    parts.append(records.filter(keep(records)).select(columns))
+                for records in scan_commitlog_file(path, store, columns=columns):
+                    parts.append(records if keep is None else records.filter(keep(records)))
             except StoreError as exc:
                 # The rows before the bad record are kept (keep-going semantics); without
                 # keep-going the driver fails on the problem after the job.

@@ -23,7 +23,7 @@ def _column(rng, values, n, type_=pa.string(), nulls=0.15):
 
 
 def _rows(rng, n):
-    """Commit log rows of one store as lateness reads them: schedule records and copies."""
+    """Commit log rows of one store as lateness reads them: schedule records, copies and others."""
     is_schedule = rng.random(n) < 0.5
     return pa.table({
         "store": pa.array(["s"] * n, pa.string()),
@@ -32,7 +32,8 @@ def _rows(rng, n):
         "store_timestamp": pa.array(rng.integers(0, 1000, n), pa.int64()),
         "reconsume_times": _column(rng, [0, 1], n, pa.int32(), nulls=0.05),
         "uniq_key": _column(rng, ["k1", "k2", "k3", "k4"], n),
-        "delay_level": pa.array(np.full(n, 3), pa.int32()),
+        # A copy keeps DELAY (the 4.9.4 quirk); a record without it is neither kind, left out.
+        "delay_level": _column(rng, [3], n, pa.int32(), nulls=0.1),
         "real_topic": _column(rng, ["T", "U"], n, nulls=0.05),
     })
 
@@ -53,12 +54,10 @@ def test_keyed_matching_gives_the_rows_of_the_join(seed):
     rng = np.random.default_rng(seed)
     rows = _rows(rng, int(rng.integers(0, 60)))
     units = _units(rng, rows)
-    schedule, copies = embedded.with_units(rows, units)
+    schedule, copies = embedded.with_units(rows.filter(embedded._is_schedule_or_copy(rows)), units)
     expected = sort_table(embedded.match(schedule, copies), ["level", "schedule_offset", "intended_ms"])
 
-    joined = embedded.records_with_units(rows, units)
-    keyed = joined.filter(joined.column("is_schedule"))
-    got = embedded.match_coded(keyed, joined.filter(pa.compute.invert(joined.column("is_schedule"))))
+    got = embedded.match_rows(embedded.records_with_units(rows, units))
     assert sort_table(got, ["level", "schedule_offset", "intended_ms"]).equals(expected)
 
 

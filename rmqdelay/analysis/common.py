@@ -55,12 +55,22 @@ def scan_stores(stores: list[StoreRef], columns: list[str], keep: Callable[[pa.R
 def scan_selected(ref: StoreRef, path: Path, columns: list[str], keep: Callable[[pa.RecordBatch], pa.Array],
                   keep_going: bool, skipped: list[Skipped]) -> Iterator[tuple[pa.RecordBatch, int]]:
     """(the rows ``keep`` selects of a batch, only ``columns``, where in the file the batch
-    ends) of one commit log file of ``ref``; batches with no row selected are left out."""
-    for batch in scan_commitlog_file(path, ref.name, keep_going=keep_going, skipped=skipped):
+    ends) of one commit log file of ``ref``; batches with no row selected are left out.
+    ``keep`` reads only ``columns``, and only they are decoded."""
+    start = _file_start(path)
+    read = list(dict.fromkeys([*columns, "commitlog_offset", "store_size"]))
+    for batch in scan_commitlog_file(path, ref.name, keep_going=keep_going, skipped=skipped, columns=read):
         selected = batch.filter(keep(batch)).select(columns)
         if selected.num_rows:
             offsets = batch.column("commitlog_offset")
-            yield selected, offsets[-1].as_py() + batch.column("store_size")[-1].as_py() - offsets[0].as_py()
+            yield selected, offsets[-1].as_py() + batch.column("store_size")[-1].as_py() - start
+
+
+def _file_start(path: Path) -> int:
+    try:
+        return int(path.name)
+    except ValueError:
+        return 0
 
 
 def file_size(path: Path) -> int:
@@ -97,11 +107,29 @@ def sort_table(table: pa.Table, keys: list[str]) -> pa.Table:
     return table.sort_by([(k, "ascending") for k in keys])
 
 
-def groups(keys: list[tuple], values: np.ndarray | None = None) -> dict[tuple, np.ndarray]:
-    """Row indices (or values) per key tuple, in row order."""
-    index: dict[tuple, list[int]] = {}
-    for i, key in enumerate(keys):
-        index.setdefault(key, []).append(i)
-    if values is None:
-        return {k: np.asarray(v, dtype=np.int64) for k, v in index.items()}
-    return {k: values[np.asarray(v, dtype=np.int64)] for k, v in index.items()}
+def key_codes(table: pa.Table, names: list[str]) -> tuple[np.ndarray, int]:
+    """A dense code (0..n-1) per row of ``table`` for its tuple of values of the columns
+    ``names`` (equal tuples, equal codes; a null is a value like any other), and n."""
+    code = np.zeros(table.num_rows, dtype=np.int64)
+    distinct = 1 if table.num_rows else 0
+    for name in names:
+        encoded = pc.dictionary_encode(table.column(name).combine_chunks())
+        indices = pc.fill_null(encoded.indices, len(encoded.dictionary)).to_numpy(zero_copy_only=False)
+        # Dense again after each column, so the codes stay small however many columns.
+        found, code = np.unique(code * (len(encoded.dictionary) + 1) + indices, return_inverse=True)
+        code, distinct = code.reshape(-1), len(found)
+    return code, distinct
+
+
+def groups(table: pa.Table, names: list[str]) -> dict[tuple, np.ndarray]:
+    """Row indices (ascending) of ``table`` per distinct tuple of its columns ``names`` (a
+    null is a value like any other), found on integer codes, not Python objects."""
+    if table.num_rows == 0:
+        return {}
+    code, _ = key_codes(table, names)
+    order = np.argsort(code, kind="stable")
+    ordered = code[order]
+    starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
+    keys = table.select(names).take(pa.array(order[starts])).to_pylist()
+    return {tuple(key[name] for name in names): rows
+            for key, rows in zip(keys, np.split(order, starts[1:]))}

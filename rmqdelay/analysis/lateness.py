@@ -3,7 +3,7 @@ the deliver time in its schedule unit."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from itertools import groupby
 
 import numpy as np
 import pyarrow as pa
@@ -11,18 +11,16 @@ import pyarrow.compute as pc
 
 from rmqdelay.formats.constants import RMQ_SYS_SCHEDULE_TOPIC
 from rmqdelay.store import Store
-from rmqdelay.store.scan import Skipped, schedule_unit_ranges, schedule_units
+from rmqdelay.store.scan import Skipped, scan_commitlog_file, schedule_unit_ranges, schedule_units
 
 from . import AnalysisResult, StoreRef, blocks, timer
 from .common import (
     PERCENTILES,
-    commitlog_files,
     commitlog_walk,
     fold,
     groups,
     nearest_rank_counted,
     read_messages,
-    scan_selected,
     sort_table,
 )
 from .spill import KeyedRows, Messages, memory_budget
@@ -56,14 +54,17 @@ _KEY = ["store", "uniq_key", "real_topic", "reconsume_times"]
 _MATCH_FACTOR = 4
 _COLUMNS = ["store", "commitlog_offset", "topic", "store_timestamp", "reconsume_times", "uniq_key",
             "delay_level", "real_topic"]
+# What a scan reads for them: the columns and where each record ends.
+_READ = [*_COLUMNS, "store_size"]
 
 
 def _is_schedule_or_copy(batch: pa.RecordBatch) -> pa.Array:
+    """Schedule records (every one, with or without REAL_TOPIC) and delivered copies."""
     topic = batch.column("topic")
     schedule = pc.equal(topic, RMQ_SYS_SCHEDULE_TOPIC)
     # 4.9.4 quirk: a delivered copy keeps DELAY, and REAL_TOPIC names its own topic.
     copy = pc.and_(pc.equal(batch.column("real_topic"), topic), pc.is_valid(batch.column("delay_level")))
-    return pc.fill_null(pc.or_(schedule, copy), False)
+    return pc.fill_null(pc.or_kleene(schedule, copy), False)
 
 
 def lateness(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *,
@@ -80,8 +81,7 @@ def lateness(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *
         for units, batch, done in _records_and_units(stores, keep_going, skipped):
             rows.add(records_with_units(batch, units), done)
         for part in rows.partitions():
-            is_schedule = part.column("is_schedule")
-            matched = match_coded(part.filter(is_schedule), part.filter(pc.invert(is_schedule)))
+            matched = match_rows(part)
             hists.append(histogram(matched, at_ms))
             sink.add(matched)
     hist = fold(pa.concat_tables(hists) if hists else HISTOGRAM_SCHEMA.empty_table(), HISTOGRAM_KEYS, HISTOGRAM_SCHEMA)
@@ -98,35 +98,25 @@ def lateness(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *
 
 
 def _records_and_units(stores: list[StoreRef], keep_going: bool, skipped: list[Skipped]):
-    """(the schedule units that may point into the batch, a batch of schedule records and
-    copies, how much of the input is read: 0..1) for each batch of every commit log file of
-    ``stores``: a file's units are read once (file_units), sorted by offset, and each batch
+    """(the schedule units that may point into the batch, a batch of records read with
+    ``_COLUMNS``, how much of the input is read: 0..1) for each batch of every commit log file
+    of ``stores``: a file's units are read once (file_units), sorted by offset, and each batch
     takes the run of them between its first and last offsets."""
-    for ref, path, start, end, ranges, before, total in _files_with_ranges(stores):
+    for ref, files in groupby(commitlog_walk(stores), key=lambda step: step[0]):
+        files = list(files)
+        starts = [int(path.name) for _, path, _, _ in files]
         with Store(ref.path) as store:
-            units = sort_table(file_units(store, ref.name, ranges, start, end), ["commitlog_offset"])
-        unit_offsets = units.column("commitlog_offset").to_numpy()
-        for batch, read in scan_selected(ref, path, _COLUMNS, _is_schedule_or_copy, keep_going, skipped):
-            offsets = batch.column("commitlog_offset").to_numpy()
-            lo = np.searchsorted(unit_offsets, offsets.min(), side="left")
-            hi = np.searchsorted(unit_offsets, offsets.max(), side="right")
-            yield units.slice(lo, hi - lo), batch, (before + read) / total
-
-
-def _files_with_ranges(stores: list[StoreRef]):
-    """(store, commit log file, its first offset, the next file's (None for the last), the
-    schedule unit ranges that may point into it, the bytes of the files before it, the bytes
-    of all) of every file of every store."""
-    of_file: dict[Path, tuple] = {}
-    for ref, path, before, total in commitlog_walk(stores):
-        if path not in of_file:
-            files = commitlog_files(ref.path)
-            starts = [int(p.name) for p in files]
-            with Store(ref.path) as store:
-                found = schedule_unit_ranges(store, starts)
-            of_file.update({p: (starts[i], ([*starts[1:], None])[i], found[i]) for i, p in enumerate(files)})
-        start, end, ranges = of_file[path]
-        yield ref, path, start, end, ranges, before, total
+            found = schedule_unit_ranges(store, starts)
+            for (_, path, before, total), start, end, ranges in zip(files, starts, [*starts[1:], None], found):
+                units = sort_table(file_units(store, ref.name, ranges, start, end), ["commitlog_offset"])
+                unit_offsets = units.column("commitlog_offset").to_numpy()
+                for batch in scan_commitlog_file(path, ref.name, keep_going=keep_going, skipped=skipped,
+                                                 columns=_READ):
+                    offsets = batch.column("commitlog_offset").to_numpy()
+                    lo = np.searchsorted(unit_offsets, offsets[0], side="left")
+                    hi = np.searchsorted(unit_offsets, offsets[-1], side="right")
+                    read = int(offsets[-1]) + batch.column("store_size")[-1].as_py() - start
+                    yield units.slice(lo, hi - lo), batch.select(_COLUMNS), (before + read) / total
 
 
 def file_units(store: Store, name: str, ranges: dict[int, tuple[int, int]], start: int, end: int | None) -> pa.Table:
@@ -221,7 +211,7 @@ def summaries(hist: pa.Table, by: str, schema: pa.Schema, *, undelivered: bool) 
     overdue = hist.column("overdue").to_numpy()
     oldest = hist.column("oldest_overdue_ms")
     out = []
-    for (store, key), index in groups(list(zip(hist.column("store").to_pylist(), hist.column(by).to_pylist()))).items():
+    for (store, key), index in groups(hist, ["store", by]).items():
         got = index[has_copy[index]]
         order = got[np.argsort(late[got], kind="stable")]
         values, counts = late[order].astype(np.int64), rows_of[order]
@@ -250,80 +240,103 @@ ROWS_SCHEMA = pa.schema([
 ])
 
 
-def records_with_units(rows: pa.Table, units: pa.Table) -> pa.Table:
-    """with_units on one file's rows (or a batch of them) and the units that point into it
-    (one store), as one table of ``ROWS_SCHEMA``: the same rows, joined by offset in numpy."""
+def records_with_units(rows: pa.Table | pa.RecordBatch, units: pa.Table) -> pa.Table:
+    """with_units on the schedule records and copies (``_is_schedule_or_copy``) among one
+    file's rows read with ``_COLUMNS`` (or a batch of them) and the units that point into
+    it, as one table of ``ROWS_SCHEMA``: for rows of one store, joined by offset in numpy
+    and each column taken once (the schedule records first, then the copies)."""
     stores = pc.unique(pa.concat_arrays([pc.unique(rows.column("store")).cast(pa.string()),
                                          pc.unique(units.column("store")).cast(pa.string())]))
-    is_schedule = pc.equal(rows.column("topic"), RMQ_SYS_SCHEDULE_TOPIC)
     if len(stores) > 1:
-        schedule, copies = with_units(rows, units)
-    else:
-        schedule = rows.filter(is_schedule)
-        copies = rows.filter(pc.invert(is_schedule))
-        # Every (record, unit) pair of one offset, as the inner join gives them.
-        unit_offsets = units.column("commitlog_offset").to_numpy()
-        order = np.argsort(unit_offsets, kind="stable")
-        unit_offsets = unit_offsets[order]
-        offsets = schedule.column("commitlog_offset").to_numpy()
-        first = np.searchsorted(unit_offsets, offsets, side="left")
-        count = np.searchsorted(unit_offsets, offsets, side="right") - first
-        record = np.repeat(np.arange(len(offsets)), count)
-        unit = order[np.repeat(first - np.cumsum(count) + count, count) + np.arange(int(count.sum()))]
-        schedule = schedule.take(pa.array(record))
-        schedule = (schedule.append_column("level", units.column("level").take(pa.array(unit)))
-                    .append_column("deliver_ms", units.column("deliver_ms").take(pa.array(unit))))
+        schedule, copies = with_units(rows.filter(_is_schedule_or_copy(rows)), units)
+        return pa.concat_tables([_rows_part(schedule, True), _rows_part(copies, False)])
+    topic = rows.column("topic")
+    is_schedule = pc.equal(topic, RMQ_SYS_SCHEDULE_TOPIC).to_numpy(zero_copy_only=False)
+    # 4.9.4 quirk: a delivered copy keeps DELAY, and REAL_TOPIC names its own topic.
+    is_copy = pc.fill_null(pc.equal(rows.column("real_topic"), topic), False).to_numpy(zero_copy_only=False)
+    is_copy &= ~is_schedule & rows.column("delay_level").is_valid().to_numpy(zero_copy_only=False)
+    schedule = np.flatnonzero(is_schedule)
+    copies = np.flatnonzero(is_copy)
+    # Every (record, unit) pair of one offset, as the inner join gives them.
+    unit_offsets = units.column("commitlog_offset").to_numpy()
+    order = np.argsort(unit_offsets, kind="stable")
+    unit_offsets = unit_offsets[order]
+    offsets = rows.column("commitlog_offset").to_numpy()[schedule]
+    first = np.searchsorted(unit_offsets, offsets, side="left")
+    count = np.searchsorted(unit_offsets, offsets, side="right") - first
+    record = np.repeat(schedule, count)
+    unit = order[np.repeat(first - np.cumsum(count) + count, count) + np.arange(int(count.sum()))]
+    taken = np.concatenate([record, copies])
+    index = pa.array(taken)
+    joined, copied = len(record), len(copies)
 
-    def part(table: pa.Table, is_schedule: bool) -> pa.Table:
-        n = table.num_rows
-        columns = {name: table.column(name) if name in table.column_names else pa.nulls(n, field.type)
-                   for name, field in zip(ROWS_SCHEMA.names, ROWS_SCHEMA)}
-        columns["is_schedule"] = pa.array(np.full(n, is_schedule), type=pa.bool_())
-        return pa.table(columns, schema=ROWS_SCHEMA)
+    def unit_values(name: str, type_: pa.DataType) -> pa.Array:
+        values = units.column(name).to_numpy()[unit]
+        return pa.array(np.concatenate([values, np.zeros(copied, dtype=values.dtype)]), type=type_,
+                        mask=np.concatenate([np.zeros(joined, dtype=bool), np.ones(copied, dtype=bool)]))
 
-    return pa.concat_tables([part(schedule, True), part(copies, False)])
+    columns = {name: rows.column(name).take(index)
+               for name in ("store", "uniq_key", "real_topic", "commitlog_offset", "store_timestamp", "reconsume_times")}
+    columns["is_schedule"] = pa.array(np.arange(len(taken)) < joined)
+    columns["level"] = unit_values("level", pa.int32())
+    columns["deliver_ms"] = unit_values("deliver_ms", pa.int64())
+    return pa.table([columns[name] for name in ROWS_SCHEMA.names], schema=ROWS_SCHEMA)
 
 
-def _codes(*columns: pa.ChunkedArray) -> tuple[np.ndarray, int]:
-    """Dense codes of the values of ``columns`` taken end to end (one dictionary: equal values,
-    equal codes), -1 for a null; and how many distinct values there are."""
-    joined = pa.chunked_array([chunk for column in columns for chunk in column.chunks], type=columns[0].type)
-    joined = joined.combine_chunks()
-    encoded = pc.dictionary_encode(joined)
+def _rows_part(table: pa.Table, is_schedule: bool) -> pa.Table:
+    """Schedule records (joined with their units) or copies as rows of ``ROWS_SCHEMA``."""
+    n = table.num_rows
+    columns = {name: table.column(name) if name in table.column_names else pa.nulls(n, field.type)
+               for name, field in zip(ROWS_SCHEMA.names, ROWS_SCHEMA)}
+    columns["is_schedule"] = pa.array(np.full(n, is_schedule), type=pa.bool_())
+    return pa.table(columns, schema=ROWS_SCHEMA)
+
+
+def _codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, int]:
+    """Dense codes of the values of ``column`` (equal values, equal codes), -1 for a null;
+    and how many distinct values there are."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    encoded = pc.dictionary_encode(column)
     return pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64), len(encoded.dictionary)
 
 
-def match_coded(schedule: pa.Table, copies: pa.Table) -> pa.Table:
-    """match, the same rows (unsorted), on one partition: the key (store,
-    UNIQ_KEY, real topic, reconsume times) packed into one exact 64-bit code per row (each
-    column dictionary-encoded over the partition, the codes combined positionally, so two
-    keys share a code only when they are equal), and the copies folded and looked up in numpy.
-    A key with a null never matches, as in the join. Falls back to ``match`` (a join) when the
-    codes would not fit in 64 bits."""
-    copies = copies.filter(pc.is_valid(copies.column("uniq_key")))
-    n_schedule = schedule.num_rows
-    key = np.zeros(n_schedule + copies.num_rows, dtype=np.int64)
-    valid = np.ones(len(key), dtype=bool)
+def match_rows(rows: pa.Table) -> pa.Table:
+    """match, the same rows (unsorted), on one partition of ``ROWS_SCHEMA`` rows (schedule
+    records with their units, and copies): the key (store, UNIQ_KEY, real topic, reconsume
+    times) packed into one exact 64-bit code per row (each column dictionary-encoded over the
+    partition, the codes combined positionally, so two keys share a code only when they are
+    equal), and the copies folded and looked up in numpy. A key with a null never matches,
+    as in the join. Falls back to ``match`` (a join) when the codes would not fit in 64 bits."""
+    is_schedule = rows.column("is_schedule").to_numpy(zero_copy_only=False)
+    key = np.zeros(rows.num_rows, dtype=np.int64)
+    valid = np.ones(rows.num_rows, dtype=bool)
     span = 1
     for name in _KEY:
-        codes, distinct = _codes(schedule.column(name), copies.column(name))
+        codes, distinct = _codes(rows.column(name))
         distinct = max(distinct, 1)
         if span > (1 << 62) // distinct:
-            return match(schedule, copies)
+            schedule = rows.filter(pa.array(is_schedule))
+            return match(schedule, rows.filter(pa.array(~is_schedule)))
         span *= distinct
         key = key * distinct + np.maximum(codes, 0)
         valid &= codes >= 0
-    wanted, copy_keys = key[:n_schedule], key[n_schedule:]
-    stamps = copies.column("store_timestamp").to_numpy(zero_copy_only=False)
-    copy_keys, stamps = copy_keys[valid[n_schedule:]], stamps[valid[n_schedule:]]
+    copy = ~is_schedule & valid
+    copy_keys = key[copy]
+    stamps = rows.column("store_timestamp").to_numpy()[copy]
     order = np.argsort(copy_keys, kind="stable")
     keys, first, counts = np.unique(copy_keys[order], return_index=True, return_counts=True)
-    earliest = np.minimum.reduceat(stamps[order], first) if len(keys) else np.zeros(0, dtype=np.int64)
-    at = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
-    hit = valid[:n_schedule] & (keys[at] == wanted if len(keys) else False)
-    actual = pa.array(np.where(hit, earliest[at] if len(keys) else 0, 0), mask=~hit, type=pa.int64())
-    deliveries = pa.array(np.where(hit, counts[at] if len(keys) else 0, 0).astype(np.int64))
-    return messages_table(schedule, actual, deliveries)
+    wanted = key[is_schedule]
+    if len(keys):
+        earliest = np.minimum.reduceat(stamps[order], first)
+        at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+        hit = valid[is_schedule] & (keys[at] == wanted)
+        actual, deliveries = np.where(hit, earliest[at], 0), np.where(hit, counts[at], 0).astype(np.int64)
+    else:
+        hit = np.zeros(len(wanted), dtype=bool)
+        actual, deliveries = np.zeros(len(wanted), dtype=np.int64), np.zeros(len(wanted), dtype=np.int64)
+    schedule = rows.filter(pa.array(is_schedule))
+    return messages_table(schedule, pa.array(actual, mask=~hit, type=pa.int64()), pa.array(deliveries))
 
 
 def buckets(rows: pa.Table, partitions: int) -> np.ndarray:

@@ -16,7 +16,7 @@ from rmqdelay.formats.scan import MESSAGE_SCHEMA
 from rmqdelay.store.scan import Skipped
 
 from . import AnalysisResult, StoreRef, blocks
-from .common import fold, groups, nearest_rank_counted, scan_stores, sort_table, starts_with
+from .common import fold, groups, key_codes, nearest_rank_counted, scan_stores, sort_table, starts_with
 from .spill import KeyedRows, Messages, memory_budget
 
 # SubscriptionGroupConfig.retryMaxTimes / the client's maxReconsumeTimes default.
@@ -124,39 +124,102 @@ def tables_of(found: dict[str, list[pa.Table]]) -> dict[str, pa.Table]:
 def follow_chains(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
     """(one row per chain: ``CHAINS_SCHEMA``, its anomalies) from retry-path rows read with
     ``_COLUMNS`` that hold every record of each of their chains. Both engines call this, the
-    Spark one on each partition of rows split by chain."""
-    columns = rows.to_pydict()
-    chains: dict[tuple[str, str, str], dict] = {}
-    deliveries: dict[tuple[str, str, str], list[tuple[int, int]]] = {}
-    for store, topic, ts, times, level, real_topic, uniq, origin in zip(*(columns[c] for c in _COLUMNS)):
-        chain_id = origin if origin is not None else uniq
-        if chain_id is None:
-            continue  # nothing to follow the message by
-        if topic == RMQ_SYS_SCHEDULE_TOPIC:
-            key = (store, real_topic[len(RETRY_GROUP_TOPIC_PREFIX):], chain_id)
-            chains.setdefault(key, _new_chain())["send_backs"].append((times, level, ts))
-        elif topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
-            key = (store, topic[len(DLQ_GROUP_TOPIC_PREFIX):], chain_id)
-            chains.setdefault(key, _new_chain())["dlq"].append(ts)
-        else:
-            key = (store, topic[len(RETRY_GROUP_TOPIC_PREFIX):], chain_id)
-            deliveries.setdefault(key, []).append((times, ts))
-    out, anomalies = [], []
-    for key, chain in chains.items():
-        store, group, chain_id = key
-        send_backs = sorted(chain["send_backs"])
-        delivered = deliveries.get(key, [])
-        attempts = max((t for t, _, _ in send_backs), default=0)
-        failures = [ts for _, _, ts in send_backs] + chain["dlq"]
-        in_dlq = bool(chain["dlq"])
-        out.append({"store": store, "group": group, "chain": chain_id, "attempts": attempts,
-                    "in_dlq": in_dlq, "first_failure_ms": min(failures),
-                    "last_attempt_ms": max((ts for _, ts in delivered), default=None),
-                    "dlq_ms": min(chain["dlq"], default=None),
-                    "pending": bool(send_backs) and not in_dlq and attempts not in {t for t, _ in delivered}})
-        anomalies.extend(_anomalies(store, group, chain_id, send_backs, attempts, in_dlq))
-    return (pa.Table.from_pylist(out, schema=CHAINS_SCHEMA),
-            pa.Table.from_pylist(anomalies, schema=ANOMALIES_SCHEMA))
+    Spark one on each partition of rows split by chain.
+
+    A chain is (store, group, ORIGIN_MESSAGE_ID else UNIQ_KEY) with a send-back (a schedule
+    record whose REAL_TOPIC is %RETRY%GROUP) or a DLQ record; deliveries (records of
+    %RETRY%GROUP) count only for chains. Each row's key is an integer code, and each figure
+    a reduction over the rows of a code."""
+    chain_id = pc.coalesce(rows.column("origin_message_id"), rows.column("uniq_key"))
+    rows = rows.append_column("chain", chain_id).filter(pc.is_valid(chain_id))  # nothing to follow the rest by
+    topic = rows.column("topic")
+    send_back = pc.equal(topic, RMQ_SYS_SCHEDULE_TOPIC).to_numpy(zero_copy_only=False)
+    dlq = ~send_back & starts_with(topic, DLQ_GROUP_TOPIC_PREFIX).to_numpy(zero_copy_only=False)
+    delivery = ~send_back & ~dlq
+    group = pc.if_else(pa.array(send_back),
+                       pc.utf8_slice_codeunits(rows.column("real_topic"), len(RETRY_GROUP_TOPIC_PREFIX)),
+                       pc.if_else(pa.array(dlq), pc.utf8_slice_codeunits(topic, len(DLQ_GROUP_TOPIC_PREFIX)),
+                                  pc.utf8_slice_codeunits(topic, len(RETRY_GROUP_TOPIC_PREFIX))))
+    rows = rows.append_column("group", group)
+    key, n = key_codes(rows, ["store", "group", "chain"])
+    _, first_row = np.unique(key, return_index=True)
+    times = rows.column("reconsume_times").to_numpy(zero_copy_only=False).astype(np.int64)
+    stamps = rows.column("store_timestamp").to_numpy(zero_copy_only=False).astype(np.int64)
+
+    sent = np.bincount(key[send_back], minlength=n)
+    in_dlq = np.bincount(key[dlq], minlength=n) > 0
+    attempts = _reduce(np.maximum, key[send_back], times[send_back], n, 0)
+    first_failure = _reduce(np.minimum, key[~delivery], stamps[~delivery], n, 0)
+    delivered = np.bincount(key[delivery], minlength=n) > 0
+    last_attempt = _reduce(np.maximum, key[delivery], stamps[delivery], n, 0)
+    dlq_ms = _reduce(np.minimum, key[dlq], stamps[dlq], n, 0)
+    # Whether the last send-back was delivered: a delivery with the chain's attempts.
+    answered = np.zeros(n, dtype=bool)
+    answered[key[delivery][times[delivery] == attempts[key[delivery]]]] = True
+    pending = (sent > 0) & ~in_dlq & ~answered
+    # The send-backs' reconsume times are 1..attempts, each once.
+    by_key = _SendBacks(key[send_back], times[send_back], n)
+    gap = ~((sent == attempts) & (by_key.distinct == sent) & (by_key.lowest >= 1))
+
+    is_chain = (sent > 0) | in_dlq
+    names = rows.select(["store", "group", "chain"]).take(pa.array(first_row[is_chain]))
+    chains = pa.table({
+        "store": names.column("store"), "group": names.column("group"), "chain": names.column("chain"),
+        "attempts": pa.array(attempts[is_chain], type=pa.int32()),
+        "in_dlq": pa.array(in_dlq[is_chain]),
+        "first_failure_ms": pa.array(first_failure[is_chain], type=pa.int64()),
+        "last_attempt_ms": pa.array(last_attempt[is_chain], type=pa.int64(), mask=~delivered[is_chain]),
+        "dlq_ms": pa.array(dlq_ms[is_chain], type=pa.int64(), mask=~in_dlq[is_chain]),
+        "pending": pa.array(pending[is_chain]),
+    }, schema=CHAINS_SCHEMA)
+    return chains, _anomalies(rows, key, first_row, send_back, times, attempts, in_dlq, by_key, gap & is_chain)
+
+
+class _SendBacks:
+    """The send-backs' reconsume times sorted by chain code, then by times."""
+
+    def __init__(self, key: np.ndarray, times: np.ndarray, n: int) -> None:
+        order = np.lexsort((times, key))
+        self.key, self.times = key[order], times[order]
+        new = np.ones(len(order), dtype=bool)
+        new[1:] = (self.key[1:] != self.key[:-1]) | (self.times[1:] != self.times[:-1])
+        self.distinct = np.bincount(self.key[new], minlength=n)  # distinct times per chain
+        self.lowest = _reduce(np.minimum, self.key, self.times, n, 1)
+
+    def of(self, k: int) -> list[int]:
+        """The times of chain ``k``, ascending."""
+        return self.times[np.searchsorted(self.key, k, "left"):np.searchsorted(self.key, k, "right")].tolist()
+
+
+def _reduce(ufunc: np.ufunc, key: np.ndarray, values: np.ndarray, n: int, empty: int) -> np.ndarray:
+    """``ufunc`` (np.maximum, np.minimum) of ``values`` per key of ``n``; ``empty`` for a key with none."""
+    out = np.full(n, np.iinfo(np.int64).min if ufunc is np.maximum else np.iinfo(np.int64).max, dtype=np.int64)
+    ufunc.at(out, key, values)
+    return np.where(np.bincount(key, minlength=n) > 0, out, empty)
+
+
+def _anomalies(rows: pa.Table, key: np.ndarray, first_row: np.ndarray, send_back: np.ndarray, times: np.ndarray,
+               attempts: np.ndarray, in_dlq: np.ndarray, send_backs: _SendBacks, gap: np.ndarray) -> pa.Table:
+    """The anomalies of the chains: a send-back whose level is not the broker's for its
+    reconsume times (3 + the times before it: 2 + its own), reconsume times that are not
+    1..attempts each once, and a chain in the DLQ before MAX_RECONSUME_TIMES attempts."""
+    found = []
+    levels = rows.column("delay_level")
+    expected = pc.add(pa.array(times, type=pa.int64()), 2)
+    wrong = pc.fill_null(pc.not_equal(pc.cast(levels, pa.int64()), expected), True).to_numpy(zero_copy_only=False)
+    for row in np.flatnonzero(send_back & wrong).tolist():
+        found.append((key[row], "level_mismatch", f"reconsume_times={times[row]} delay_level={levels[row].as_py()} "
+                                                  f"expected={2 + times[row]}"))
+    for k in np.flatnonzero(gap).tolist():
+        found.append((k, "gap", "reconsume_times=" + ",".join(str(t) for t in send_backs.of(k))))
+    for k in np.flatnonzero(in_dlq & (attempts < MAX_RECONSUME_TIMES)).tolist():
+        found.append((k, "early_dlq", f"attempts={attempts[k]}"))
+    names = rows.select(["store", "group", "chain"]).take(pa.array(first_row[[k for k, _, _ in found]],
+                                                                   type=pa.int64()))
+    return pa.table({"store": names.column("store"), "group": names.column("group"), "chain": names.column("chain"),
+                     "kind": pa.array([kind for _, kind, _ in found], type=pa.string()),
+                     "detail": pa.array([detail for _, _, detail in found], type=pa.string())},
+                    schema=ANOMALIES_SCHEMA)
 
 
 def group_counts(chains: pa.Table) -> pa.Table:
@@ -197,10 +260,9 @@ def span_histogram(chains: pa.Table) -> pa.Table:
 def groups_table(counts: pa.Table, spans: pa.Table) -> pa.Table:
     """The groups table from per-group counts and the span histogram."""
     medians: dict[tuple[str, str, str], tuple[int, int]] = {}
-    keys = list(zip(*(spans.column(c).to_pylist() for c in ("store", "group", "kind"))))
     values = spans.column("span").to_numpy()
     chains = spans.column("chains").to_numpy()
-    for key, index in groups(keys).items():
+    for key, index in groups(spans, ["store", "group", "kind"]).items():
         order = index[np.argsort(values[index], kind="stable")]
         medians[key] = (nearest_rank_counted(values[order], chains[order], 1, 2), int(values[order[-1]]))
     rows = []
@@ -211,26 +273,3 @@ def groups_table(counts: pa.Table, spans: pa.Table) -> pa.Table:
                      "pending": pending, "to_last_attempt_p50": last[0], "to_last_attempt_max": last[1],
                      "to_dlq_p50": to_dlq[0], "to_dlq_max": to_dlq[1]})
     return sort_table(pa.Table.from_pylist(rows, schema=GROUPS_SCHEMA), ["store", "group"])
-
-
-def _new_chain() -> dict:
-    return {"send_backs": [], "dlq": []}
-
-
-def _anomalies(store: str, group: str, chain: str, send_backs: list[tuple[int, int, int]],
-               attempts: int, in_dlq: bool) -> list[dict]:
-    found = []
-    for times, level, _ in send_backs:
-        # A send-back record carries the reconsume times it was sent back with, already
-        # incremented, and the broker asks for level 3 + the times before: 2 + its own.
-        if level != 2 + times:
-            found.append({"store": store, "group": group, "chain": chain, "kind": "level_mismatch",
-                          "detail": f"reconsume_times={times} delay_level={level} expected={2 + times}"})
-    seen = sorted(t for t, _, _ in send_backs)
-    if seen != list(range(1, attempts + 1)):
-        found.append({"store": store, "group": group, "chain": chain, "kind": "gap",
-                      "detail": "reconsume_times=" + ",".join(str(t) for t in seen)})
-    if in_dlq and attempts < MAX_RECONSUME_TIMES:
-        found.append({"store": store, "group": group, "chain": chain, "kind": "early_dlq",
-                      "detail": f"attempts={attempts}"})
-    return found

@@ -193,14 +193,13 @@ def pending_histogram(pending: pa.Table) -> pa.Table:
 def backlog_tables(hist: pa.Table, pos: pa.Table, at_ms: int) -> dict[str, pa.Table]:
     """The ``timer`` and ``timer_drain`` tables from a folded histogram of every store's
     pending rows and the stores' positions."""
-    store_col = hist.column("store").to_pylist()
     due = hist.column("due_ms").to_numpy()
     count = hist.column("rows").to_numpy()
     cancel = hist.column("cancel").to_numpy(zero_copy_only=False)
     dropped = hist.column("cancelled").to_numpy(zero_copy_only=False)
     roll = hist.column("roll").to_numpy(zero_copy_only=False)
     queue = np.array([s == QUEUE for s in hist.column("source").to_pylist()], dtype=bool)
-    by_store = groups([(s,) for s in store_col])
+    by_store = groups(hist, ["store"])
     timer_rows, drain_rows = [], []
     for row in pos.to_pylist():
         index = by_store.get((row["store"],), np.empty(0, dtype=np.int64))
@@ -433,8 +432,7 @@ def lateness_tables(folded: dict[str, pa.Table]) -> dict[str, pa.Table]:
     values = hist.column("value").to_numpy()
     rows_of = hist.column("rows").to_numpy()
     stats: dict[tuple[str, str, str], dict] = {}
-    keys = list(zip(*(hist.column(c).to_pylist() for c in ("store", "real_topic", "measure"))))
-    for key, index in groups(keys).items():
+    for key, index in groups(hist, ["store", "real_topic", "measure"]).items():
         order = index[np.argsort(values[index], kind="stable")]
         v, c = values[order], rows_of[order]
         stats[key] = {**{p: nearest_rank_counted(v, c, *frac) for p, frac in PERCENTILES.items()},

@@ -18,6 +18,11 @@ from rmqdelay.store.problems import FILE_SIZE, Problems, report
 _TAGS_CODE_AT = 12
 
 
+def _valid(units: np.ndarray) -> np.ndarray:
+    """Which ``units`` are written ones (ConsumeQueue.recover: offset >= 0 and size > 0)."""
+    return (units["commitLogOffset"] >= 0) & (units["size"] > 0)
+
+
 class ConsumeQueue:
     def __init__(self, directory: Path, topic: str, queue_id: int, problems: Problems | None = None) -> None:
         """``problems``: note what is wrong with the queue's files there instead of raising
@@ -61,15 +66,26 @@ class ConsumeQueue:
         if self._max_offset is None:
             end = self.files[0].start // CQ_STORE_UNIT_SIZE if self.files else 0
             for index in range(len(self.files) - 1, -1, -1):
-                units = self.file_units(index)
-                valid = (units["commitLogOffset"] >= 0) & (units["size"] > 0)
-                if not valid.any() and index > 0:
+                first_invalid = self._first_invalid(index)
+                if first_invalid == 0 and index > 0 and not _valid(self.file_units(index)).any():
                     continue
-                first_invalid = int(np.argmin(valid)) if not valid.all() else len(units)
                 end = self.files[index].start // CQ_STORE_UNIT_SIZE + first_invalid
                 break
             self._max_offset = end
         return self._max_offset
+
+    def _first_invalid(self, index: int) -> int:
+        """The first unit of file ``index`` that is not a written one (its unit count when
+        all are), read from the start in growing chunks: a queue's last file is mostly
+        the zeros after its end."""
+        units = self.file_units(index)
+        start, step = 0, 4096
+        while start < len(units):
+            valid = _valid(units[start:start + step])
+            if not valid.all():
+                return start + int(np.argmin(valid))
+            start, step = start + step, step * 2
+        return len(units)
 
     @property
     def min_offset(self) -> int:

@@ -67,9 +67,10 @@ def commitlog_files(store_path: Path | str) -> list[Path]:
 
 def scan_commitlog_file(path: Path | str, store_name: str, *, keep_going: bool = False,
                         skipped: list[Skipped] | None = None,
-                        batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+                        batch_rows: int = DEFAULT_BATCH_ROWS, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
     """Every message record of one commit log file as ``MESSAGE_SCHEMA`` batches of at most
-    ``batch_rows`` rows.
+    ``batch_rows`` rows; only ``columns`` of it, in that order, when given (what no column
+    needs is not decoded).
 
     The file is mapped, never read whole into Python objects. A bad record raises
     ``StoreError(path, offset, expected)`` after the rows before it were yielded; with
@@ -90,11 +91,13 @@ def scan_commitlog_file(path: Path | str, store_name: str, *, keep_going: bool =
         return
     try:
         end = 0  # where the records read so far end, in this file
-        for batch in decode_records(mapped, store=store_name, file=path.name, batch_rows=batch_rows):
-            yield batch
+        read = None if columns is None else list(dict.fromkeys([*columns, "commitlog_offset", "store_size"]))
+        for batch in decode_records(mapped, store=store_name, file=path.name, batch_rows=batch_rows, columns=read):
             if batch.num_rows:
                 end = batch.column("commitlog_offset")[-1].as_py() + batch.column("store_size")[-1].as_py() \
                     - _file_start(path)
+            yield batch if columns is None else batch.select(columns)
+            if batch.num_rows:
                 # The caller is done with the batch: the pages behind it leave this process's
                 # memory, so a scan holds a batch's worth of the file, not all of it.
                 release_pages(mapped, end)
@@ -172,7 +175,7 @@ def schedule_unit_chunks(store: Store, store_name: str, level: int, first: int =
         real = units["size"] != _PRE_BLANK_SIZE
         kept = int(real.sum())
         yield pa.table({
-            "store": pa.array([store_name] * kept, type=pa.string()),
+            "store": pa.repeat(pa.scalar(store_name, pa.string()), kept),
             "level": pa.array(np.full(kept, level, dtype=np.int32)),
             "queue_offset": pa.array(np.arange(start, start + len(units), dtype=np.int64)[real]),
             "commitlog_offset": pa.array(units["commitLogOffset"][real].astype(np.int64)),
