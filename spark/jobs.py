@@ -13,11 +13,12 @@ fold the same way.
 from __future__ import annotations
 
 import os
+import shutil
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
-from pyspark import StorageLevel
 from pyspark.rdd import RDD
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -120,37 +121,55 @@ def _partitions(spark: SparkSession, stores: list[StoreRef]) -> int:
     return max(wanted, -(-data // MATCH_BYTES), 1)
 
 
-def _gather(spark: SparkSession, results: RDD, messages_to: Path | None, schema: pa.Schema,
-            order: list[str]) -> tuple[dict[str, list[bytes]], pa.Table]:
-    """The tasks' partial results (name -> blocks) on the driver, and the per-message table:
-    collected and sorted (``messages_to`` None), written as Parquet by the executors (a path:
-    each part file sorted by ``order``, no global sort; an empty table is returned), or none
-    at all (_NO_MESSAGES: the tasks made none)."""
+def _gather(results: RDD, schema: pa.Schema, order: list[str]) -> tuple[dict[str, list[bytes]], pa.Table]:
+    """The tasks' partial results (name -> blocks) on the driver, and the per-message table
+    the tasks gave back, sorted by ``order`` (empty when they wrote it or made none)."""
     partials: dict[str, list[bytes]] = {}
-    if messages_to is None or messages_to == _NO_MESSAGES:
-        for name, part in results.collect():
-            partials.setdefault(name, []).append(part)
-        messages = partials.pop(_MESSAGES, [])
-        return partials, sort_table(blocks.table(messages, schema), order)
-    results.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        for name, part in results.filter(lambda kv: kv[0] != _MESSAGES).collect():
-            partials.setdefault(name, []).append(part)
+    for name, part in results.collect():
+        partials.setdefault(name, []).append(part)
+    return partials, sort_table(blocks.table(partials.pop(_MESSAGES, []), schema), order)
 
-        def rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            for batch in batches:
-                for part in batch.column("block").to_pylist():
-                    yield from blocks.table([part], schema).to_batches()
 
-        parts = spark.createDataFrame(results.filter(lambda kv: kv[0] == _MESSAGES).map(lambda kv: (kv[1],)),
-                                      "block binary")
-        frame = parts.mapInArrow(rows, source.spark_schema(schema))
-        # Written where the rows are: each part sorted, the directory in no global order.
-        frame.sortWithinPartitions(*order).select(*_public_columns(schema)).write.mode("overwrite") \
-            .parquet(str(messages_to))
-    finally:
-        results.unpersist()
-    return partials, schema.empty_table()
+def _messages_part(partition: int, messages: pa.Table, messages_to: Path | None, schema: pa.Schema,
+                   order: list[str]) -> Iterator[tuple[str, bytes]]:
+    """What a task does with its share of the per-message table: nothing (none wanted),
+    give it back to the driver (``messages_to`` None), or write it as its own Parquet part of
+    the directory ``messages_to``, sorted by ``order`` (each part sorted, the directory in no
+    global order): under a hidden temporary name first, then renamed, so a task that runs
+    again replaces its part whole and a reader never sees half of one."""
+    if messages_to == _NO_MESSAGES:
+        return
+    if messages_to is None:
+        yield _MESSAGES, blocks.block(messages)
+        return
+    import pyarrow.parquet as pq
+
+    final = messages_to / f"part-{partition:05d}.parquet"
+    temporary = messages_to / f".{final.name}.{os.getpid()}-{uuid.uuid4().hex}.tmp"
+    pq.write_table(public_table(sort_table(messages.cast(schema), order)), temporary)
+    os.replace(temporary, final)
+
+
+def _messages_directory(messages_to: Path | None) -> None:
+    """Before a job that writes the per-message table: ``messages_to`` an empty directory
+    (what was there is replaced, as Spark's own writer's overwrite does)."""
+    if messages_to in (None, _NO_MESSAGES):
+        return
+    if messages_to.is_dir():
+        shutil.rmtree(messages_to)
+    elif messages_to.exists():
+        messages_to.unlink()
+    messages_to.mkdir(parents=True)
+
+
+def _messages_written(messages_to: Path | None) -> None:
+    """After the job: the temporary files of task attempts that did not finish go, and
+    ``_SUCCESS`` says the directory is whole."""
+    if messages_to in (None, _NO_MESSAGES):
+        return
+    for leftover in messages_to.glob(".part-*.tmp"):
+        leftover.unlink(missing_ok=True)
+    (messages_to / "_SUCCESS").touch()
 
 
 def _fold_blocks(parts: list[bytes], schema: pa.Schema, keys: list[str]) -> pa.Table:
@@ -247,21 +266,18 @@ def _lateness(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: d
     # them as the embedded engine does and folds its share into the histogram. Only the
     # histograms (small: a row per distinct lateness) go to the driver, which folds them and
     # takes the exact percentiles from them.
-    rows = source.keyed_blocks(spark, stores, embedded_lateness._COLUMNS, None,
-                               problems, lambda rows: embedded_lateness.buckets(rows, partitions), partitions,
-                               join=embedded_lateness.records_with_units)
-    with_messages = messages_to != _NO_MESSAGES
-
-    def match(keyed: Iterator[tuple[int, bytes]]) -> Iterator[tuple[str, bytes]]:
-        rows = blocks.table((block for _, block in keyed), embedded_lateness.ROWS_SCHEMA)
+    def match(partition: int, rows: pa.Table) -> Iterator[tuple[str, bytes]]:
         messages = embedded_lateness.match_rows(rows)
         yield _HISTOGRAM, blocks.block(embedded_lateness.histogram(messages, at_ms))
-        if with_messages:
-            yield _MESSAGES, blocks.block(messages)
+        yield from _messages_part(partition, messages, messages_to, embedded_lateness.MESSAGES_SCHEMA,
+                                  embedded_lateness.MESSAGES_ORDER)
 
-    matched = rows.partitionBy(partitions, blocks.partition_of).mapPartitions(match)
-    partials, messages = _gather(spark, matched, messages_to, embedded_lateness.MESSAGES_SCHEMA,
-                                 embedded_lateness.MESSAGES_ORDER)
+    _messages_directory(messages_to)
+    matched = source.keyed_rows(spark, stores, embedded_lateness._COLUMNS, None, problems,
+                                lambda rows: embedded_lateness.buckets(rows, partitions), partitions,
+                                embedded_lateness.ROWS_SCHEMA, match, join=embedded_lateness.records_with_units)
+    partials, messages = _gather(matched, embedded_lateness.MESSAGES_SCHEMA, embedded_lateness.MESSAGES_ORDER)
+    _messages_written(messages_to)
     hist = _fold_blocks(partials.get(_HISTOGRAM, []), embedded_lateness.HISTOGRAM_SCHEMA,
                         embedded_lateness.HISTOGRAM_KEYS)
     tables = {
@@ -320,22 +336,20 @@ def _retries(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: di
     # Split by chain, so each task follows whole chains as the embedded engine does, and
     # gives back its share of the group figures: counts, a histogram of the spans (for exact
     # medians), the attempts per chain and the anomalies, which the driver folds.
-    rows = source.keyed_blocks(spark, stores, embedded_retries._COLUMNS, embedded_retries._on_retry_path,
-                               problems, lambda rows: embedded_retries.buckets(rows, partitions), partitions)
-    with_messages = messages_to != _NO_MESSAGES
-
-    def follow(keyed: Iterator[tuple[int, bytes]]) -> Iterator[tuple[str, bytes]]:
-        rows = blocks.table((block for _, block in keyed), embedded_retries.ROWS_SCHEMA)
+    def follow(partition: int, rows: pa.Table) -> Iterator[tuple[str, bytes]]:
         chains, anomalies = embedded_retries.follow_chains(rows)
         for name, table in embedded_retries.partials(chains, anomalies).items():
             if table.num_rows:
                 yield name, blocks.block(table)
-        if with_messages and chains.num_rows:
-            yield _MESSAGES, blocks.block(chains.select(embedded_retries.MESSAGES_SCHEMA.names))
+        yield from _messages_part(partition, chains.select(embedded_retries.MESSAGES_SCHEMA.names), messages_to,
+                                  embedded_retries.MESSAGES_SCHEMA, embedded_retries.MESSAGES_ORDER)
 
-    followed = rows.partitionBy(partitions, blocks.partition_of).mapPartitions(follow)
-    partials, messages = _gather(spark, followed, messages_to, embedded_retries.MESSAGES_SCHEMA,
-                                 embedded_retries.MESSAGES_ORDER)
+    _messages_directory(messages_to)
+    followed = source.keyed_rows(spark, stores, embedded_retries._COLUMNS, embedded_retries._on_retry_path,
+                                 problems, lambda rows: embedded_retries.buckets(rows, partitions), partitions,
+                                 embedded_retries.ROWS_SCHEMA, follow)
+    partials, messages = _gather(followed, embedded_retries.MESSAGES_SCHEMA, embedded_retries.MESSAGES_ORDER)
+    _messages_written(messages_to)
     schemas = {name: schema for name, (_, schema) in embedded_retries.PARTIALS.items()}
     schemas["anomalies"] = embedded_retries.ANOMALIES_SCHEMA
     tables = embedded_retries.tables_of({name: [blocks.table(parts, schemas[name])] for name, parts in partials.items()})

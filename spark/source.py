@@ -107,59 +107,86 @@ def messages(spark: SparkSession, stores: list[StoreRef], columns: list[str],
     return files.mapInArrow(decode, spark_schema(schema))
 
 
-def keyed_blocks(spark: SparkSession, stores: list[StoreRef], columns: list[str],
-                 keep: Callable[[pa.RecordBatch], pa.Array] | None, problems: Problems,
-                 bucket_of: Callable[[pa.Table], np.ndarray], partitions: int, *,
-                 join: Callable[[pa.Table, pa.Table], pa.Table] | None = None) -> RDD:
-    """Each commit log file's rows that ``keep`` selects (all when None; only ``columns``,
-    and only they are decoded), decoded by one task per file, split by ``bucket_of`` (a bucket in [0, partitions) per row, -1 to leave it out)
-    into Arrow blocks: an RDD of (bucket, block), for ``blocks.partition_of`` to route.
+def keyed_rows(spark: SparkSession, stores: list[StoreRef], columns: list[str],
+               keep: Callable[[pa.RecordBatch], pa.Array] | None, problems: Problems,
+               bucket_of: Callable[[pa.Table], np.ndarray], partitions: int, schema: pa.Schema,
+               match: Callable[[int, pa.Table], Iterator], *,
+               join: Callable[[pa.Table, pa.Table], pa.Table] | None = None) -> RDD:
+    """What ``match(partition, rows)`` gives for each of ``partitions`` partitions of the rows
+    of every commit log file that ``keep`` selects (all when None; only ``columns``, and only
+    they are decoded), split by key: ``bucket_of`` gives each row its partition (-1 to leave
+    it out), so all the rows of a key meet in one.
 
-    With ``join``, the task first passes its rows with the schedule units that point into its
-    file to ``join(rows, units)``, and splits what that gives: the units of each store are read
-    once and sent (as blocks) to the task of the file each points into, so a schedule record
-    meets its unit where its file is decoded, and a task holds one file's rows and units.
+    A file is decoded by a task of its own, which splits its rows into Arrow blocks, one a
+    partition, for the shuffle to route (``blocks.partition_of``). With one partition every
+    row meets in it anyway: the files are decoded in the task that matches them, and nothing
+    is shuffled. ``schema``: the rows' schema when a partition has none.
+
+    With ``join``, the rows of a file first go with the schedule units that point into it
+    to ``join(rows, units)``: the units of each store are ranged once on the driver and read
+    where the file is decoded, so a schedule record meets its unit there, and a task holds one
+    file's rows and units.
     """
-    tasks = commitlog_tasks(stores)
-    work = [(store, path, None, None, None) for store, path in tasks]
-    if join is not None:
-        work = []
-        paths = {ref.name: str(ref.path) for ref in stores}
-        by_store: dict[str, list[str]] = {}
-        for store, path in tasks:
-            by_store.setdefault(store, []).append(path)
-        for store, files in by_store.items():
-            starts = [int(Path(path).name) for path in files]
-            with Store(paths[store]) as opened:
-                ranges = schedule_unit_ranges(opened, starts)
-            ends = [*starts[1:], None]
-            work += [(store, path, (paths[store], start, end), ranges[i], None)
-                     for i, (path, start, end) in enumerate(zip(files, starts, ends))]
-    files = spark.sparkContext.parallelize(work, max(len(work), 1))
-    schema = pa.schema([MESSAGE_SCHEMA.field(c) for c in columns])
-    unit_schema = pa.schema([SCHEDULE_UNIT_SCHEMA.field(c) for c in UNIT_COLUMNS])
+    work = _file_work(stores, join is not None)
 
-    def decode(work: Iterator[tuple]) -> Iterator[tuple[int, bytes]]:
-        for store, path, where, ranges, _ in work:
-            parts = []
-            try:
-                for records in scan_commitlog_file(path, store, columns=columns):
-                    parts.append(records if keep is None else records.filter(keep(records)))
-            except StoreError as exc:
-                # The rows before the bad record are kept (keep-going semantics); without
-                # keep-going the driver fails on the problem after the job.
-                size = _file_size(exc.path)
-                problems.add((store, path, exc.offset, size - (exc.offset or 0), exc.expected))
-            rows = pa.Table.from_batches(parts, schema=schema)
-            if join is not None:
-                store_path, start, end = where
-                with Store(store_path) as opened:
-                    units = file_units(opened, store, ranges, start, end)
-                rows = join(rows, units.cast(unit_schema))
+    def decoded(store: str, path: str, where: tuple | None, ranges: dict | None) -> pa.Table:
+        parts = []
+        try:
+            for records in scan_commitlog_file(path, store, columns=columns):
+                parts.append(records if keep is None else records.filter(keep(records)))
+        except StoreError as exc:
+            # The rows before the bad record are kept (keep-going semantics); without
+            # keep-going the driver fails on the problem after the job.
+            size = _file_size(exc.path)
+            problems.add((store, path, exc.offset, size - (exc.offset or 0), exc.expected))
+        rows = pa.Table.from_batches(parts, schema=pa.schema([MESSAGE_SCHEMA.field(c) for c in columns]))
+        if join is None:
+            return rows
+        store_path, start, end = where
+        with Store(store_path) as opened:
+            units = file_units(opened, store, ranges, start, end)
+        return join(rows, units.cast(pa.schema([SCHEDULE_UNIT_SCHEMA.field(c) for c in UNIT_COLUMNS])))
+
+    if partitions == 1:
+        def one(items: Iterator[tuple]) -> Iterator:
+            tables = [decoded(*item) for item in items]
+            yield from match(0, pa.concat_tables(tables) if tables else schema.empty_table())
+
+        return spark.sparkContext.parallelize(work, 1).mapPartitions(one)
+
+    def split(items: Iterator[tuple]) -> Iterator[tuple[int, bytes]]:
+        for item in items:
+            rows = decoded(*item)
             if rows.num_rows:
                 yield from blocks.split(rows, bucket_of(rows), partitions)
 
-    return files.mapPartitions(decode)
+    def matched(partition: int, keyed: Iterator[tuple[int, bytes]]) -> Iterator:
+        yield from match(partition, blocks.table((block for _, block in keyed), schema))
+
+    return (spark.sparkContext.parallelize(work, max(len(work), 1)).mapPartitions(split)
+            .partitionBy(partitions, blocks.partition_of).mapPartitionsWithIndex(matched))
+
+
+def _file_work(stores: list[StoreRef], with_units: bool) -> list[tuple]:
+    """(store, file path, (store path, the file's first offset, the next file's), the
+    schedule unit ranges that may point into it) of every commit log file; the last two
+    None unless ``with_units``."""
+    tasks = commitlog_tasks(stores)
+    if not with_units:
+        return [(store, path, None, None) for store, path in tasks]
+    work = []
+    paths = {ref.name: str(ref.path) for ref in stores}
+    by_store: dict[str, list[str]] = {}
+    for store, path in tasks:
+        by_store.setdefault(store, []).append(path)
+    for store, files in by_store.items():
+        starts = [int(Path(path).name) for path in files]
+        with Store(paths[store]) as opened:
+            ranges = schedule_unit_ranges(opened, starts)
+        ends = [*starts[1:], None]
+        work += [(store, path, (paths[store], start, end), ranges[i])
+                 for i, (path, start, end) in enumerate(zip(files, starts, ends))]
+    return work
 
 
 def schedule_unit_rows(spark: SparkSession, stores: list[StoreRef]) -> DataFrame:

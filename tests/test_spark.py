@@ -12,6 +12,7 @@ from conftest import ALL_SAMPLES, SAMPLES, TIMER_SAMPLES, load_expected
 from test_analysis import corrupt
 
 from rmqdelay.analysis import KINDS, StoreRef, analyze
+from rmqdelay.analysis.names import public_name
 from rmqdelay.errors import StoreError
 from rmqdelay.schedule.redelivery import consumer_send_back
 from rmqdelay.store import Store
@@ -112,6 +113,53 @@ def test_rows_are_matched_in_the_shuffle_partitions_and_one_per_gib_of_commit_lo
         with open(log / f"{n << 30:020d}", "wb") as fh:
             fh.truncate(1 << 30)
     assert _partitions(spark, [*small, StoreRef("big", tmp_path / "big")]) == 4
+
+
+@pytest.mark.parametrize("partitions", ["1", "3"])
+@pytest.mark.parametrize("kind", ["lateness", "retries"])
+def test_per_message_parquet_is_a_part_a_task_and_the_embedded_rows(spark, tmp_path, kind, partitions):
+    """One partition: the files are decoded in the task that matches them (no shuffle);
+    three: a shuffle. Either way each task writes its own sorted part, the parts hold the
+    embedded engine's rows, and the tables are the same."""
+    stores = [StoreRef(name, SAMPLES / name / "store") for name in SAMPLE_NAMES]
+    at_ms = at_end_of("retry") + 5_000
+    embedded = analyze(kind, stores, at_ms)
+    out = tmp_path / "messages"
+    out.mkdir()
+    (out / "stale.parquet").write_bytes(b"from an earlier run")
+    spark.conf.set("spark.sql.shuffle.partitions", partitions)
+    try:
+        written = spark_analyze(kind, stores, at_ms, spark=spark, messages_to=out)
+        collected = spark_analyze(kind, stores, at_ms, spark=spark)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", "2")
+    assert_same(embedded, collected)
+    for name, table in embedded.tables.items():
+        assert written.tables[name].equals(table), name
+    assert written.messages.num_rows == 0
+    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS"] + [f"part-{i:05d}.parquet" for i in range(int(partitions))]
+    from rmqdelay.analysis.common import sort_table
+    from rmqdelay.analysis.names import public_table
+
+    order = {"lateness": ["store", "level", "schedule_offset"], "retries": ["store", "group", "chain"]}[kind]
+    parts = [pq.read_table(p) for p in sorted(out.glob("part-*.parquet"))]
+    for part in parts:  # each part sorted on its own
+        assert part.equals(sort_table(part, [public_name(c) for c in order]))
+    import pyarrow as pa
+
+    assert sort_table(pa.concat_tables(parts), [public_name(c) for c in order]).equals(public_table(embedded.messages))
+
+
+def test_a_task_that_runs_again_replaces_its_part(tmp_path):
+    from rmqdelay.analysis import lateness
+    from rmqdelay.spark.jobs import _messages_part
+
+    rows = analyze("lateness", [StoreRef("delay-partial", SAMPLES / "delay-partial" / "store")],
+                   at_end_of("delay-partial")).messages
+    for attempt in (rows.slice(0, 5), rows):
+        assert list(_messages_part(3, attempt, tmp_path, lateness.MESSAGES_SCHEMA, lateness.MESSAGES_ORDER)) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["part-00003.parquet"]
+    assert pq.read_table(tmp_path / "part-00003.parquet").num_rows == rows.num_rows
 
 
 def test_anomalies_agree(spark, store_copy):

@@ -250,13 +250,9 @@ def records_with_units(rows: pa.Table | pa.RecordBatch, units: pa.Table) -> pa.T
     if len(stores) > 1:
         schedule, copies = with_units(rows.filter(_is_schedule_or_copy(rows)), units)
         return pa.concat_tables([_rows_part(schedule, True), _rows_part(copies, False)])
-    topic = rows.column("topic")
-    is_schedule = pc.equal(topic, RMQ_SYS_SCHEDULE_TOPIC).to_numpy(zero_copy_only=False)
-    # 4.9.4 quirk: a delivered copy keeps DELAY, and REAL_TOPIC names its own topic.
-    is_copy = pc.fill_null(pc.equal(rows.column("real_topic"), topic), False).to_numpy(zero_copy_only=False)
-    is_copy &= ~is_schedule & rows.column("delay_level").is_valid().to_numpy(zero_copy_only=False)
+    is_schedule = pc.equal(rows.column("topic"), RMQ_SYS_SCHEDULE_TOPIC).to_numpy(zero_copy_only=False)
     schedule = np.flatnonzero(is_schedule)
-    copies = np.flatnonzero(is_copy)
+    copies = np.flatnonzero(_is_schedule_or_copy(rows).to_numpy(zero_copy_only=False) & ~is_schedule)
     # Every (record, unit) pair of one offset, as the inner join gives them.
     unit_offsets = units.column("commitlog_offset").to_numpy()
     order = np.argsort(unit_offsets, kind="stable")
