@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmqdelay.formats.scan import MESSAGE_SCHEMA
-from rmqdelay.store.scan import Skipped, commitlog_files, scan_commitlog_file
+from rmqdelay.store.scan import Skipped, commitlog_files, file_start, scan_commitlog_file
 
 from . import StoreRef
 
@@ -57,20 +57,13 @@ def scan_selected(ref: StoreRef, path: Path, columns: list[str], keep: Callable[
     """(the rows ``keep`` selects of a batch, only ``columns``, where in the file the batch
     ends) of one commit log file of ``ref``; batches with no row selected are left out.
     ``keep`` reads only ``columns``, and only they are decoded."""
-    start = _file_start(path)
+    start = file_start(path)
     read = list(dict.fromkeys([*columns, "commitlog_offset", "store_size"]))
     for batch in scan_commitlog_file(path, ref.name, keep_going=keep_going, skipped=skipped, columns=read):
         selected = batch.filter(keep(batch)).select(columns)
         if selected.num_rows:
             offsets = batch.column("commitlog_offset")
             yield selected, offsets[-1].as_py() + batch.column("store_size")[-1].as_py() - start
-
-
-def _file_start(path: Path) -> int:
-    try:
-        return int(path.name)
-    except ValueError:
-        return 0
 
 
 def file_size(path: Path) -> int:

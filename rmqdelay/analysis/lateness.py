@@ -14,6 +14,7 @@ from rmqdelay.store import Store
 from rmqdelay.store.scan import Skipped, scan_commitlog_file, schedule_unit_ranges, schedule_units
 
 from . import AnalysisResult, StoreRef, blocks, timer
+from .keycodes import key_codes
 from .common import (
     PERCENTILES,
     commitlog_walk,
@@ -60,11 +61,18 @@ _READ = [*_COLUMNS, "store_size"]
 
 def _is_schedule_or_copy(batch: pa.RecordBatch) -> pa.Array:
     """Schedule records (every one, with or without REAL_TOPIC) and delivered copies."""
-    topic = batch.column("topic")
-    schedule = pc.equal(topic, RMQ_SYS_SCHEDULE_TOPIC)
+    schedule, copy = _kinds(batch)
+    return pa.array(schedule | copy)
+
+
+def _kinds(rows: pa.Table | pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
+    """(which rows are schedule records, which are delivered copies)."""
+    topic = rows.column("topic")
+    schedule = pc.equal(topic, RMQ_SYS_SCHEDULE_TOPIC).to_numpy(zero_copy_only=False)
     # 4.9.4 quirk: a delivered copy keeps DELAY, and REAL_TOPIC names its own topic.
-    copy = pc.and_(pc.equal(batch.column("real_topic"), topic), pc.is_valid(batch.column("delay_level")))
-    return pc.fill_null(pc.or_kleene(schedule, copy), False)
+    copy = pc.fill_null(pc.equal(rows.column("real_topic"), topic), False).to_numpy(zero_copy_only=False)
+    copy &= rows.column("delay_level").is_valid().to_numpy(zero_copy_only=False) & ~schedule
+    return schedule, copy
 
 
 def lateness(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *,
@@ -245,14 +253,14 @@ def records_with_units(rows: pa.Table | pa.RecordBatch, units: pa.Table) -> pa.T
     file's rows read with ``_COLUMNS`` (or a batch of them) and the units that point into
     it, as one table of ``ROWS_SCHEMA``: for rows of one store, joined by offset in numpy
     and each column taken once (the schedule records first, then the copies)."""
-    stores = pc.unique(pa.concat_arrays([pc.unique(rows.column("store")).cast(pa.string()),
-                                         pc.unique(units.column("store")).cast(pa.string())]))
-    if len(stores) > 1:
+    stores = [rows.column("store"), units.column("store")]
+    first = next((column[0] for column in stores if len(column)), None)
+    if not all(_all_equal(column, first) for column in stores):
         schedule, copies = with_units(rows.filter(_is_schedule_or_copy(rows)), units)
         return pa.concat_tables([_rows_part(schedule, True), _rows_part(copies, False)])
-    is_schedule = pc.equal(rows.column("topic"), RMQ_SYS_SCHEDULE_TOPIC).to_numpy(zero_copy_only=False)
+    is_schedule, is_copy = _kinds(rows)
     schedule = np.flatnonzero(is_schedule)
-    copies = np.flatnonzero(_is_schedule_or_copy(rows).to_numpy(zero_copy_only=False) & ~is_schedule)
+    copies = np.flatnonzero(is_copy)
     # Every (record, unit) pair of one offset, as the inner join gives them.
     unit_offsets = units.column("commitlog_offset").to_numpy()
     order = np.argsort(unit_offsets, kind="stable")
@@ -279,6 +287,13 @@ def records_with_units(rows: pa.Table | pa.RecordBatch, units: pa.Table) -> pa.T
     return pa.table([columns[name] for name in ROWS_SCHEMA.names], schema=ROWS_SCHEMA)
 
 
+def _all_equal(column: pa.ChunkedArray | pa.Array, value: pa.Scalar | None) -> bool:
+    """Whether every value of ``column`` is ``value`` (so also: it has no null)."""
+    if len(column) == 0:
+        return True
+    return column.null_count == 0 and pc.all(pc.equal(column, value)).as_py()
+
+
 def _rows_part(table: pa.Table, is_schedule: bool) -> pa.Table:
     """Schedule records (joined with their units) or copies as rows of ``ROWS_SCHEMA``."""
     n = table.num_rows
@@ -288,35 +303,31 @@ def _rows_part(table: pa.Table, is_schedule: bool) -> pa.Table:
     return pa.table(columns, schema=ROWS_SCHEMA)
 
 
-def _codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, int]:
-    """Dense codes of the values of ``column`` (equal values, equal codes), -1 for a null;
-    and how many distinct values there are."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    encoded = pc.dictionary_encode(column)
-    return pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64), len(encoded.dictionary)
-
-
 def match_rows(rows: pa.Table) -> pa.Table:
     """match, the same rows (unsorted), on one partition of ``ROWS_SCHEMA`` rows (schedule
-    records with their units, and copies): the key (store, UNIQ_KEY, real topic, reconsume
-    times) packed into one exact 64-bit code per row (each column dictionary-encoded over the
-    partition, the codes combined positionally, so two keys share a code only when they are
-    equal), and the copies folded and looked up in numpy. A key with a null never matches,
-    as in the join. Falls back to ``match`` (a join) when the codes would not fit in 64 bits."""
+    records with their units, and copies): each row's key (store, UNIQ_KEY, real topic,
+    reconsume times) coded exactly (keycodes.py), the copies folded by code and looked up
+    in numpy. A key with a null never matches, as in the join."""
     is_schedule = rows.column("is_schedule").to_numpy(zero_copy_only=False)
-    key = np.zeros(rows.num_rows, dtype=np.int64)
+    # The rest of the key (few values: Arrow's dictionary encoding) as one integer, then
+    # the UNIQ_KEY with it.
+    rest = np.zeros(rows.num_rows, dtype=np.int64)
     valid = np.ones(rows.num_rows, dtype=bool)
     span = 1
     for name in _KEY:
-        codes, distinct = _codes(rows.column(name))
-        distinct = max(distinct, 1)
+        if name == "uniq_key":
+            continue
+        encoded = pc.dictionary_encode(rows.column(name).combine_chunks())
+        codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        distinct = max(len(encoded.dictionary), 1)
         if span > (1 << 62) // distinct:
-            schedule = rows.filter(pa.array(is_schedule))
-            return match(schedule, rows.filter(pa.array(~is_schedule)))
+            _, rest = np.unique(rest, return_inverse=True)  # dense again
+            span = int(rest.max()) + 1
         span *= distinct
-        key = key * distinct + np.maximum(codes, 0)
+        rest = rest * distinct + np.maximum(codes, 0)
         valid &= codes >= 0
+    key, _ = key_codes(rows.column("uniq_key"), rest, valid)
+    valid = key >= 0
     copy = ~is_schedule & valid
     copy_keys = key[copy]
     stamps = rows.column("store_timestamp").to_numpy()[copy]

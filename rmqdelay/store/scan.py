@@ -95,7 +95,7 @@ def scan_commitlog_file(path: Path | str, store_name: str, *, keep_going: bool =
         for batch in decode_records(mapped, store=store_name, file=path.name, batch_rows=batch_rows, columns=read):
             if batch.num_rows:
                 end = batch.column("commitlog_offset")[-1].as_py() + batch.column("store_size")[-1].as_py() \
-                    - _file_start(path)
+                    - file_start(path)
             yield batch if columns is None else batch.select(columns)
             if batch.num_rows:
                 # The caller is done with the batch: the pages behind it leave this process's
@@ -119,7 +119,8 @@ def scan_commitlog_file(path: Path | str, store_name: str, *, keep_going: bool =
             pass  # a view is still alive somewhere; the map goes with it
 
 
-def _file_start(path: Path) -> int:
+def file_start(path: Path) -> int:
+    """A commit log file's first offset, from its name (0 for a name that is not one)."""
     try:
         return int(path.name)
     except ValueError:
@@ -128,7 +129,7 @@ def _file_start(path: Path) -> int:
 
 def _next_file_head(path: Path, size: int) -> tuple[bytes, str]:
     """The first bytes and the name of the commit log file after ``path`` (b"" when there is none)."""
-    following = path.with_name(f"{_file_start(path) + size:020d}")
+    following = path.with_name(f"{file_start(path) + size:020d}")
     try:
         with open(following, "rb") as fh:
             return fh.read(8), following.name
