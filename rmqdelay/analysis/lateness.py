@@ -11,7 +11,13 @@ import pyarrow.compute as pc
 
 from rmqdelay.formats.constants import RMQ_SYS_SCHEDULE_TOPIC
 from rmqdelay.store import Store
-from rmqdelay.store.scan import Skipped, scan_commitlog_file, schedule_unit_ranges, schedule_units
+from rmqdelay.store.scan import (
+    SCHEDULE_UNIT_SCHEMA,
+    Skipped,
+    scan_commitlog_file,
+    schedule_unit_arrays,
+    schedule_unit_ranges,
+)
 
 from . import AnalysisResult, StoreRef, blocks, timer
 from .keycodes import key_codes
@@ -116,7 +122,7 @@ def _records_and_units(stores: list[StoreRef], keep_going: bool, skipped: list[S
         with Store(ref.path) as store:
             found = schedule_unit_ranges(store, starts)
             for (_, path, before, total), start, end, ranges in zip(files, starts, [*starts[1:], None], found):
-                units = sort_table(file_units(store, ref.name, ranges, start, end), ["commitlog_offset"])
+                units = file_units(store, ref.name, ranges, start, end)
                 unit_offsets = units.column("commitlog_offset").to_numpy()
                 for batch in scan_commitlog_file(path, ref.name, keep_going=keep_going, skipped=skipped,
                                                  columns=_READ):
@@ -129,13 +135,21 @@ def _records_and_units(stores: list[StoreRef], keep_going: bool, skipped: list[S
 
 def file_units(store: Store, name: str, ranges: dict[int, tuple[int, int]], start: int, end: int | None) -> pa.Table:
     """The schedule units (``UNIT_COLUMNS``) that point into the commit log file [start, end)
-    of ``store``, read within ``ranges`` (schedule_unit_ranges)."""
-    units = schedule_units(store, name, ranges).select(UNIT_COLUMNS)
-    offsets = units.column("commitlog_offset")
-    inside = pc.greater_equal(offsets, start)
-    if end is not None:
-        inside = pc.and_(inside, pc.less(offsets, end))
-    return units.filter(inside)
+    of ``store``, read within ``ranges`` (schedule_unit_ranges), in offset order."""
+    offsets, levels, deliver = [], [], []
+    for queue_id in store.topics().get(RMQ_SYS_SCHEDULE_TOPIC, []):
+        if queue_id + 1 in ranges:
+            for _, units in schedule_unit_arrays(store, queue_id + 1, *ranges[queue_id + 1]):
+                offsets.append(units["commitLogOffset"].astype(np.int64))
+                levels.append(np.full(len(units), queue_id + 1, dtype=np.int32))
+                deliver.append(units["tagsCode"].astype(np.int64))
+    offsets, levels, deliver = (np.concatenate(parts) if parts else np.zeros(0, dtype)
+                                for parts, dtype in ((offsets, np.int64), (levels, np.int32), (deliver, np.int64)))
+    inside = (offsets >= start) & (offsets < end if end is not None else True)
+    order = np.flatnonzero(inside)[np.argsort(offsets[inside], kind="stable")]
+    return pa.table({"store": pa.repeat(pa.scalar(name, pa.string()), len(order)),
+                     "commitlog_offset": offsets[order], "level": levels[order], "deliver_ms": deliver[order]},
+                    schema=pa.schema([SCHEDULE_UNIT_SCHEMA.field(c) for c in UNIT_COLUMNS]))
 
 
 def _unique(skipped: list[Skipped]) -> list[Skipped]:

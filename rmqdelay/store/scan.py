@@ -25,7 +25,7 @@ from rmqdelay.store.fileio import map_for_read, release_pages
 
 __all__ = [
     "MESSAGE_SCHEMA", "SCHEDULE_UNIT_SCHEMA", "Skipped", "scan_commitlog_file", "commitlog_files",
-    "UNIT_CHUNK", "schedule_units", "schedule_unit_chunks", "schedule_unit_ranges", "delay_offsets", "consumer_offsets"
+    "UNIT_CHUNK", "schedule_units", "schedule_unit_chunks", "schedule_unit_arrays", "schedule_unit_ranges", "delay_offsets", "consumer_offsets"
 ]
 
 SCHEDULE_UNIT_SCHEMA = pa.schema([
@@ -165,6 +165,21 @@ def schedule_unit_chunks(store: Store, store_name: str, level: int, first: int =
     """The units [first, stop) of one level's queue (within its min and max offsets;
     ``SCHEDULE_UNIT_SCHEMA``, pre-blank units left out), ``rows`` units at a time (all at
     once when None), each chunk's deliver times checked."""
+    for queue_offsets, units in schedule_unit_arrays(store, level, first, stop, rows):
+        kept = len(units)
+        yield pa.table({
+            "store": pa.repeat(pa.scalar(store_name, pa.string()), kept),
+            "level": pa.array(np.full(kept, level, dtype=np.int32)),
+            "queue_offset": pa.array(queue_offsets),
+            "commitlog_offset": pa.array(units["commitLogOffset"].astype(np.int64)),
+            "size": pa.array(units["size"].astype(np.int32)),
+            "deliver_ms": pa.array(units["tagsCode"].astype(np.int64)),
+        }, schema=SCHEDULE_UNIT_SCHEMA)
+
+
+def schedule_unit_arrays(store: Store, level: int, first: int = 0, stop: int | None = None,
+                         rows: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """schedule_unit_chunks as numpy: (the units' logical offsets, the units) of each chunk."""
     cq = store.schedule_queue(level)
     first = max(first, cq.min_offset)
     stop = cq.max_offset if stop is None else min(stop, cq.max_offset)
@@ -174,15 +189,7 @@ def schedule_unit_chunks(store: Store, store_name: str, level: int, first: int =
         units = cq.units(start, end)
         cq.check_deliver_times(units, start)
         real = units["size"] != _PRE_BLANK_SIZE
-        kept = int(real.sum())
-        yield pa.table({
-            "store": pa.repeat(pa.scalar(store_name, pa.string()), kept),
-            "level": pa.array(np.full(kept, level, dtype=np.int32)),
-            "queue_offset": pa.array(np.arange(start, start + len(units), dtype=np.int64)[real]),
-            "commitlog_offset": pa.array(units["commitLogOffset"][real].astype(np.int64)),
-            "size": pa.array(units["size"][real].astype(np.int32)),
-            "deliver_ms": pa.array(units["tagsCode"][real].astype(np.int64)),
-        }, schema=SCHEDULE_UNIT_SCHEMA)
+        yield np.arange(start, start + len(units), dtype=np.int64)[real], units[real]
         if rows is not None:
             cq.release(end)
 
