@@ -3,7 +3,7 @@ each module) before the test processes start, by running the commands that use t
 sample:
 
     python tests/support/warmloops.py write    # run: the put and re-put loops
-    python tests/support/warmloops.py scan     # analyze: the commit log scan, the key hash
+    python tests/support/warmloops.py scan     # analyze: the commit log scan, the key hash and codes
 
 In a new checkout nothing is compiled yet, and every process that meets a loop before one of
 them has written it to the cache compiles it again: each pytest-xdist worker, the CLI children
@@ -28,7 +28,8 @@ SAMPLE = ROOT / "samples" / "delay-partial" / "store"
 FAR = "4102444800000"  # 2100-01-01: every delay message is due
 # The modules holding compiled loops, and where numba caches them.
 LOOP_MODULES = [ROOT / "formats" / "putloops.py", ROOT / "formats" / "reputloops.py",
-                ROOT / "formats" / "scanloops.py", ROOT / "rmqdelay" / "analysis" / "blocks.py"]
+                ROOT / "formats" / "scanloops.py", ROOT / "rmqdelay" / "analysis" / "blocks.py",
+                ROOT / "rmqdelay" / "analysis" / "keycodes.py"]
 
 
 def stale() -> bool:
