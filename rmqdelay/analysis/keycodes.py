@@ -1,5 +1,7 @@
-"""Exact codes of keys made of a string and an integer, compiled by numba: equal keys get
-equal codes, different keys different ones.
+"""Keys as integers, compiled by numba: a 64-bit hash of each string of an array (the same
+in every process, unlike Python's ``hash``: how rows are split by key), and exact codes of
+keys made of a string and an integer: equal keys get equal codes, different keys different
+ones.
 
 What lateness matches its rows on: one code per row for (UNIQ_KEY, the rest of the key --
 store, real topic, reconsume times -- already coded as one integer). Each row's key is
@@ -57,15 +59,26 @@ def _finish(h: np.uint64) -> np.uint64:
     return h
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _fnv1a(data: np.ndarray, start: int, end: int) -> np.uint64:
+    h = _FNV_OFFSET
+    for j in range(start, end):
+        h ^= np.uint64(data[j])
+        h *= _FNV_PRIME
+    return h
+
+
 @njit(cache=True, nogil=True)
 def _hash_strings(offsets: np.ndarray, data: np.ndarray, hashes: np.ndarray) -> None:
     """Mix each row's string (FNV-1a of its bytes) into ``hashes``."""
     for i in range(hashes.shape[0]):
-        h = _FNV_OFFSET
-        for j in range(offsets[i], offsets[i + 1]):
-            h ^= np.uint64(data[j])
-            h *= _FNV_PRIME
-        hashes[i] = _finish((hashes[i] * _MIX) ^ h)
+        hashes[i] = _finish((hashes[i] * _MIX) ^ _fnv1a(data, offsets[i], offsets[i + 1]))
+
+
+@njit(cache=True, nogil=True)
+def _string_hashes(offsets: np.ndarray, data: np.ndarray, out: np.ndarray) -> None:
+    for i in range(out.shape[0]):
+        out[i] = _finish(_fnv1a(data, offsets[i], offsets[i + 1]))
 
 
 @njit(cache=True, nogil=True)
@@ -150,14 +163,30 @@ def _string_buffers(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return offsets, data
 
 
+def _one_piece(array: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A string array in one piece."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks() if array.num_chunks else pa.array([], array.type)
+    if array.type not in (pa.string(), pa.large_string()):
+        raise TypeError(f"a string array, not {array.type}")
+    return array
+
+
+def key_hash(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A 64-bit hash (uint64) of each string of ``array``. A null hashes as the empty
+    string; callers treat nulls themselves."""
+    array = _one_piece(array)
+    out = np.empty(len(array), dtype=np.uint64)
+    if len(array):
+        _string_hashes(*_string_buffers(array), out)
+    return out
+
+
 def key_codes(strings: pa.Array | pa.ChunkedArray, numbers: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, int]:
     """A code (int64, 0..n-1) per row for its key: its string in ``strings`` and its
     integer in ``numbers`` (the rest of the key, coded already); -1 for a row not ``valid``
     or with a null string. And n, how many distinct keys there are."""
-    if isinstance(strings, pa.ChunkedArray):
-        strings = strings.combine_chunks() if strings.num_chunks else pa.array([], strings.type)
-    if strings.type not in (pa.string(), pa.large_string()):
-        raise TypeError(f"a string array, not {strings.type}")
+    strings = _one_piece(strings)
     n = len(strings)
     out = np.empty(n, dtype=np.int64)
     if n == 0:

@@ -19,8 +19,8 @@ from rmqdelay.store.scan import (
     schedule_unit_ranges,
 )
 
-from . import AnalysisResult, StoreRef, blocks, timer
-from .keycodes import key_codes
+from . import AnalysisResult, StoreRef, timer
+from .keycodes import key_codes, key_hash
 from .common import (
     PERCENTILES,
     commitlog_walk,
@@ -365,7 +365,7 @@ def buckets(rows: pa.Table, partitions: int) -> np.ndarray:
     record and its copies meet; a record without one by its offset (it has nothing to meet),
     and a copy without one nowhere, -1 (nothing can match it)."""
     uniq = rows.column("uniq_key")
-    bucket = (blocks.key_hash(uniq) % np.uint64(partitions)).astype(np.int64)
+    bucket = (key_hash(uniq) % np.uint64(partitions)).astype(np.int64)
     no_key = ~uniq.is_valid().to_numpy(zero_copy_only=False)
     if no_key.any():
         schedule = rows.column("is_schedule").to_numpy(zero_copy_only=False)

@@ -15,7 +15,8 @@ from rmqdelay.formats.constants import (
 from rmqdelay.formats.scan import MESSAGE_SCHEMA
 from rmqdelay.store.scan import Skipped
 
-from . import AnalysisResult, StoreRef, blocks
+from . import AnalysisResult, StoreRef
+from .keycodes import key_hash
 from .common import fold, groups, key_codes, nearest_rank_counted, scan_stores, sort_table, starts_with
 from .spill import KeyedRows, Messages, memory_budget
 
@@ -96,7 +97,7 @@ def buckets(rows: pa.Table, partitions: int) -> np.ndarray:
     UNIQ_KEY, as follow_chains keys it), so every record of a chain meets in one; a row with
     neither nowhere, -1 (follow_chains leaves it out)."""
     chain = pc.coalesce(rows.column("origin_message_id"), rows.column("uniq_key"))
-    bucket = (blocks.key_hash(chain) % np.uint64(partitions)).astype(np.int64)
+    bucket = (key_hash(chain) % np.uint64(partitions)).astype(np.int64)
     bucket[~chain.is_valid().to_numpy(zero_copy_only=False)] = -1
     return bucket
 

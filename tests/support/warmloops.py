@@ -28,8 +28,7 @@ SAMPLE = ROOT / "samples" / "delay-partial" / "store"
 FAR = "4102444800000"  # 2100-01-01: every delay message is due
 # The modules holding compiled loops, and where numba caches them.
 LOOP_MODULES = [ROOT / "formats" / "putloops.py", ROOT / "formats" / "reputloops.py",
-                ROOT / "formats" / "scanloops.py", ROOT / "rmqdelay" / "analysis" / "blocks.py",
-                ROOT / "rmqdelay" / "analysis" / "keycodes.py"]
+                ROOT / "formats" / "scanloops.py", ROOT / "rmqdelay" / "analysis" / "keycodes.py"]
 
 
 def stale() -> bool:
@@ -74,10 +73,10 @@ def main(half: str) -> None:
     elif half == "scan":
         import pyarrow as pa
 
-        from rmqdelay.analysis import blocks
+        from rmqdelay.analysis import keycodes
 
         _rmqdelay("analyze", "lateness", str(SAMPLE), "--now", FAR, "--json")
-        blocks.key_hash(pa.array(["warm", "loops"]))
+        keycodes.key_hash(pa.array(["warm", "loops"]))
     else:
         raise SystemExit(f"warmloops.py: write or scan, not {half!r}")
 
