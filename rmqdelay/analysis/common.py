@@ -100,18 +100,26 @@ def sort_table(table: pa.Table, keys: list[str]) -> pa.Table:
     return table.sort_by([(k, "ascending") for k in keys])
 
 
-def key_codes(table: pa.Table, names: list[str]) -> tuple[np.ndarray, int]:
-    """A dense code (0..n-1) per row of ``table`` for its tuple of values of the columns
-    ``names`` (equal tuples, equal codes; a null is a value like any other), and n."""
+def row_codes(table: pa.Table, names: list[str], *, dense: bool = True) -> tuple[np.ndarray, int]:
+    """A code per row of ``table`` for its tuple of values of the columns ``names`` (equal
+    tuples, equal codes; a null is a value like any other), and a bound on the codes: each
+    column's values dictionary-encoded and the codes combined positionally. ``dense``:
+    numbered 0..n-1, and the bound is n, how many tuples there are."""
     code = np.zeros(table.num_rows, dtype=np.int64)
-    distinct = 1 if table.num_rows else 0
+    span = 1
     for name in names:
         encoded = pc.dictionary_encode(table.column(name).combine_chunks())
-        indices = pc.fill_null(encoded.indices, len(encoded.dictionary)).to_numpy(zero_copy_only=False)
-        # Dense again after each column, so the codes stay small however many columns.
-        found, code = np.unique(code * (len(encoded.dictionary) + 1) + indices, return_inverse=True)
-        code, distinct = code.reshape(-1), len(found)
-    return code, distinct
+        values = len(encoded.dictionary) + 1  # and the null
+        indices = pc.fill_null(encoded.indices, values - 1).to_numpy(zero_copy_only=False)
+        if span > (1 << 62) // values:
+            found, code = np.unique(code, return_inverse=True)  # dense again, to stay in 64 bits
+            span = len(found)
+        code = code.reshape(-1) * values + indices
+        span *= values
+    if dense:
+        found, code = np.unique(code, return_inverse=True)
+        return code.reshape(-1), len(found)
+    return code, span
 
 
 def groups(table: pa.Table, names: list[str]) -> dict[tuple, np.ndarray]:
@@ -119,7 +127,7 @@ def groups(table: pa.Table, names: list[str]) -> dict[tuple, np.ndarray]:
     null is a value like any other), found on integer codes, not Python objects."""
     if table.num_rows == 0:
         return {}
-    code, _ = key_codes(table, names)
+    code, _ = row_codes(table, names)
     order = np.argsort(code, kind="stable")
     ordered = code[order]
     starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))

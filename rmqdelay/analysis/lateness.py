@@ -20,7 +20,6 @@ from rmqdelay.store.scan import (
 )
 
 from . import AnalysisResult, StoreRef, timer
-from .keycodes import key_codes, key_hash
 from .common import (
     PERCENTILES,
     commitlog_walk,
@@ -28,8 +27,10 @@ from .common import (
     groups,
     nearest_rank_counted,
     read_messages,
+    row_codes,
     sort_table,
 )
+from .keycodes import key_codes, key_hash
 from .spill import KeyedRows, Messages, memory_budget
 
 MESSAGES_SCHEMA = pa.schema([
@@ -323,23 +324,11 @@ def match_rows(rows: pa.Table) -> pa.Table:
     reconsume times) coded exactly (keycodes.py), the copies folded by code and looked up
     in numpy. A key with a null never matches, as in the join."""
     is_schedule = rows.column("is_schedule").to_numpy(zero_copy_only=False)
-    # The rest of the key (few values: Arrow's dictionary encoding) as one integer, then
-    # the UNIQ_KEY with it.
-    rest = np.zeros(rows.num_rows, dtype=np.int64)
-    valid = np.ones(rows.num_rows, dtype=bool)
-    span = 1
-    for name in _KEY:
-        if name == "uniq_key":
-            continue
-        encoded = pc.dictionary_encode(rows.column(name).combine_chunks())
-        codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
-        distinct = max(len(encoded.dictionary), 1)
-        if span > (1 << 62) // distinct:
-            _, rest = np.unique(rest, return_inverse=True)  # dense again
-            span = int(rest.max()) + 1
-        span *= distinct
-        rest = rest * distinct + np.maximum(codes, 0)
-        valid &= codes >= 0
+    # The rest of the key (few values) as one integer, then the UNIQ_KEY with it.
+    rest_of_key = [name for name in _KEY if name != "uniq_key"]
+    rest, _ = row_codes(rows, rest_of_key, dense=False)
+    valid = np.logical_and.reduce([rows.column(name).is_valid().to_numpy(zero_copy_only=False)
+                                   for name in rest_of_key])
     key, _ = key_codes(rows.column("uniq_key"), rest, valid)
     valid = key >= 0
     copy = ~is_schedule & valid

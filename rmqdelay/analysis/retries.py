@@ -16,8 +16,8 @@ from rmqdelay.formats.scan import MESSAGE_SCHEMA
 from rmqdelay.store.scan import Skipped
 
 from . import AnalysisResult, StoreRef
+from .common import fold, groups, nearest_rank_counted, row_codes, scan_stores, sort_table, starts_with
 from .keycodes import key_hash
-from .common import fold, groups, key_codes, nearest_rank_counted, scan_stores, sort_table, starts_with
 from .spill import KeyedRows, Messages, memory_budget
 
 # SubscriptionGroupConfig.retryMaxTimes / the client's maxReconsumeTimes default.
@@ -142,7 +142,7 @@ def follow_chains(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
                        pc.if_else(pa.array(dlq), pc.utf8_slice_codeunits(topic, len(DLQ_GROUP_TOPIC_PREFIX)),
                                   pc.utf8_slice_codeunits(topic, len(RETRY_GROUP_TOPIC_PREFIX))))
     rows = rows.append_column("group", group)
-    key, n = key_codes(rows, ["store", "group", "chain"])
+    key, n = row_codes(rows, ["store", "group", "chain"])
     _, first_row = np.unique(key, return_index=True)
     times = rows.column("reconsume_times").to_numpy(zero_copy_only=False).astype(np.int64)
     stamps = rows.column("store_timestamp").to_numpy(zero_copy_only=False).astype(np.int64)
