@@ -52,15 +52,15 @@ def scan_stores(stores: list[StoreRef], columns: list[str], keep: Callable[[pa.R
             yield pa.Table.from_batches([batch]), (before + read) / total
 
 
-def scan_selected(ref: StoreRef, path: Path, columns: list[str], keep: Callable[[pa.RecordBatch], pa.Array],
+def scan_selected(ref: StoreRef, path: Path, columns: list[str], keep: Callable[[pa.RecordBatch], pa.Array] | None,
                   keep_going: bool, skipped: list[Skipped]) -> Iterator[tuple[pa.RecordBatch, int]]:
-    """(the rows ``keep`` selects of a batch, only ``columns``, where in the file the batch
-    ends) of one commit log file of ``ref``; batches with no row selected are left out.
-    ``keep`` reads only ``columns``, and only they are decoded."""
+    """(the rows ``keep`` selects of a batch (all when None), only ``columns``, where in the
+    file the batch ends) of one commit log file of ``ref``; batches with no row selected are
+    left out. ``keep`` reads only ``columns``, and only they are decoded."""
     start = file_start(path)
     read = list(dict.fromkeys([*columns, "commitlog_offset", "store_size"]))
     for batch in scan_commitlog_file(path, ref.name, keep_going=keep_going, skipped=skipped, columns=read):
-        selected = batch.filter(keep(batch)).select(columns)
+        selected = (batch if keep is None else batch.filter(keep(batch))).select(columns)
         if selected.num_rows:
             offsets = batch.column("commitlog_offset")
             yield selected, offsets[-1].as_py() + batch.column("store_size")[-1].as_py() - start
@@ -85,6 +85,14 @@ def fold(table: pa.Table, keys: list[str], schema: pa.Schema) -> pa.Table:
 
 def starts_with(array: pa.Array, prefix: str) -> pa.Array:
     return pc.fill_null(pc.starts_with(array, prefix), False)
+
+
+def reduce_by(ufunc: np.ufunc, key: np.ndarray, values: np.ndarray, n: int, empty: int) -> np.ndarray:
+    """``ufunc`` (np.maximum, np.minimum) of ``values`` per key (0..n-1); ``empty`` for a key
+    with none."""
+    out = np.full(n, np.iinfo(np.int64).min if ufunc is np.maximum else np.iinfo(np.int64).max, dtype=np.int64)
+    ufunc.at(out, key, values)
+    return np.where(np.bincount(key, minlength=n) > 0, out, empty)
 
 
 def nearest_rank_counted(values: np.ndarray, counts: np.ndarray, num: int, den: int) -> int | None:

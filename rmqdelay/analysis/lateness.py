@@ -14,7 +14,6 @@ from rmqdelay.store import Store
 from rmqdelay.store.scan import (
     SCHEDULE_UNIT_SCHEMA,
     Skipped,
-    scan_commitlog_file,
     schedule_unit_arrays,
     schedule_unit_ranges,
 )
@@ -27,7 +26,9 @@ from .common import (
     groups,
     nearest_rank_counted,
     read_messages,
+    reduce_by,
     row_codes,
+    scan_selected,
     sort_table,
 )
 from .keycodes import key_codes, key_hash
@@ -62,8 +63,6 @@ _KEY = ["store", "uniq_key", "real_topic", "reconsume_times"]
 _MATCH_FACTOR = 4
 _COLUMNS = ["store", "commitlog_offset", "topic", "store_timestamp", "reconsume_times", "uniq_key",
             "delay_level", "real_topic"]
-# What a scan reads for them: the columns and where each record ends.
-_READ = [*_COLUMNS, "store_size"]
 
 
 def _is_schedule_or_copy(batch: pa.RecordBatch) -> pa.Array:
@@ -125,13 +124,11 @@ def _records_and_units(stores: list[StoreRef], keep_going: bool, skipped: list[S
             for (_, path, before, total), start, end, ranges in zip(files, starts, [*starts[1:], None], found):
                 units = file_units(store, ref.name, ranges, start, end)
                 unit_offsets = units.column("commitlog_offset").to_numpy()
-                for batch in scan_commitlog_file(path, ref.name, keep_going=keep_going, skipped=skipped,
-                                                 columns=_READ):
+                for batch, read in scan_selected(ref, path, _COLUMNS, None, keep_going, skipped):
                     offsets = batch.column("commitlog_offset").to_numpy()
                     lo = np.searchsorted(unit_offsets, offsets[0], side="left")
                     hi = np.searchsorted(unit_offsets, offsets[-1], side="right")
-                    read = int(offsets[-1]) + batch.column("store_size")[-1].as_py() - start
-                    yield units.slice(lo, hi - lo), batch.select(_COLUMNS), (before + read) / total
+                    yield units.slice(lo, hi - lo), batch, (before + read) / total
 
 
 def file_units(store: Store, name: str, ranges: dict[int, tuple[int, int]], start: int, end: int | None) -> pa.Table:
@@ -329,22 +326,15 @@ def match_rows(rows: pa.Table) -> pa.Table:
     rest, _ = row_codes(rows, rest_of_key, dense=False)
     valid = np.logical_and.reduce([rows.column(name).is_valid().to_numpy(zero_copy_only=False)
                                    for name in rest_of_key])
-    key, _ = key_codes(rows.column("uniq_key"), rest, valid)
-    valid = key >= 0
-    copy = ~is_schedule & valid
-    copy_keys = key[copy]
-    stamps = rows.column("store_timestamp").to_numpy()[copy]
-    order = np.argsort(copy_keys, kind="stable")
-    keys, first, counts = np.unique(copy_keys[order], return_index=True, return_counts=True)
+    key, distinct = key_codes(rows.column("uniq_key"), rest, valid)
+    # Per code (one more, empty, for a key with a null): its copies and the first one's time.
+    copy = ~is_schedule & (key >= 0)
+    copies = np.bincount(key[copy], minlength=distinct + 1)
+    earliest = reduce_by(np.minimum, key[copy], rows.column("store_timestamp").to_numpy()[copy], distinct + 1, 0)
     wanted = key[is_schedule]
-    if len(keys):
-        earliest = np.minimum.reduceat(stamps[order], first)
-        at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
-        hit = valid[is_schedule] & (keys[at] == wanted)
-        actual, deliveries = np.where(hit, earliest[at], 0), np.where(hit, counts[at], 0).astype(np.int64)
-    else:
-        hit = np.zeros(len(wanted), dtype=bool)
-        actual, deliveries = np.zeros(len(wanted), dtype=np.int64), np.zeros(len(wanted), dtype=np.int64)
+    at = np.where(wanted >= 0, wanted, distinct)
+    hit = copies[at] > 0
+    actual, deliveries = np.where(hit, earliest[at], 0), copies[at].astype(np.int64)
     schedule = rows.filter(pa.array(is_schedule))
     return messages_table(schedule, pa.array(actual, mask=~hit, type=pa.int64()), pa.array(deliveries))
 

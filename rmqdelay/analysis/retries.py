@@ -16,7 +16,7 @@ from rmqdelay.formats.scan import MESSAGE_SCHEMA
 from rmqdelay.store.scan import Skipped
 
 from . import AnalysisResult, StoreRef
-from .common import fold, groups, nearest_rank_counted, row_codes, scan_stores, sort_table, starts_with
+from .common import fold, groups, nearest_rank_counted, reduce_by, row_codes, scan_stores, sort_table, starts_with
 from .keycodes import key_hash
 from .spill import KeyedRows, Messages, memory_budget
 
@@ -149,11 +149,11 @@ def follow_chains(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
 
     sent = np.bincount(key[send_back], minlength=n)
     in_dlq = np.bincount(key[dlq], minlength=n) > 0
-    attempts = _reduce(np.maximum, key[send_back], times[send_back], n, 0)
-    first_failure = _reduce(np.minimum, key[~delivery], stamps[~delivery], n, 0)
+    attempts = reduce_by(np.maximum, key[send_back], times[send_back], n, 0)
+    first_failure = reduce_by(np.minimum, key[~delivery], stamps[~delivery], n, 0)
     delivered = np.bincount(key[delivery], minlength=n) > 0
-    last_attempt = _reduce(np.maximum, key[delivery], stamps[delivery], n, 0)
-    dlq_ms = _reduce(np.minimum, key[dlq], stamps[dlq], n, 0)
+    last_attempt = reduce_by(np.maximum, key[delivery], stamps[delivery], n, 0)
+    dlq_ms = reduce_by(np.minimum, key[dlq], stamps[dlq], n, 0)
     # Whether the last send-back was delivered: a delivery with the chain's attempts.
     answered = np.zeros(n, dtype=bool)
     answered[key[delivery][times[delivery] == attempts[key[delivery]]]] = True
@@ -185,18 +185,11 @@ class _SendBacks:
         new = np.ones(len(order), dtype=bool)
         new[1:] = (self.key[1:] != self.key[:-1]) | (self.times[1:] != self.times[:-1])
         self.distinct = np.bincount(self.key[new], minlength=n)  # distinct times per chain
-        self.lowest = _reduce(np.minimum, self.key, self.times, n, 1)
+        self.lowest = reduce_by(np.minimum, self.key, self.times, n, 1)
 
     def of(self, k: int) -> list[int]:
         """The times of chain ``k``, ascending."""
         return self.times[np.searchsorted(self.key, k, "left"):np.searchsorted(self.key, k, "right")].tolist()
-
-
-def _reduce(ufunc: np.ufunc, key: np.ndarray, values: np.ndarray, n: int, empty: int) -> np.ndarray:
-    """``ufunc`` (np.maximum, np.minimum) of ``values`` per key of ``n``; ``empty`` for a key with none."""
-    out = np.full(n, np.iinfo(np.int64).min if ufunc is np.maximum else np.iinfo(np.int64).max, dtype=np.int64)
-    ufunc.at(out, key, values)
-    return np.where(np.bincount(key, minlength=n) > 0, out, empty)
 
 
 def _anomalies(rows: pa.Table, key: np.ndarray, first_row: np.ndarray, send_back: np.ndarray, times: np.ndarray,
