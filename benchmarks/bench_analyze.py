@@ -76,7 +76,7 @@ def data_extents(store: Path) -> list[tuple[Path, int]]:
     the last file is not data."""
     with Store(store) as opened:
         end = opened.end_offset()
-    return [(p, max(0, min(p.stat().st_size, end - int(p.name)))) for p in commitlog_files(store)]
+    return [(f.path, max(0, min(f.size, end - f.start))) for f in commitlog_files(store)]
 
 
 def store_bytes(path: Path) -> int:
@@ -108,8 +108,8 @@ def scan_alone(stores: list[Path]) -> None:
     """The column scan every analysis starts from: every column of every record of every
     commit log file, nothing kept (what `analyze` reads before it computes anything)."""
     for store in stores:
-        for path in commitlog_files(store):
-            for _ in scan_commitlog_file(path, store.parent.name):
+        for file in commitlog_files(store):
+            for _ in scan_commitlog_file(file, store.parent.name):
                 pass
 
 
@@ -260,7 +260,7 @@ def main() -> None:
         print(f"{kind}: embedded engine / the scan alone (same {n} stores, same rounds, no JVM running) = "
               f"{scan_s / emb_n:.0%} of its MB/s ({total / emb_n / 1e6:,.0f} vs {total / scan_s / 1e6:,.0f} MB/s; "
               f"aim >= 70 %)")
-    largest = max(p.stat().st_size for s in paths for p in commitlog_files(s))
+    largest = max(f.size for s in paths for f in commitlog_files(s))
     print(f"peak RSS: this process (Spark driver Python and the embedded engine) {process_peak / 1024:,.0f} MB, "
           f"Spark JVM (driver + local executors) {jvm_peak / 1024:,.0f} MB "
           f"(fleet {total / 1e6:,.0f} MB, largest commit log file {largest / 1e6:,.0f} MB)")

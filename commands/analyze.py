@@ -233,7 +233,7 @@ def _commitlog_bytes(ref: StoreRef) -> int:
     from rmqdelay.store.scan import commitlog_files
 
     try:
-        return sum(path.stat().st_size for path in commitlog_files(ref.path))
+        return sum(file.size for file in commitlog_files(ref.path))
     except (OSError, RmqDelayError):
         return 0  # the analysis itself names what is wrong with the store
 

@@ -69,7 +69,7 @@ def _print_consumers(rows, offsets, store_dir: Path, now_ms: int, wide: bool) ->
 
     groups = sorted({r.group for r in rows})
     behind = [r for r in rows if r.lag and r.kind != "dlq"]
-    source = "config/consumerOffset.json" if offsets.present else "no config/consumerOffset.json (nothing committed)"
+    source = offsets.source if offsets.present else f"no {offsets.source} (nothing committed)"
     dead = sum(r.lag for r in rows if r.kind == "dlq")
     console.print(Text(f"{len(groups)} consumer group(s) in {store_dir}: {sum(r.lag for r in behind)} message(s) "
                        f"not consumed in {len(behind)} queue(s)" + (f", {dead} in DLQ queues" if dead else "")

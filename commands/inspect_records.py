@@ -77,7 +77,7 @@ def inspect_cq(
         if not store.has_queue(topic, queue_id):
             known = store.topics().get(topic)
             have = f"queues {known}" if known else "no such topic"
-            raise StoreError(store.consumequeue_dir / topic / str(queue_id), None,
+            raise StoreError(store.queues.queue_path(topic, queue_id), None,
                              f"a consume queue directory for {topic}/{queue_id} ({have})")
         cq = store.consume_queue(topic, queue_id)
         lo, hi = cq.min_offset, cq.max_offset

@@ -48,7 +48,9 @@ from .constants import (
 )
 from .errors import FormatError
 from .javanum import java_parse_int
-from .scanloops import BAD, HEAD, NOT_PLAIN, PRESENT, name_table, scan_records
+from .scanloops import BAD, DLEDGER_ENTRY_MAGIC, HEAD, NOT_PLAIN, PRESENT, name_table, scan_records
+
+DLEDGER_BLANK_MAGIC = -1  # MmapFileList.BLANK_MAGIC_CODE
 
 MESSAGE_SCHEMA = pa.schema([
     pa.field("store", pa.string(), nullable=False),
@@ -93,12 +95,16 @@ INT_PROPERTIES = {
 DEFAULT_BATCH_ROWS = 65_536
 
 _HEAD = struct.Struct(">ii")
+_INT = struct.Struct(">i")
 
 
-def _head_stop(buf, pos: int, limit: int) -> str | FormatError | None:
+def _head_stop(buf, pos: int, limit: int, header: int = 0) -> str | FormatError | None:
     """What the bytes at ``pos`` are: None for a message head scan_records follows,
     ``"end"`` for the zero tail or the BLANK record (or the file's end), else the
-    FormatError of the record there."""
+    FormatError of the record there. ``header``: 48 where each record sits in a DLedger
+    entry (``_entry_stop``)."""
+    if header:
+        return _entry_stop(buf, pos, limit, header)
     if pos + 8 > limit:
         if pos >= limit or not any(bytes(buf[pos:limit])):
             return "end"
@@ -114,6 +120,40 @@ def _head_stop(buf, pos: int, limit: int) -> str | FormatError | None:
                                     f"({limit - pos} bytes), found totalSize {total}")
         return "end"
     return _error_at(buf, pos, limit)
+
+
+def _entry_stop(buf, pos: int, limit: int, header: int) -> str | FormatError | None:
+    """``_head_stop`` of a DLedger data file: at ``pos`` an entry (magic 1, its size, ...,
+    bodyLen at +44, then the record), the end mark MmapFileList.preAppend writes when the
+    next entry does not fit (magic -1, then the bytes left in the file), or the zeros after
+    the last entry."""
+    if pos + 8 > limit:
+        if pos >= limit or not any(bytes(buf[pos:limit])):
+            return "end"
+        return FormatError(pos, f"a DLedger entry header of {header} bytes, found {limit - pos}")
+    magic, size = _HEAD.unpack_from(buf, pos)
+    if magic == 0 and size == 0:
+        return "end"
+    if magic == DLEDGER_BLANK_MAGIC:
+        if size != len(buf) - pos:
+            return FormatError(pos, f"a DLedger end mark (magic -1) filling the rest of the file "
+                                    f"({len(buf) - pos} bytes), found size {size}")
+        return "end"
+    if magic != DLEDGER_ENTRY_MAGIC:
+        return FormatError(pos, f"a DLedger entry (magic 1) or end mark (magic -1), found magic {magic}")
+    if pos + header > limit:
+        return FormatError(pos, f"a DLedger entry header of {header} bytes, found {limit - pos}")
+    body = _INT.unpack_from(buf, pos + header - 4)[0]
+    if size != body + header or size > limit - pos:
+        return FormatError(pos + 4, f"a DLedger entry size of {header} + bodyLen {body} within the file "
+                                    f"({limit - pos} bytes left), found {size}")
+    stop = _head_stop(buf, pos + header, pos + size)
+    if stop is None:
+        total = _INT.unpack_from(buf, pos + header)[0]
+        if total != body:
+            return FormatError(pos + header, f"a record of the entry's bodyLen {body} bytes, found totalSize {total}")
+        return None
+    return stop if isinstance(stop, FormatError) else FormatError(pos + header, "a message record inside the entry")
 
 
 def _error_at(buf, pos: int, limit: int) -> FormatError:
@@ -201,13 +241,15 @@ def _projection(columns) -> _Projection:
 
 
 def decode_records(buf, *, store: str, file: str, start: int = 0, limit: int | None = None,
-                   batch_rows: int = DEFAULT_BATCH_ROWS, columns=None) -> Iterator[pa.RecordBatch]:
+                   batch_rows: int = DEFAULT_BATCH_ROWS, columns=None, header: int = 0) -> Iterator[pa.RecordBatch]:
     """Every message record of one commit log file's bytes, in batches of at most ``batch_rows``.
 
     Stops at the zero tail or the BLANK record. At a bad record it first yields the records
     before it, then raises the FormatError decode_message raises there (offsets are
     positions in ``buf``). ``columns``: only these columns, in this order (all of
     MESSAGE_SCHEMA when None); the same values, and what no column needs is not copied.
+    ``header``: 48 for a DLedger data file, whose records each sit in an entry behind a
+    48-byte header (``start`` is then an entry's position; the file's end mark is DLedger's).
     """
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be at least 1, not {batch_rows}")
@@ -232,22 +274,22 @@ def decode_records(buf, *, store: str, file: str, start: int = 0, limit: int | N
                                        out.topic, out.props_offsets, out.props, out.id_offsets, out.ids,
                                        *projection.names, out.value_offsets, out.values, out.value_found,
                                        out.int_values, out.int_state, out.not_ascii,
-                                       projection.copy_props, projection.copy_ids)
+                                       projection.copy_props, projection.copy_ids, header)
         if count:
             batch = out.batch(count, buf, limit, store=store, file=file)
             handed.append(out)
             yield batch
             del batch
         if why == BAD:
-            raise _error_at(buf, pos, limit)
+            raise _error_at(buf, pos + header, limit)
         if why == HEAD:
-            stop = _head_stop(buf, pos, limit)
+            stop = _head_stop(buf, pos, limit, header)
             if stop == "end":
                 return
-            raise stop if stop is not None else _error_at(buf, pos, limit)
+            raise stop if stop is not None else _error_at(buf, pos + header, limit)
         if count == 0:
             # Cannot happen (a record's text always fits): refuse rather than loop.
-            raise _error_at(buf, pos, limit)
+            raise _error_at(buf, pos + header, limit)
 
 
 # Reference counts tell when nothing refers to an array any more (not so without the GIL,

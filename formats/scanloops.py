@@ -232,6 +232,9 @@ def _parse_int(data: np.ndarray, start: int, end: int) -> tuple[int, bool]:
     return value, True
 
 
+# DLedgerMmapFileStore.CURRENT_MAGIC: the first int of every DLedger entry.
+DLEDGER_ENTRY_MAGIC = 1
+
 # Bytes brought into the cache ahead of the walk at a time (see scan_records).
 _AHEAD = 1 << 16
 _CACHE_LINE = 64
@@ -254,8 +257,13 @@ def scan_records(data: np.ndarray, pos: int, limit: int, ints: np.ndarray, longs
                  names: np.ndarray, name_offsets: np.ndarray, by_first: np.ndarray,
                  value_offsets: np.ndarray, value_out: np.ndarray, value_found: np.ndarray,
                  int_values: np.ndarray, int_state: np.ndarray, not_ascii: np.ndarray,
-                 copy_props: bool = True, copy_ids: bool = True) -> tuple[int, int, int]:
+                 copy_props: bool = True, copy_ids: bool = True, header: int = 0) -> tuple[int, int, int]:
     """Walk the records from ``pos`` and read each while its bytes are in the cache.
+
+    ``header``: the bytes before each record (48 in a DLedger data file: each record sits in
+    an entry whose header has magic 1 at +0, the entry's size at +4 and the record's length at
+    +44; the entry is followed while its magic is 1, its size is 48 + that length and the
+    record inside fills it). Positions (``pos``, the one returned) are entries' then.
 
     A record is a message head (a message magic code, V1 or V2, at +4 and a totalSize of at
     least MIN_MESSAGE_SIZE that ends by ``limit``) whose lengths pass the checks
@@ -312,10 +320,22 @@ def scan_records(data: np.ndarray, pos: int, limit: int, ints: np.ndarray, longs
             for i in range(max(ready, pos), ahead, _CACHE_LINE):
                 touched += data[i]
             ready = ahead
+        entry = pos
+        body = 0
+        if header:
+            if pos + header + 8 > limit:
+                status = HEAD
+                break
+            body = int32_be(data, pos + header - 4)
+            if int32_be(data, pos) != DLEDGER_ENTRY_MAGIC or int32_be(data, pos + 4) != body + header:
+                status = HEAD
+                break
+            pos += header
         total = int32_be(data, pos)
         magic = int32_be(data, pos + 4)
         if (magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2) \
-                or total < MIN_MESSAGE_SIZE or total > limit - pos:
+                or total < MIN_MESSAGE_SIZE or total > limit - pos or (header != 0 and total != body):
+            pos = entry
             status = HEAD
             break
         v2 = 1 if magic == MESSAGE_MAGIC_CODE_V2 else 0
@@ -324,6 +344,7 @@ def scan_records(data: np.ndarray, pos: int, limit: int, ints: np.ndarray, longs
         store_v6 = 1 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 0
         end = pos + total
         if total < 91 + v2 + 12 * (born_v6 + store_v6):
+            pos = entry
             status = BAD
             break
         ts_pos = pos + 56 + 12 * born_v6
@@ -332,11 +353,13 @@ def scan_records(data: np.ndarray, pos: int, limit: int, ints: np.ndarray, longs
         body_len = int32_be(data, tail_pos + 12)
         body_pos = tail_pos + 16
         if body_len < 0 or body_pos + body_len > end:
+            pos = entry
             status = BAD
             break
         tlen_pos = body_pos + body_len
         topic_pos = tlen_pos + 1 + v2
         if topic_pos > end:
+            pos = entry
             status = BAD
             break
         if v2:
@@ -346,12 +369,14 @@ def scan_records(data: np.ndarray, pos: int, limit: int, ints: np.ndarray, longs
             if topic_len >= 128:
                 topic_len -= 256
         if topic_len < 0 or topic_pos + topic_len + 2 > end:
+            pos = entry
             status = BAD
             break
         plen_pos = topic_pos + topic_len
         props_len = int16_be(data, plen_pos)
         props_pos = plen_pos + 2
         if props_len < 0 or props_pos + props_len != end:
+            pos = entry
             status = BAD
             break
 
@@ -368,6 +393,7 @@ def scan_records(data: np.ndarray, pos: int, limit: int, ints: np.ndarray, longs
 
         # Room for this record's text, or the batch ends before it.
         if topic_o + topic_len > len(topic_out) or (copy_props and props_o + props_len > len(props_out)):
+            pos = entry
             status = FULL
             break
         room = True
@@ -375,6 +401,7 @@ def scan_records(data: np.ndarray, pos: int, limit: int, ints: np.ndarray, longs
             if starts[k] >= 0 and value_o[k] + ends[k] - starts[k] > value_room:
                 room = False
         if not room:
+            pos = entry
             status = FULL
             break
 

@@ -74,6 +74,21 @@ class UsageError(RmqDelayError):
     exit_code = EXIT_BAD_INPUT
 
 
+class UnwritableLayoutError(RmqDelayError):
+    """A store laid out in a way no offline writer may append to (DLedger, RocksDB): refused
+    at the writer's door, before anything is created or changed."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def __init__(self, path: Path | str, why: str) -> None:
+        super().__init__(f"{path}: {why}")
+        self.path = Path(path)
+        self.why = why
+
+    def __reduce__(self):
+        return type(self), (self.path, self.why)
+
+
 class ConfigFallbackWarning(UserWarning):
     """A broker config file was unusable and its ``.bak`` was read instead, as the broker's
     ConfigManager.load does: the command goes on, and says so in one line."""

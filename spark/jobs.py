@@ -115,7 +115,7 @@ def _partitions(spark: SparkSession, stores: list[StoreRef]) -> int:
     a small one 200 tasks over a few stores cost minutes more than their rows. At least one
     per MATCH_BYTES of commit log, so a task that matches holds no more rows than a task that
     decodes a full file of the broker's default size, however large the stores."""
-    data = sum(os.path.getsize(path) for _, path in source.commitlog_tasks(stores))
+    data = sum(file.size for _, file in source.commitlog_tasks(stores))
     given = spark.conf.getAll.get("spark.sql.shuffle.partitions")
     wanted = int(given) if given is not None else spark.sparkContext.defaultParallelism
     return max(wanted, -(-data // MATCH_BYTES), 1)

@@ -1,6 +1,8 @@
 """The Spark data source over store directories: one task per commit log file.
 
-Records never straddle commit log files, so a file is the unit of work. Each task maps its file
+Records never straddle commit log files, so a file is the unit of work: a ``LogFile`` of the
+store's log source (its path, offset, framing and the bytes the broker serves of it; the same
+in every layout's log), listed on the driver. Each task maps its file
 and decodes it with the columnar scan (``rmqdelay.store.scan.scan_commitlog_file``, the same one the
 embedded engine uses) into Arrow batches; Spark never sees a Python object per row. Problems
 in a file travel back to the driver in an accumulator, and the driver decides: fail with the
@@ -23,6 +25,7 @@ from rmqdelay.analysis import StoreRef
 from rmqdelay.analysis.lateness import UNIT_COLUMNS, file_units
 from rmqdelay.errors import StoreError
 from rmqdelay.store import Store
+from rmqdelay.store.logfile import LogFile
 from rmqdelay.store.scan import (
     SCHEDULE_UNIT_SCHEMA,
     Skipped,
@@ -76,24 +79,37 @@ def _file_size(path) -> int:
         return 0
 
 
-def commitlog_tasks(stores: list[StoreRef]) -> list[tuple[str, str]]:
-    """(store name, file path) of every commit log file of every store, in order."""
-    return [(ref.name, str(path)) for ref in stores for path in commitlog_files(ref.path)]
+def commitlog_tasks(stores: list[StoreRef]) -> list[tuple[str, LogFile]]:
+    """(store name, file) of every commit log file of every store, in order."""
+    return [(ref.name, file) for ref in stores for file in commitlog_files(ref.path)]
+
+
+_TASK_COLUMNS = "store string, path string, start bigint, size bigint, framing string, served bigint"
+
+
+def _task_row(store: str, file: LogFile) -> tuple:
+    return store, str(file.path), file.start, file.size, file.framing, file.served
+
+
+def _task_files(batch: pa.RecordBatch) -> Iterator[tuple[str, LogFile]]:
+    for store, path, start, size, framing, served in zip(*(batch.column(i).to_pylist() for i in range(6))):
+        yield store, LogFile(Path(path), start, size, framing, served)
 
 
 def messages(spark: SparkSession, stores: list[StoreRef], columns: list[str],
              keep: Callable[[pa.RecordBatch], pa.Array] | None, problems: Problems) -> DataFrame:
     """The commit log rows ``keep`` selects (all when None), only ``columns``, of every store:
     one partition, and one task, per commit log file."""
-    tasks = commitlog_tasks(stores)
+    tasks = [_task_row(store, file) for store, file in commitlog_tasks(stores)]
     schema = pa.schema([MESSAGE_SCHEMA.field(c) for c in columns])
-    files = spark.sparkContext.parallelize(tasks, max(len(tasks), 1)).toDF("store string, path string")
+    files = spark.sparkContext.parallelize(tasks, max(len(tasks), 1)).toDF(_TASK_COLUMNS)
 
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            for store, path in zip(batch.column("store").to_pylist(), batch.column("path").to_pylist()):
+            for store, file in _task_files(batch):
+                path = str(file.path)
                 try:
-                    for records in scan_commitlog_file(path, store, columns=columns):
+                    for records in scan_commitlog_file(file, store, columns=columns):
                         if keep is not None:
                             records = records.filter(keep(records))
                         if records.num_rows:
@@ -129,10 +145,11 @@ def keyed_rows(spark: SparkSession, stores: list[StoreRef], columns: list[str],
     """
     work = _file_work(stores, join is not None)
 
-    def decoded(store: str, path: str, where: tuple | None, ranges: dict | None) -> pa.Table:
+    def decoded(store: str, file: LogFile, where: tuple | None, ranges: dict | None) -> pa.Table:
         parts = []
+        path = str(file.path)
         try:
-            for records in scan_commitlog_file(path, store, columns=columns):
+            for records in scan_commitlog_file(file, store, columns=columns):
                 parts.append(records if keep is None else records.filter(keep(records)))
         except StoreError as exc:
             # The rows before the bad record are kept (keep-going semantics); without
@@ -168,24 +185,24 @@ def keyed_rows(spark: SparkSession, stores: list[StoreRef], columns: list[str],
 
 
 def _file_work(stores: list[StoreRef], with_units: bool) -> list[tuple]:
-    """(store, file path, (store path, the file's first offset, the next file's), the
+    """(store, file (a LogFile), (store path, the file's first offset, the next file's), the
     schedule unit ranges that may point into it) of every commit log file; the last two
     None unless ``with_units``."""
     tasks = commitlog_tasks(stores)
     if not with_units:
-        return [(store, path, None, None) for store, path in tasks]
+        return [(store, file, None, None) for store, file in tasks]
     work = []
     paths = {ref.name: str(ref.path) for ref in stores}
-    by_store: dict[str, list[str]] = {}
-    for store, path in tasks:
-        by_store.setdefault(store, []).append(path)
+    by_store: dict[str, list[LogFile]] = {}
+    for store, file in tasks:
+        by_store.setdefault(store, []).append(file)
     for store, files in by_store.items():
-        starts = [int(Path(path).name) for path in files]
+        starts = [file.start for file in files]
         with Store(paths[store]) as opened:
             ranges = schedule_unit_ranges(opened, starts)
         ends = [*starts[1:], None]
-        work += [(store, path, (paths[store], start, end), ranges[i])
-                 for i, (path, start, end) in enumerate(zip(files, starts, ends))]
+        work += [(store, file, (paths[store], start, end), ranges[i])
+                 for i, (file, start, end) in enumerate(zip(files, starts, ends))]
     return work
 
 

@@ -264,7 +264,7 @@ def test_two_stores_with_one_name_is_a_usage_error():
 
 def corrupt(path: Path, index: int, record: int) -> tuple[Path, int]:
     """Flip the magic code of the ``record``-th record of commit log file ``index``."""
-    target = commitlog_files(path)[index]
+    target = commitlog_files(path)[index].path
     data = bytearray(target.read_bytes())
     pos = 0
     for _ in range(record):

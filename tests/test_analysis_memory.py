@@ -113,7 +113,7 @@ def test_unit_ranges_counted_chunk_by_chunk_are_those_of_the_whole_queue(monkeyp
     ranges one chunk gives."""
     from rmqdelay.store import Store, scan
 
-    starts = [int(p.name) for p in scan.commitlog_files(GENERATED)]
+    starts = [f.start for f in scan.commitlog_files(GENERATED)]
     with Store(GENERATED) as store:
         whole = scan.schedule_unit_ranges(store, starts)
         monkeypatch.setattr(scan, "UNIT_CHUNK", 7)

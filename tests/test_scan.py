@@ -143,7 +143,7 @@ def test_consumer_offsets_read_in_the_broker_dialect_with_bak_fallback(store_cop
 # -- bad bytes: the same error, at the same byte, as decode_message ---------------------
 
 def first_file(name: str = "retry") -> bytes:
-    return commitlog_files(SAMPLES / name / "store")[0].read_bytes()
+    return commitlog_files(SAMPLES / name / "store")[0].path.read_bytes()
 
 
 def record_offsets(data: bytes) -> list[int]:
@@ -256,7 +256,7 @@ def test_mutated_bytes_fail_exactly_where_decode_message_fails(data):
 def test_scan_file_names_the_file_and_offset_and_keep_going_reports_the_rest(store_copy):
     path = store_copy("retry")
     files = commitlog_files(path)
-    target = files[1]
+    target = files[1].path
     data = bytearray(target.read_bytes())
     bad = record_offsets(bytes(data))[3]
     data[bad + 4] ^= 0xFF
@@ -332,7 +332,7 @@ def writer_file(tmp_path, count: int = 150, file_size: int = 16 << 10, **message
         for i in range(count):
             w.put(NewMessage(topic=f"T{i % 3}", queueId=i % 2, body=message.get("body", bytes(i % 200)),
                              properties={"UNIQ_KEY": f"U{i}", "KEYS": f"k{i}"}))
-    return commitlog_files(store)[0].read_bytes()
+    return commitlog_files(store)[0].path.read_bytes()
 
 
 def scanned_rows(data: bytes, batch_rows: int = 50, columns: list[str] | None = None) -> list[dict]:
@@ -476,7 +476,7 @@ def test_batches_end_where_the_text_buffers_are_full(tmp_path, monkeypatch):
             w.put(NewMessage(topic="T" * (1 + i % 40), queueId=0, body=bytes(i % 50),
                              properties={"KEYS": "k" * (1 + i % 90), "UNIQ_KEY": f"U{i}", "TAGS": "t" * (i % 9),
                                          "DELAY": str(i % 19)}))
-    data = commitlog_files(store)[0].read_bytes()
+    data = commitlog_files(store)[0].path.read_bytes()
     whole = scanned_rows(data, batch_rows=1000)
     assert whole == reference_rows(data)
     largest = max(len(r["properties_raw"]) for r in whole)

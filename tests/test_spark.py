@@ -96,8 +96,8 @@ def test_one_task_per_commit_log_file_of_every_store(spark):
     assert frame.rdd.getNumPartitions() == len(files)
     per_task = frame.rdd.mapPartitions(lambda rows: [sorted({(r.store, r.file) for r in rows})]).collect()
     assert all(len(task) <= 1 for task in per_task)
-    assert sorted(t[0] for t in per_task if t) == sorted((ref.name, p.name) for ref in stores
-                                                          for p in commitlog_files(ref.path) if p.stat().st_size)
+    assert sorted(t[0] for t in per_task if t) == sorted((ref.name, f.path.name) for ref in stores
+                                                          for f in commitlog_files(ref.path) if f.size)
 
 
 def test_rows_are_matched_in_the_shuffle_partitions_and_one_per_gib_of_commit_log(spark, tmp_path):

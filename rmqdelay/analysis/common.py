@@ -4,14 +4,14 @@ percentiles, folding partial results, sorting result tables."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmqdelay.formats.scan import MESSAGE_SCHEMA
-from rmqdelay.store.scan import Skipped, commitlog_files, file_start, scan_commitlog_file
+from rmqdelay.store.logfile import LogFile
+from rmqdelay.store.scan import Skipped, commitlog_files, scan_commitlog_file
 
 from . import StoreRef
 
@@ -27,50 +27,43 @@ def read_messages(stores: list[StoreRef], columns: list[str],
     Batches stream through: only the selected narrow rows are held, never a whole file.
     """
     schema = pa.schema([MESSAGE_SCHEMA.field(c) for c in columns])
-    parts = [batch for ref in stores for path in commitlog_files(ref.path)
-             for batch, _ in scan_selected(ref, path, columns, keep, keep_going, skipped)]
+    parts = [batch for ref in stores for file in commitlog_files(ref.path)
+             for batch, _ in scan_selected(ref, file, columns, keep, keep_going, skipped)]
     return pa.Table.from_batches(parts, schema=schema)
 
 
-def commitlog_walk(stores: list[StoreRef]) -> Iterator[tuple[StoreRef, Path, int, int]]:
+def commitlog_walk(stores: list[StoreRef]) -> Iterator[tuple[StoreRef, LogFile, int, int]]:
     """(store, commit log file, the bytes of the files before it, the bytes of all) of every
     commit log file of ``stores``, in order: how far a scan is, for a projection of its rows."""
-    files = [(ref, path) for ref in stores for path in commitlog_files(ref.path)]
-    total = max(1, sum(file_size(path) for _, path in files))
+    files = [(ref, file) for ref in stores for file in commitlog_files(ref.path)]
+    total = max(1, sum(file.size for _, file in files))
     before = 0
-    for ref, path in files:
-        yield ref, path, before, total
-        before += file_size(path)
+    for ref, file in files:
+        yield ref, file, before, total
+        before += file.size
 
 
 def scan_stores(stores: list[StoreRef], columns: list[str], keep: Callable[[pa.RecordBatch], pa.Array],
                 keep_going: bool, skipped: list[Skipped]) -> Iterator[tuple[pa.Table, float]]:
     """(the rows ``keep`` selects of a batch, only ``columns``; how much of the input is read,
     0..1) of every commit log file of ``stores``."""
-    for ref, path, before, total in commitlog_walk(stores):
-        for batch, read in scan_selected(ref, path, columns, keep, keep_going, skipped):
+    for ref, file, before, total in commitlog_walk(stores):
+        for batch, read in scan_selected(ref, file, columns, keep, keep_going, skipped):
             yield pa.Table.from_batches([batch]), (before + read) / total
 
 
-def scan_selected(ref: StoreRef, path: Path, columns: list[str], keep: Callable[[pa.RecordBatch], pa.Array] | None,
+def scan_selected(ref: StoreRef, file: LogFile, columns: list[str], keep: Callable[[pa.RecordBatch], pa.Array] | None,
                   keep_going: bool, skipped: list[Skipped]) -> Iterator[tuple[pa.RecordBatch, int]]:
     """(the rows ``keep`` selects of a batch (all when None), only ``columns``, where in the
     file the batch ends) of one commit log file of ``ref``; batches with no row selected are
     left out. ``keep`` reads only ``columns``, and only they are decoded."""
-    start = file_start(path)
+    start = file.start
     read = list(dict.fromkeys([*columns, "commitlog_offset", "store_size"]))
-    for batch in scan_commitlog_file(path, ref.name, keep_going=keep_going, skipped=skipped, columns=read):
+    for batch in scan_commitlog_file(file, ref.name, keep_going=keep_going, skipped=skipped, columns=read):
         selected = (batch if keep is None else batch.filter(keep(batch))).select(columns)
         if selected.num_rows:
             offsets = batch.column("commitlog_offset")
             yield selected, offsets[-1].as_py() + batch.column("store_size")[-1].as_py() - start
-
-
-def file_size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
 
 
 def fold(table: pa.Table, keys: list[str], schema: pa.Schema) -> pa.Table:

@@ -118,13 +118,13 @@ def _records_and_units(stores: list[StoreRef], keep_going: bool, skipped: list[S
     takes the run of them between its first and last offsets."""
     for ref, files in groupby(commitlog_walk(stores), key=lambda step: step[0]):
         files = list(files)
-        starts = [int(path.name) for _, path, _, _ in files]
+        starts = [file.start for _, file, _, _ in files]
         with Store(ref.path) as store:
             found = schedule_unit_ranges(store, starts)
-            for (_, path, before, total), start, end, ranges in zip(files, starts, [*starts[1:], None], found):
+            for (_, file, before, total), start, end, ranges in zip(files, starts, [*starts[1:], None], found):
                 units = file_units(store, ref.name, ranges, start, end)
                 unit_offsets = units.column("commitlog_offset").to_numpy()
-                for batch, read in scan_selected(ref, path, _COLUMNS, None, keep_going, skipped):
+                for batch, read in scan_selected(ref, file, _COLUMNS, None, keep_going, skipped):
                     offsets = batch.column("commitlog_offset").to_numpy()
                     lo = np.searchsorted(unit_offsets, offsets[0], side="left")
                     hi = np.searchsorted(unit_offsets, offsets[-1], side="right")

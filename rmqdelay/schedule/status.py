@@ -59,7 +59,7 @@ def level_statuses(store: Store, delay_levels: dict[int, int], now_ms: int,
         lo, hi = cq.min_offset, cq.max_offset
         stored = table.get(level)
         # correctDelayOffset leaves a level without a queue alone.
-        start = corrected_offset(0 if stored is None else stored, lo, hi) if cq.files else (stored or 0)
+        start = corrected_offset(0 if stored is None else stored, lo, hi) if cq.runs() else (stored or 0)
         units = cq.units(start, hi)
         cq.check_deliver_times(units, start)
         times = corrected_deliver_times(units["tagsCode"], now_ms, delay)

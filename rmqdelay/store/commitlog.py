@@ -18,6 +18,7 @@ from rmqdelay.formats.commitlog import (
 )
 from rmqdelay.formats.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
 from rmqdelay.formats.errors import FormatError
+from rmqdelay.store.logfile import LogFile
 from rmqdelay.store.mappedfiles import MappedFile, MappedFileReader, list_mapped_files
 from rmqdelay.store.problems import Problems
 
@@ -34,9 +35,11 @@ class End:
 
 
 class CommitLog:
+    """The log source of a plain store (layout.py has the contract every log source keeps)."""
+
     def __init__(self, directory: Path, problems: Problems | None = None) -> None:
         self.directory = directory
-        self.files: list[MappedFile] = list_mapped_files(directory, problems)
+        self.files: list[LogFile] = [LogFile(mf.path, mf.start, mf.size) for mf in list_mapped_files(directory, problems)]
         self._reader = MappedFileReader(self.files)
 
     @property

@@ -156,6 +156,23 @@ class ConsumeQueue:
                          f"a deliver time (tagsCode of unit {first + row} of {self.topic}/{self.queue_id}) in "
                          f"epoch milliseconds, found {code}: {what}")
 
+    def runs(self) -> list[tuple[int, int]]:
+        """[first, stop) logical offsets of each run of files that follow each other (a lost
+        file splits the queue in two runs)."""
+        runs: list[tuple[int, int]] = []
+        for mf in self.files:
+            first, stop = mf.start // CQ_STORE_UNIT_SIZE, (mf.start + mf.size) // CQ_STORE_UNIT_SIZE
+            if runs and runs[-1][1] == first:
+                runs[-1] = (runs[-1][0], stop)
+            else:
+                runs.append((first, stop))
+        return runs
+
+    @property
+    def byte_size(self) -> int:
+        """The bytes of the queue's files (what a verify reads of it)."""
+        return sum(mf.size for mf in self.files)
+
     def locate(self, logical: int) -> tuple[Path, int]:
         """The file holding unit ``logical`` and the unit's byte offset in it."""
         byte = logical * CQ_STORE_UNIT_SIZE

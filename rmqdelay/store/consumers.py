@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 from rmqdelay.errors import StoreError
 from rmqdelay.formats.constants import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
-from rmqdelay.formats.delayoffset import parse_fastjson_object
 from rmqdelay.formats.errors import FormatError
 from rmqdelay.formats.javanum import java_int_range, java_parse_int
-from rmqdelay.store.directory import Store, load_config_file
+from rmqdelay.store.configs import CONSUMER_OFFSETS
+from rmqdelay.store.directory import Store
 
 CONSUMER_OFFSET_FILE = "consumerOffset.json"
 TOPIC_GROUP_SEPARATOR = "@"  # ConsumerOffsetManager.TOPIC_GROUP_SEPARATOR
@@ -32,15 +32,18 @@ class ConsumerOffsets:
     table: dict[tuple[str, str], dict[int, int]]  # (topic, group) -> {queue id: committed offset}
     dataVersion: dict | None  # 5.x: {stateVersion, timestamp, counter}; None in a 4.x file
     present: bool  # a file (or its .bak) was there
+    source: str = "config/consumerOffset.json"  # where they were read from (the config source's name for it)
 
 
 def read_consumer_offsets(store: Store) -> ConsumerOffsets:
-    """config/consumerOffset.json (the .bak as the broker falls back); an empty table when
-    neither exists (a broker no consumer ever committed to)."""
-    doc = load_config_file(store.config_dir / CONSUMER_OFFSET_FILE, _document)
+    """The store's consumer offsets from its config source (config/consumerOffset.json, the
+    .bak as the broker falls back); an empty table when there are none (a broker no consumer
+    ever committed to)."""
+    doc = store.configs.load(CONSUMER_OFFSETS, _document)
+    source = store.configs.describe(CONSUMER_OFFSETS)
     if doc is None:
-        return ConsumerOffsets({}, None, False)
-    return ConsumerOffsets(doc[0], doc[1], True)
+        return ConsumerOffsets({}, None, False, source)
+    return ConsumerOffsets(doc[0], doc[1], True, source)
 
 
 def consumer_offsets(store: Store) -> dict[tuple[str, str], dict[int, int]]:
@@ -48,8 +51,7 @@ def consumer_offsets(store: Store) -> dict[tuple[str, str], dict[int, int]]:
     return read_consumer_offsets(store).table
 
 
-def _document(text: str) -> tuple[dict[tuple[str, str], dict[int, int]], dict | None]:
-    doc = parse_fastjson_object(text)
+def _document(doc: dict) -> tuple[dict[tuple[str, str], dict[int, int]], dict | None]:
     version = doc.get("dataVersion")
     return _offset_table(doc), version if isinstance(version, dict) else None
 

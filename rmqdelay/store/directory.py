@@ -1,16 +1,19 @@
-"""A broker store directory as the broker lays it out, opened read-only."""
+"""A broker store directory as the broker lays it out, opened read-only.
+
+The layout (plain, DLedger, RocksDB) is found once, here, and the store's log, queues and
+configs are opened from it (layout.py holds the contract of each source); everything above
+reads records and units through ``Store.commitlog``, ``Store.queues`` and ``Store.configs``.
+"""
 
 from __future__ import annotations
 
 import os
 import stat
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
-from rmqdelay.errors import ConfigFallbackWarning, NotRegularFileError, StoreError
+from rmqdelay.errors import StoreError
 from rmqdelay.formats.checkpoint import Checkpoint, parse_checkpoint
 from rmqdelay.formats.commitlog import Message
 from rmqdelay.formats.constants import (
@@ -21,16 +24,18 @@ from rmqdelay.formats.constants import (
 )
 from rmqdelay.formats.delayoffset import DelayOffsets, parse_delay_offsets
 from rmqdelay.formats.errors import FormatError
-from rmqdelay.formats.javanum import java_parse_int
 from rmqdelay.formats.msgid import decode_message_id
 from rmqdelay.store.commitlog import CommitLog
+from rmqdelay.store.configs import JsonConfigs, load_config_file
 from rmqdelay.store.consumequeue import ConsumeQueue
 from rmqdelay.store.fileio import read_file
 from rmqdelay.store.kind import refuse_unsupported
+from rmqdelay.store.layout import COMMITLOG_DIR, CONSUMEQUEUE_DIR, DLEDGER, ROCKSDB, Layout, find_layout
 from rmqdelay.store.lock import lock_holder
 from rmqdelay.store.problems import NOT_A_DIRECTORY, UNREADABLE, Problems, report
+from rmqdelay.store.queues import FileQueues
 
-T = TypeVar("T")
+__all__ = ["QueueInfo", "Store", "check_store_directory", "load_config_file"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -61,9 +66,11 @@ class Store:
         read (``--verify``, ``inspect store``)."""
         self.path = Path(path)
         check_store_directory(self.path)
-        if not (self.commitlog_dir.is_dir() or self.consumequeue_dir.is_dir()):
-            raise StoreError(self.path, None, "a broker store directory holding commitlog/ and consumequeue/")
-        refuse_unsupported(self.path)  # RocksDB or batch consume queues
+        self.layout: Layout = find_layout(self.path)
+        if self.layout.log != DLEDGER and not (self.commitlog_dir.is_dir() or self.consumequeue_dir.is_dir()):
+            raise StoreError(self.path, None, "a broker store directory holding commitlog/ and consumequeue/ "
+                                              "(or dledger-<selfId>/data/)")
+        refuse_unsupported(self.path)  # batch consume queues
         self.problems: Problems | None = Problems() if lenient else None
         for sub in (self.commitlog_dir, self.consumequeue_dir):
             try:
@@ -75,17 +82,31 @@ class Store:
                 continue
             if not stat.S_ISDIR(mode):
                 report(self.problems, NOT_A_DIRECTORY, sub, None, "a directory (found a file)")
-        self.commitlog = CommitLog(self.commitlog_dir, self.problems)
-        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.commitlog = self._open_log()
+        self.queues = self._open_queues()
+        self.configs = self._open_configs()
+
+    def _open_log(self) -> CommitLog:
+        return CommitLog(self.commitlog_dir, self.problems)
+
+    def _open_queues(self) -> FileQueues:
+        if self.layout.queues == ROCKSDB:
+            raise StoreError(self.consumequeue_dir, None, "a consume queue directory of topic folders; found a "
+                                                          "RocksDB database (storeType=defaultRocksDB), which "
+                                                          "rmqdelay does not read")
+        return FileQueues(self.consumequeue_dir, self.problems)
+
+    def _open_configs(self) -> JsonConfigs:
+        return JsonConfigs(self.config_dir)
 
     # -- layout -------------------------------------------------------------------------
     @property
     def commitlog_dir(self) -> Path:
-        return self.path / "commitlog"
+        return self.path / COMMITLOG_DIR
 
     @property
     def consumequeue_dir(self) -> Path:
-        return self.path / "consumequeue"
+        return self.path / CONSUMEQUEUE_DIR
 
     @property
     def config_dir(self) -> Path:
@@ -109,9 +130,7 @@ class Store:
 
     def close(self) -> None:
         self.commitlog.close()
-        for cq in self._queues.values():
-            cq.close()
-        self._queues.clear()
+        self.queues.close()
 
     def __enter__(self) -> "Store":
         return self
@@ -147,50 +166,14 @@ class Store:
 
     # -- queues -------------------------------------------------------------------------
     def topics(self) -> dict[str, list[int]]:
-        """{topic: queue ids} of consumequeue/, read as the broker loads it: a queue directory
-        counts when Integer.parseInt takes its name, and only in the form the broker writes
-        (String.valueOf of the id): for '01' the broker would open '1', never that directory."""
-        result: dict[str, list[int]] = {}
-        topic_dirs = self._directory_entries(self.consumequeue_dir)
-        for entry in topic_dirs:
-            if not self._is_dir(entry):
-                continue
-            ids = []
-            for q in self._directory_entries(Path(entry.path)):
-                qid = java_parse_int(q.name)
-                if qid is not None and str(qid) == q.name and self._is_dir(q):
-                    ids.append(qid)
-            result[entry.name] = sorted(ids)
-        return result
-
-    def _directory_entries(self, directory: Path) -> list[os.DirEntry]:
-        try:
-            return sorted(os.scandir(directory), key=lambda e: e.name)
-        except FileNotFoundError:
-            return []
-        except NotADirectoryError:
-            report(self.problems, NOT_A_DIRECTORY, directory, None, "a directory (found a file)")
-        except OSError as exc:
-            report(self.problems, UNREADABLE, directory, None, f"a readable directory ({exc.strerror})")
-        return []
-
-    def _is_dir(self, entry: os.DirEntry) -> bool:
-        try:
-            return entry.is_dir()
-        except OSError as exc:  # a symlink loop (ELOOP), ...
-            report(self.problems, UNREADABLE, entry.path, None, f"a readable directory ({exc.strerror})")
-            return False
+        """{topic: queue ids} of the store's queues (queues.py: as the broker loads them)."""
+        return self.queues.topics()
 
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
-        key = (topic, queue_id)
-        cq = self._queues.get(key)
-        if cq is None:
-            cq = ConsumeQueue(self.consumequeue_dir / topic / str(queue_id), topic, queue_id, self.problems)
-            self._queues[key] = cq
-        return cq
+        return self.queues.queue(topic, queue_id)
 
     def has_queue(self, topic: str, queue_id: int) -> bool:
-        return (self.consumequeue_dir / topic / str(queue_id)).is_dir()
+        return self.queues.has_queue(topic, queue_id)
 
     def queue_infos(self) -> Iterator[QueueInfo]:
         for topic, ids in self.topics().items():
@@ -234,53 +217,3 @@ class Store:
             if props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) == key or \
                     key in props.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR):
                 yield msg
-
-
-def load_config_file(path: Path, parse: Callable[[str], T], *, fallback: bool = True) -> T | None:
-    """A broker config file read as ConfigManager.load does: the ``.bak`` when the file is
-    missing, empty or unparsable; None when neither exists. When both are unusable, the error
-    names the first file that was.
-
-    Using the ``.bak`` for a file that is there but unusable is never silent: a
-    ``ConfigFallbackWarning`` names the file and what was wrong with it. A FIFO or a
-    directory in its place is refused at once. ``fallback=False``
-    raises that problem instead (a missing file still falls back, as the broker's does):
-    what a writer wants, since an older ``.bak`` means work done again."""
-    error: StoreError | None = None
-    missing: StoreError | None = None
-    for candidate in (path, path.with_name(path.name + ".bak")):
-        problem: StoreError | None = None
-        try:
-            data = read_file(candidate)
-            if data is None:
-                if candidate == path:
-                    missing = StoreError(path, None, "missing")
-                continue
-            text = data.decode("utf-8")
-        except NotRegularFileError:
-            raise  # a FIFO or a directory here is no file to fall back from: refused at once
-        except StoreError as exc:
-            problem = exc
-        except UnicodeDecodeError as exc:
-            problem = StoreError(candidate, exc.start, "UTF-8 text")
-        else:
-            if not text.strip():
-                problem = StoreError(candidate, 0, "a JSON object; the file is empty")
-            else:
-                try:
-                    value = parse(text)
-                except FormatError as exc:
-                    problem = StoreError(candidate, exc.offset, exc.expected)
-                else:
-                    if candidate != path:
-                        warnings.warn(ConfigFallbackWarning(
-                            f"{error or missing}; read {candidate.name} instead, as the broker would"), stacklevel=2)
-                    return value
-        if candidate == path and not fallback:
-            raise StoreError(problem.path, problem.offset,
-                             f"{problem.expected} (the broker would fall back to {path.name}.bak, an older "
-                             f"state; repair or remove the file first)")
-        error = error or problem
-    if error is not None:
-        raise error
-    return None

@@ -6,9 +6,9 @@ than 127 bytes), the ``__CRC32#`` property (enabledAppendPropCRC), delayOffset.j
 dataVersion, the checkpoint's masterFlushedOffset / confirmPhyOffset, ``compaction/``.
 The timer store's files are known here by name only: what they hold is rmqdelay.timer's to
 read (``timer.store.timer_summary`` adds the timer settings and sizes to the features).
-``storeType=defaultRocksDB`` keeps the consume queues in a RocksDB database under
-``consumequeue/``, and batch consume queues live in ``batchconsumequeue/``: neither is read
-here, and a store holding them is refused in one line.
+Batch consume queues live in ``batchconsumequeue/``: they are not read, and a store holding
+them is refused in one line. How the log, queues and configs are laid out (plain, DLedger,
+RocksDB) is layout.py's.
 """
 
 from __future__ import annotations
@@ -25,9 +25,6 @@ from rmqdelay.formats.constants import (
     TOPIC_MAX_LENGTH,
 )
 
-# Files a RocksDB database always has.
-_ROCKSDB_MARKERS = ("CURRENT", "IDENTITY", "LOCK")
-_ROCKSDB_PREFIXES = ("MANIFEST-", "OPTIONS-")
 _CRC_SAMPLE_FILES = 16
 
 # The timer store's files (TimerMessageStore: timerlog/, timerwheel, config/timercheck,
@@ -65,16 +62,8 @@ def timer_files_present(store_path: Path) -> list[str]:
 
 
 def refuse_unsupported(store_path: Path) -> None:
-    """StoreError when the store keeps its consume queues where rmqdelay cannot read them."""
-    cq = Path(store_path) / "consumequeue"
-    try:
-        names = os.listdir(cq)
-    except OSError:
-        names = []
-    if any(n in _ROCKSDB_MARKERS for n in names) and any(n.startswith(_ROCKSDB_PREFIXES) or n.endswith(".sst")
-                                                          for n in names):
-        raise StoreError(cq, None, "a consume queue directory of topic folders; found a RocksDB database "
-                                   "(storeType=defaultRocksDB), which rmqdelay does not read")
+    """StoreError when the store keeps its consume queues where rmqdelay cannot read them
+    (batch consume queues; the RocksDB consume queue is the queue source's to read)."""
     batch = Path(store_path) / "batchconsumequeue"
     try:
         batch_topics = [n for n in os.listdir(batch) if (batch / n).is_dir()]

@@ -2,7 +2,9 @@
 units, delay offsets and consumer offsets.
 
 Both analysis engines read through here (Spark calls ``scan_commitlog_file`` once per commit
-log file on its executors), so they see the same rows.
+log file on its executors), so they see the same rows. The files come from the store's log
+source (``commitlog_files``: ``LogFile``s, each saying how its records are framed and how much
+of it the broker serves), so a scan reads every layout's log the same way.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from rmqdelay.store.commitlog import data_after_end
 from rmqdelay.store.consumers import consumer_offsets  # noqa: F401 (the one reader, re-exported)
 from rmqdelay.store.directory import Store
 from rmqdelay.store.fileio import map_for_read, release_pages
+from rmqdelay.store.logfile import PLAIN, LogFile
 
 __all__ = [
-    "MESSAGE_SCHEMA", "SCHEDULE_UNIT_SCHEMA", "Skipped", "scan_commitlog_file", "commitlog_files",
+    "MESSAGE_SCHEMA", "SCHEDULE_UNIT_SCHEMA", "Skipped", "LogFile", "scan_commitlog_file", "commitlog_files",
     "UNIT_CHUNK", "schedule_units", "schedule_unit_chunks", "schedule_unit_arrays", "schedule_unit_ranges", "delay_offsets", "consumer_offsets"
 ]
 
@@ -59,25 +62,36 @@ class Skipped:
     reason: str
 
 
-def commitlog_files(store_path: Path | str) -> list[Path]:
-    """The commit log files of a store in offset order (sizes checked to be contiguous)."""
+def commitlog_files(store_path: Path | str) -> list[LogFile]:
+    """The files of a store's log in offset order (sizes checked to be contiguous), as its
+    log source lists them."""
     with Store(store_path) as store:
-        return [mf.path for mf in store.commitlog.files]
+        return list(store.commitlog.files)
 
 
-def scan_commitlog_file(path: Path | str, store_name: str, *, keep_going: bool = False,
+def log_file(file: LogFile | Path | str) -> LogFile:
+    """``file`` as a LogFile: a path alone is a plain commit log file named by its offset."""
+    if isinstance(file, LogFile):
+        return file
+    path = Path(file)
+    return LogFile(path, file_start(path), _size_or_zero(path), PLAIN)
+
+
+def scan_commitlog_file(file: LogFile | Path | str, store_name: str, *, keep_going: bool = False,
                         skipped: list[Skipped] | None = None,
                         batch_rows: int = DEFAULT_BATCH_ROWS, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
-    """Every message record of one commit log file as ``MESSAGE_SCHEMA`` batches of at most
-    ``batch_rows`` rows; only ``columns`` of it, in that order, when given (what no column
-    needs is not decoded).
+    """Every message record of one file of a store's log as ``MESSAGE_SCHEMA`` batches of at
+    most ``batch_rows`` rows; only ``columns`` of it, in that order, when given (what no
+    column needs is not decoded). ``file``: a LogFile of ``commitlog_files`` (its framing and
+    the bytes the broker serves are followed), or the path of a plain commit log file.
 
     The file is mapped, never read whole into Python objects. A bad record raises
     ``StoreError(path, offset, expected)`` after the rows before it were yielded; with
     ``keep_going`` the rest of the file is skipped instead and a ``Skipped`` is appended
     to ``skipped``.
     """
-    path = Path(path)
+    lf = log_file(file)
+    path = lf.path
     try:
         mapped = map_for_read(path)
     except StoreError as exc:
@@ -87,24 +101,27 @@ def scan_commitlog_file(path: Path | str, store_name: str, *, keep_going: bool =
             return
         raise
     size = len(mapped)
-    if size == 0:
+    limit = min(size, lf.limit)
+    if limit == 0:
         return
     try:
         end = 0  # where the records read so far end, in this file
         read = None if columns is None else list(dict.fromkeys([*columns, "commitlog_offset", "store_size"]))
-        for batch in decode_records(mapped, store=store_name, file=path.name, batch_rows=batch_rows, columns=read):
+        for batch in decode_records(mapped, store=store_name, file=path.name, limit=limit, batch_rows=batch_rows,
+                                    columns=read, header=lf.header):
             if batch.num_rows:
                 end = batch.column("commitlog_offset")[-1].as_py() + batch.column("store_size")[-1].as_py() \
-                    - file_start(path)
+                    - lf.start
             yield batch if columns is None else batch.select(columns)
             if batch.num_rows:
                 # The caller is done with the batch: the pages behind it leave this process's
                 # memory, so a scan holds a batch's worth of the file, not all of it.
                 release_pages(mapped, end)
         # The scan stopped at a BLANK, at the end of the file, or at a zero record head; at
-        # zeros, nothing may follow (scans that stop early must say so).
-        after = data_after_end(mapped, end, *_next_file_head(path, size)) if end + 8 <= size and \
-            not any(mapped[end:end + 8]) else None
+        # zeros, nothing may follow (scans that stop early must say so). A file the broker
+        # serves only part of ends where it says.
+        after = data_after_end(mapped, end, *_next_file_head(path, size)) if limit == size and \
+            end + 8 <= size and not any(mapped[end:end + 8]) else None
         if after:
             raise FormatError(end, after)
     except FormatError as exc:

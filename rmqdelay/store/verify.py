@@ -26,7 +26,6 @@ from rmqdelay.formats.commitlog import (
 from rmqdelay.formats.constants import (
     BLANK_MAGIC_CODE,
     CQ_PRE_BLANK_SIZE,
-    CQ_STORE_UNIT_SIZE,
     PROPERTY_DELAY_TIME_LEVEL,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
@@ -112,7 +111,7 @@ def verify_total(store: Store) -> int:
     for topic, ids in store.topics().items():
         for qid in ids:
             try:
-                total += sum(mf.size for mf in store.consume_queue(topic, qid).files)
+                total += store.consume_queue(topic, qid).byte_size
             except StoreError:
                 pass  # reported as a problem by iter_problems
     return total
@@ -275,7 +274,7 @@ def _check_queues(store: Store, messages: _Messages, end: int, advance: Advance,
                 lo, hi = cq.min_offset, cq.max_offset
                 # Queue files that do not follow each other (a lost file) are checked run by
                 # run, each unit at the logical offset its file gives it.
-                runs = [cq.units(max(lo, first), min(hi, stop)) for first, stop in _contiguous_runs(cq)]
+                runs = [cq.units(max(lo, first), min(hi, stop)) for first, stop in cq.runs()]
             except StoreError as exc:
                 yield Problem(CQ_FILE, str(exc.path), exc.offset, exc.expected)
                 continue
@@ -283,30 +282,17 @@ def _check_queues(store: Store, messages: _Messages, end: int, advance: Advance,
             key = messages.keys.get((topic, qid))
             if key is not None:
                 queue_min[key] = lo
-            for (first, _), units in zip(_contiguous_runs(cq), runs):
+            for (first, _), units in zip(cq.runs(), runs):
                 counts.units += len(units)
                 yield from _check_units(cq, max(lo, first), units, cols, key, store.commitlog.min_offset, end)
-            advance(sum(mf.size for mf in cq.files))
+            advance(cq.byte_size)
     yield from layout.new()
     # Queues that could not be listed were not checked: their messages are not "undispatched".
     unlisted = {Path(p.file) for p in layout.found if p.kind in (UNREADABLE, NOT_A_DIRECTORY)}
-    if store.consumequeue_dir in unlisted:
-        return
+    queue_path = store.queues.queue_path
     unchecked = [key for (topic, qid), key in messages.keys.items()
-                 if store.consumequeue_dir / topic in unlisted or store.consumequeue_dir / topic / str(qid) in unlisted]
+                 if {queue_path(topic, qid), queue_path(topic, qid).parent, queue_path(topic, qid).parent.parent} & unlisted]
     yield from _check_undispatched(store, cols, queue_min, unchecked)
-
-
-def _contiguous_runs(cq) -> list[tuple[int, int]]:
-    """[first, stop) logical offsets of each run of files that follow each other."""
-    runs: list[tuple[int, int]] = []
-    for mf in cq.files:
-        first, stop = mf.start // CQ_STORE_UNIT_SIZE, (mf.start + mf.size) // CQ_STORE_UNIT_SIZE
-        if runs and runs[-1][1] == first:
-            runs[-1] = (runs[-1][0], stop)
-        else:
-            runs.append((first, stop))
-    return runs
 
 
 class _Columns:

@@ -171,7 +171,7 @@ def timer_records(ts: TimerStore) -> TimerRecords:
     skipped: list[Skipped] = []
     offsets, sizes, timer, out, hashes, deletes = [], [], [], [], [], []
     for mf in store.commitlog.files:
-        for batch in scan_commitlog_file(mf.path, "store", keep_going=True, skipped=skipped):
+        for batch in scan_commitlog_file(mf, "store", keep_going=True, skipped=skipped):
             offsets.append(batch.column("commitlog_offset").to_numpy())
             sizes.append(batch.column("store_size").to_numpy().astype(np.int64))
             topic = batch.column("topic")
