@@ -1,16 +1,18 @@
 """A run that cannot read a log file whole changes nothing: a dangling symlink or a FIFO where
-the last commit log file belongs is refused in one line before recovery drops a consume queue
-unit or anything is published (the broker's MappedFileQueue.load refuses such a file too);
-once the file is back, a rerun delivers everything exactly once, no hand edit needed."""
+the last commit log file belongs, or that file gone (or a directory in its place) while queues
+point into it, is refused in one line before recovery drops a consume queue unit or anything
+is published (the broker's MappedFileQueue.load refuses such a file too); once the file is
+back, a rerun delivers everything exactly once, no hand edit needed."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
-from clirun import console
+from clirun import assert_one_line, console
 from test_bad_input import snapshot
 
+from rmqdelay.schedule.audit import check_store
 from rmqdelay.timer.audit import check_timer_store
 
 pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
@@ -43,3 +45,33 @@ def test_a_special_file_in_place_of_the_last_commit_log_file_is_refused_and_a_re
     check = check_timer_store(store)
     assert check.lost == [] and check.duplicated == [] and check.delivered == 1112
     assert check.delay_delivered == check.delay_parked
+
+
+@pytest.mark.parametrize("sample, kind", [("timer-partial", "missing"), ("timer-partial", "directory"),
+                                          ("delay-partial", "missing")])
+def test_a_lost_last_commit_log_file_is_refused_before_a_unit_is_dropped_and_a_rerun_with_it_back_delivers_all(
+        store_copy, tmp_path, sample, kind):
+    # Its records have units (and index entries, timer log units, published offsets): cutting
+    # them as a torn tail would lose them, and the file put back would be delivered again.
+    store = store_copy(sample)
+    last = sorted((store / "commitlog").iterdir())[-1]
+    saved = tmp_path / "saved"
+    os.rename(last, saved)
+    if kind == "directory":
+        last.mkdir()
+    before = snapshot(store)
+    result = console("run", store, "--until-empty", "--now", FAR)
+    assert_one_line(result, 2, f"rmqdelay: {last}: a commit log file after", "put the file back",
+                    "found a directory" if kind == "directory" else "found none")
+    assert snapshot(store) == before
+    if kind == "directory":
+        last.rmdir()
+    os.rename(saved, last)
+    assert console("run", store, "--until-empty", "--now", FAR).returncode == 0
+    if sample == "timer-partial":
+        check = check_timer_store(store)
+        assert check.lost == [] and check.duplicated == [] and check.delivered == 1112
+        assert check.delay_delivered == check.delay_parked
+    else:
+        check = check_store(store)
+        assert check.lost == 0 and check.duplicated == 0 and check.pending == 0 and check.problems == []

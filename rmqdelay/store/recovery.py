@@ -130,6 +130,7 @@ def plan_recovery(store: Store) -> RecoveryPlan:
             raise _refuse(store.consumequeue_dir / q.topic / str(q.queueId), None,
                           f"units into a commit log, but {store.commitlog_dir} holds no file")
         return RecoveryPlan(0, None, [], queue_offsets, 0)
+    _refuse_missing_file(store, infos, files[-1])
     walk_from = _checked_top(store, infos, files[-1])
     end, torn, notices = _walk_last_file(store, files[-1], walk_from)
     cuts = _units_past(store, infos, end)
@@ -141,6 +142,24 @@ def plan_recovery(store: Store) -> RecoveryPlan:
     for _ in _records(store, dispatch_from, end):
         pass
     return plan
+
+
+def _refuse_missing_file(store: Store, infos, last: MappedFile) -> None:
+    """Units past the end of the last commit log file: a file after it held their records (a
+    file is begun only when a record is appended to it), and it is gone or not a file. That is
+    no torn tail: cutting the units (as the broker's recovery would) loses what the file held,
+    and a rerun with the file back would deliver again. Refused before anything changes."""
+    beyond = [i for i in infos if i.maxOffset > i.minOffset and i.maxPhysicOffset > last.end]
+    if not beyond:
+        return
+    top = max(beyond, key=lambda i: i.maxPhysicOffset)
+    missing = last.path.with_name(f"{last.end:020d}")
+    what = "a directory" if missing.is_dir() else "none"
+    raise StoreError(missing, None,
+                     f"a commit log file after {last.path.name}: {len(beyond)} queue(s) point past its end, "
+                     f"{top.topic}/{top.queueId} up to commit log offset {top.maxPhysicOffset}; found {what}. "
+                     f"rmqdelay does not write to this store, and changed nothing: put the file back (a broker "
+                     f"starting without it would cut every queue at offset {last.end})")
 
 
 def data_end(store: Store) -> int:
