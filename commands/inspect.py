@@ -79,8 +79,10 @@ def inspect_store(store_dir: Path = options.store(), json_out: bool = options.js
         checkpoint = attempt("checkpoint", store.checkpoint)
         offsets = attempt("delay-offsets", store.delay_offsets)
         who = describe_holder(holder) if holder else None
+        facts = getattr(store.commitlog, "facts", None)
         info = {
             "store": str(store.path),
+            "layout": {**store.layout.as_json(), **({"dledger": facts()} if facts is not None else {})},
             "commitLogFiles": files,
             "minPhysicalOffset": store.commitlog.min_offset,
             "maxPhysicalOffset": max_offset,
@@ -144,6 +146,7 @@ def _print_store(info: dict, wide: bool) -> None:
              f"{format_time_ms(cp['logicsMsgTimestamp'])}, indexMsgTimestamp {index}"
              + (f", masterFlushedOffset {cp['masterFlushedOffset']}, confirmPhyOffset {cp['confirmPhyOffset']}"
                 if "confirmPhyOffset" in cp else ""))
+    _print_layout(info["layout"])
     files = info["commitLogFiles"]
     end = "?" if info["maxPhysicalOffset"] is None else info["maxPhysicalOffset"]
     sizes = sorted({f["size"] for f in files})
@@ -173,6 +176,32 @@ def _print_store(info: dict, wide: bool) -> None:
         for p in info["problems"]:
             where = p["file"] if p["offset"] is None else f"{p['file']} at byte {p['offset']}"
             console.print(Text(f"{p['kind']}: {where}: {p['expected']}"), soft_wrap=True)
+
+
+def _print_layout(layout: dict) -> None:
+    """The store's layout, and a DLedger log's facts: group node, term, indexes, files."""
+    from .inspect_records import uncommitted_note
+
+    dledger = layout.get("dledger")
+    if dledger is None:
+        _say(f"layout: {layout['name']}")
+        return
+    term = "?" if dledger["currTerm"] is None else dledger["currTerm"]
+    voted = dledger["voteLeader"] or "nobody"
+    _say(f"layout: DLedger (enableDLegerCommitLog): node {dledger['selfId']} ({dledger['directory']}/), "
+         f"term {term} (voted for {voted}); entries {dledger['firstIndex']}..{dledger['endIndex']}, committed "
+         f"index {dledger['committedIndex']} (checkpoint: committedIndex {dledger['checkpointCommittedIndex']}, "
+         f"endIndex {dledger['checkpointEndIndex']})")
+    data = dledger["dataFiles"]
+    sizes = sorted({f["size"] for f in data})
+    names = f": {data[0]['file']}" + (f" .. {data[-1]['file']}" if len(data) > 1 else "") if data else ""
+    _say(f"DLedger data: {len(data)} file(s)" + (f" of {_bytes(sizes[0])}" if len(sizes) == 1 else "") + names
+         + f"; committed position {dledger['committedPosition']}, written to {dledger['writePosition']}")
+    if dledger["oldCommitLogFiles"]:
+        _say(f"old commit log (below dividedCommitlogOffset {dledger['dividedCommitlogOffset']}): "
+             f"{len(dledger['oldCommitLogFiles'])} file(s) in commitlog/")
+    if dledger["uncommitted"] is not None:
+        _say(uncommitted_note(dledger["uncommitted"], dledger["committedIndex"]), "yellow")
 
 
 def _queue_ids(queues: list[dict]) -> str:

@@ -192,16 +192,37 @@ def _verify(store_dir: Path, json_out: bool) -> None:
                     emit_json(problem.as_json())
                 problems.append(problem)
     checked = {"commitLogFiles": counts.files, "preallocatedFiles": len(counts.preallocated),
-               "messages": counts.messages, "consumeQueues": counts.queues, "units": counts.units}
+               "messages": counts.messages, "consumeQueues": counts.queues, "units": counts.units,
+               **({"dledger": counts.dledger} if counts.dledger is not None else {})}
     if json_out:
         emit_json(verify_summary(checked, len(problems)))
     else:
         spare = (f" ({len(counts.preallocated)} after the end of the data holding only zeros, as the broker "
                  "preallocates them)") if counts.preallocated else ""
-        print_problems(problems, f"{counts.files} commit log file(s){spare}, {counts.messages} message(s), "
-                                 f"{counts.queues} consume queue(s), {counts.units} unit(s)", console)
+        print_problems(problems, f"{counts.files} commit log file(s){spare}, {_entries(counts.dledger)}"
+                                 f"{counts.messages} message(s), {counts.queues} consume queue(s), "
+                                 f"{counts.units} unit(s)", console)
+        if counts.dledger is not None and counts.dledger["uncommitted"] is not None:
+            console.print(Text(uncommitted_note(counts.dledger["uncommitted"], counts.dledger["committedIndex"]),
+                               style="dim"), soft_wrap=True)
     if problems:
         _exit_problems()
+
+
+def _entries(dledger: dict | None) -> str:
+    """How many DLedger entries a verify walked (nothing for a plain log)."""
+    if dledger is None:
+        return ""
+    return f"{dledger['entries']} DLedger entries (committed index {dledger['committedIndex']}), "
+
+
+def uncommitted_note(uncommitted: dict, committed_index: int | None) -> str:
+    """What lies past a DLedger log's committed index, in one line."""
+    where = f"past the committed index {committed_index}" if committed_index is not None else \
+        "with no committed index in the checkpoint"
+    return (f"{uncommitted['entries']} DLedger entries {where} (indexes {uncommitted['firstIndex']}.."
+            f"{uncommitted['lastIndex']}, physical offsets [{uncommitted['startOffset']}, {uncommitted['endOffset']})): "
+            f"written but not committed by the group, so the broker does not serve them; not read as messages")
 
 
 # -- inspect message -------------------------------------------------------------------------

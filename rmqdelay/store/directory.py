@@ -27,6 +27,7 @@ from rmqdelay.formats.errors import FormatError
 from rmqdelay.formats.msgid import decode_message_id
 from rmqdelay.store.commitlog import CommitLog
 from rmqdelay.store.configs import JsonConfigs, load_config_file
+from rmqdelay.store.dledger import DLedgerCommitLog
 from rmqdelay.store.consumequeue import ConsumeQueue
 from rmqdelay.store.fileio import read_file
 from rmqdelay.store.kind import refuse_unsupported
@@ -86,7 +87,9 @@ class Store:
         self.queues = self._open_queues()
         self.configs = self._open_configs()
 
-    def _open_log(self) -> CommitLog:
+    def _open_log(self) -> CommitLog | DLedgerCommitLog:
+        if self.layout.log == DLEDGER:
+            return DLedgerCommitLog(self.path, self.layout.dledger_dir, self.commitlog_dir, self.problems)
         return CommitLog(self.commitlog_dir, self.problems)
 
     def _open_queues(self) -> FileQueues:

@@ -32,13 +32,16 @@ from rmqdelay.formats.constants import (
     TRANSACTION_TYPE_MASK,
 )
 from rmqdelay.formats.errors import FormatError
-from rmqdelay.formats.propcrc import CRC32_RESERVED_LEN, check_record
+from rmqdelay.formats.propcrc import CRC32_RESERVED_LEN
+from rmqdelay.formats.propcrc import check_record as check_record_crc
 from rmqdelay.store import Store
 from rmqdelay.store.commitlog import first_nonzero
 from rmqdelay.store.fileio import map_for_read
+from rmqdelay.store.logfile import DLEDGER, LogFile
 from rmqdelay.store.mappedfiles import MappedFile
 from rmqdelay.store.problems import FILE_SIZE, GAP, NOT_A_DIRECTORY, UNREADABLE, Problem
 from rmqdelay.store.recovery import schedule_delay_ok
+from rmqdelay.store.verify_dledger import DLedgerWalk
 
 __all__ = ["Problem", "VerifyCounts", "iter_problems", "verify_store", "verify_total",
            "FILE_SIZE", "GAP", "NOT_A_DIRECTORY", "UNREADABLE"]
@@ -75,6 +78,9 @@ class VerifyCounts:
     # running broker preallocates (AllocateMappedFileService). Not a problem: on recovery the
     # broker deletes them (truncateDirtyFiles).
     preallocated: list[str] = field(default_factory=list)
+    # A DLedger log's entries: how many, the committed and last index, what lies past the
+    # committed one (verify_dledger.DLedgerWalk.summary); None for a plain log.
+    dledger: dict | None = None
 
 
 class _Messages:
@@ -126,8 +132,10 @@ def iter_problems(store: Store, advance: Advance | None = None,
     layout = _LayoutProblems(store)
     yield from layout.new()
     messages = _Messages()
-    end = store.commitlog.min_offset
-    files = store.commitlog.files
+    log = store.commitlog
+    end = log.min_offset
+    files = log.files
+    dledger = DLedgerWalk(log) if any(f.framing == DLEDGER for f in files) else None
     # A file whose data ends in zeros without a closing BLANK is the broker's current file
     # when nothing but zeros follows it; it is a problem only when a later file holds data.
     missing_blank: Problem | None = None
@@ -140,13 +148,18 @@ def iter_problems(store: Store, advance: Advance | None = None,
                 continue
             yield missing_blank
             missing_blank = None
-        end, zeros_at = yield from _check_file(mf, messages)
+        end, zeros_at = yield from _check_file(mf, messages, dledger)
         if zeros_at is not None and index < len(files) - 1:
+            closing = "a DLedger end mark" if mf.framing == DLEDGER else "a BLANK record"
             missing_blank = Problem(MISSING_BLANK, str(mf.path), zeros_at - mf.start,
-                                    "a BLANK record closing the file, found zeros", zeros_at)
+                                    f"{closing} closing the file, found zeros", zeros_at)
         advance(mf.size)
         counts.files += 1
     counts.messages = len(messages.offsets)
+    if dledger is not None:
+        # Entries past the committed index are not served: the log ends at the committed one.
+        end = min(end, log.committed_pos)
+        counts.dledger = dledger.summary()
     yield from _check_queues(store, messages, end, advance, counts, layout)
 
 
@@ -178,7 +191,7 @@ def verify_store(store: Store, advance: Advance | None = None,
     return list(iter_problems(store, advance, counts))
 
 
-def _check_file(mf: MappedFile, messages: _Messages) -> Iterator[Problem]:
+def _check_file(mf: LogFile, messages: _Messages, dledger: DLedgerWalk | None = None) -> Iterator[Problem]:
     """The records of one commit log file; returns the physical offset where its readable
     data ends (the file's end when it closes with a BLANK), and that offset again when the
     data ends in zeros (None otherwise: a BLANK, or a problem)."""
@@ -192,6 +205,8 @@ def _check_file(mf: MappedFile, messages: _Messages) -> Iterator[Problem]:
         messages.skipped.append((mf.start, mf.end))
         return mf.start, None
     try:
+        if mf.framing == DLEDGER:
+            return (yield from dledger.walk(view, mf, messages, check_record))
         return (yield from _walk(view, mf, messages))
     finally:
         try:
@@ -227,38 +242,48 @@ def _walk(view: memoryview, mf: MappedFile, messages: _Messages) -> Iterator[Pro
                 messages.skipped.append((physical, mf.end))
                 return physical, None
             return mf.end, None
-        try:
-            check_message_bounds(view, pos, size)
-        except FormatError as exc:
-            kind = SIZE if exc.offset == pos else MAGIC
-            yield Problem(kind, name, exc.offset, exc.expected, physical)
+        msg = yield from check_record(view, pos, size, physical, name, messages)
+        if msg is None:
             messages.skipped.append((physical, mf.end))
             return physical, None
-        try:
-            msg = decode_message(view, pos, size)
-        except FormatError as exc:
-            yield Problem(SIZE, name, exc.offset, exc.expected, physical)
-            messages.skipped.append((physical, mf.end))
-            return physical, None
-        if msg.commitLogOffset != physical:
-            yield Problem(PHYSICAL_OFFSET, name, pos + 28,
-                          f"physicalOffset {physical} (where the record is), found {msg.commitLogOffset}", physical)
-        crc = body_crc(msg.body)
-        if crc != msg.bodyCRC:
-            yield Problem(CRC, name, pos + 8, f"bodyCRC {crc} of the {len(msg.body)}-byte body, "
-                                              f"found {msg.bodyCRC}", physical)
-        dispatched = schedule_delay_ok(msg)
-        if not dispatched:
-            yield Problem(DELAY, name, pos, f"a {msg.topic} record with a DELAY the broker can read, found "
-                                            f"{msg.properties.get(PROPERTY_DELAY_TIME_LEVEL)!r}: it dispatches no "
-                                            f"unit for it, and its recovery ends the commit log here", physical)
-        prop = check_record(view[pos:pos + total], msg.properties)
-        if prop is not None and prop[0] != prop[1]:
-            yield Problem(PROP_CRC, name, pos + total - CRC32_RESERVED_LEN,
-                          f"__CRC32# {prop[1]} (the record's CRC), found {prop[0]}", physical)
-        messages.add(physical, msg.storeSize, msg.topic, msg.queueId, msg.queueOffset, msg.sysFlag, dispatched)
+        total = msg.storeSize
         pos += total
     return mf.end, None
+
+
+def check_record(view: memoryview, pos: int, limit: int, physical: int, name: str,
+                 messages: _Messages) -> Iterator[Problem]:
+    """The checks of one message record at ``pos`` (its bytes end by ``limit``); returns the
+    message (added to ``messages``), or None when its framing is broken."""
+    try:
+        total = check_message_bounds(view, pos, limit)
+    except FormatError as exc:
+        kind = SIZE if exc.offset == pos else MAGIC
+        yield Problem(kind, name, exc.offset, exc.expected, physical)
+        return None
+    try:
+        msg = decode_message(view, pos, limit)
+    except FormatError as exc:
+        yield Problem(SIZE, name, exc.offset, exc.expected, physical)
+        return None
+    if msg.commitLogOffset != physical:
+        yield Problem(PHYSICAL_OFFSET, name, pos + 28,
+                      f"physicalOffset {physical} (where the record is), found {msg.commitLogOffset}", physical)
+    crc = body_crc(msg.body)
+    if crc != msg.bodyCRC:
+        yield Problem(CRC, name, pos + 8, f"bodyCRC {crc} of the {len(msg.body)}-byte body, "
+                                          f"found {msg.bodyCRC}", physical)
+    dispatched = schedule_delay_ok(msg)
+    if not dispatched:
+        yield Problem(DELAY, name, pos, f"a {msg.topic} record with a DELAY the broker can read, found "
+                                        f"{msg.properties.get(PROPERTY_DELAY_TIME_LEVEL)!r}: it dispatches no "
+                                        f"unit for it, and its recovery ends the commit log here", physical)
+    prop = check_record_crc(view[pos:pos + total], msg.properties)
+    if prop is not None and prop[0] != prop[1]:
+        yield Problem(PROP_CRC, name, pos + total - CRC32_RESERVED_LEN,
+                      f"__CRC32# {prop[1]} (the record's CRC), found {prop[0]}", physical)
+    messages.add(physical, msg.storeSize, msg.topic, msg.queueId, msg.queueOffset, msg.sysFlag, dispatched)
+    return msg
 
 
 def _check_queues(store: Store, messages: _Messages, end: int, advance: Advance,
