@@ -53,6 +53,8 @@ COMMANDS = {
                         "--create. Refused while a broker holds STORE/lock."),
     "inspect": LazyCommand("inspect", "app", "Read-only views of a broker store."),
     "offsets": LazyCommand("offsets", "app", "Read and move the delay offsets (config/delayOffset.json)."),
+    "consumers": LazyCommand("consumers", "app",
+                             "Read and move a consumer group's offsets (config/consumerOffset.json)."),
     "samples": LazyCommand("samples", "app", "Sample stores."),
     "timer": LazyCommand("timer", "app", "The 5.x timer store: repair it offline."),
 }

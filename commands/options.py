@@ -74,8 +74,10 @@ def delay_level_table(message_delay_level: str | None, broker_config) -> dict[in
     return parse_delay_levels(message_delay_level) if message_delay_level else parse_delay_levels()
 
 
-def parse_levels(values: list[str] | None, option: str = "--levels") -> list[int] | None:
-    """``--levels 1,3,5 --levels 7-9``: the levels named, in order, each once; None for none."""
+def parse_levels(values: list[str] | None, option: str = "--levels",
+                 what: str = "level numbers such as 1,3,5 or 3-18") -> list[int] | None:
+    """``--levels 1,3,5 --levels 7-9``: the levels (or queue ids) named, in order, each once;
+    None for none."""
     from rmqdelay.formats.javanum import java_parse_int
 
     found: list[int] = []
@@ -86,7 +88,7 @@ def parse_levels(values: list[str] | None, option: str = "--levels") -> list[int
             lo, dash, hi = part.partition("-")
             first, last = java_parse_int(lo), java_parse_int(hi) if dash else java_parse_int(lo)
             if first is None or last is None or last < first:
-                raise UsageError(f"{option}: level numbers such as 1,3,5 or 3-18, found {text!r}")
+                raise UsageError(f"{option}: {what}, found {text!r}")
             found += [n for n in range(first, last + 1) if n not in found]
     return found or None
 

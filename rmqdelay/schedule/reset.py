@@ -5,6 +5,7 @@ or skipped)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,28 +74,39 @@ def first_unit_at_or_after(tags_codes: np.ndarray, timestamp_ms: int) -> int:
     return int(np.searchsorted(tags_codes.astype(np.int64, copy=False), timestamp_ms, side="left"))
 
 
+def requested_offset(target: ResetTarget, lo: int, hi: int, current: int, now_ms: int,
+                     first_at_or_after: Callable[[int], int]) -> int:
+    """Where ``target`` asks a queue of units ``[lo, hi)`` to be, read from ``current``;
+    ``first_at_or_after(instant)`` finds the first unit of the queue at or after an instant
+    (its deliver time in a delay level, its store time in a consumer's queue). Not clamped."""
+    kind = target.kind
+    if kind == "to-earliest":
+        return lo
+    if kind == "to-latest":
+        return hi
+    if kind == "to-offset":
+        return int(target.value)
+    if kind == "shift-by":
+        return current + int(target.value)
+    instant = int(target.value) if kind == "to-datetime" else now_ms - int(target.value)
+    return first_at_or_after(instant)
+
+
+def clamp_warning(what: str, requested: int, lo: int, hi: int, after: int, why: str) -> str | None:
+    """The warning of a target clamped into ``[lo, hi]`` (None when it was not)."""
+    if after == requested:
+        return None
+    side = "before minOffset" if requested < lo else "beyond maxOffset"
+    return f"{what}: offset {requested} is {side} of the queue [{lo}, {hi}]; clamped to {after}, {why}"
+
+
 def plan_level_reset(store: Store, level: int, current: int, target: ResetTarget, now_ms: int) -> LevelReset:
     cq = store.schedule_queue(level)
     lo, hi = cq.min_offset, cq.max_offset
-    kind = target.kind
-    if kind == "to-earliest":
-        requested = lo
-    elif kind == "to-latest":
-        requested = hi
-    elif kind == "to-offset":
-        requested = int(target.value)
-    elif kind == "shift-by":
-        requested = current + int(target.value)
-    else:
-        instant = int(target.value) if kind == "to-datetime" else now_ms - int(target.value)
-        units = cq.units(lo, hi)
-        requested = lo + first_unit_at_or_after(units["tagsCode"], instant)
+    requested = requested_offset(target, lo, hi, current, now_ms,
+                                 lambda instant: lo + first_unit_at_or_after(cq.units(lo, hi)["tagsCode"], instant))
     after = corrected_offset(requested, lo, hi)
-    warning = None
-    if after != requested:
-        side = "before minOffset" if requested < lo else "beyond maxOffset"
-        warning = (f"level {level}: offset {requested} is {side} of the queue [{lo}, {hi}]; "
-                   f"clamped to {after}, as the broker's correctDelayOffset would")
+    warning = clamp_warning(f"level {level}", requested, lo, hi, after, "as the broker's correctDelayOffset would")
     return LevelReset(level, current, requested, after, lo, hi, warning)
 
 
