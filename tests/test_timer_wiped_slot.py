@@ -119,3 +119,39 @@ def test_a_slot_read_already_is_not_a_refusal(capsys, store_copy):
     assert result.code == 0, result.err[-2000:]
     stopped = [e for e in result.json_lines() if e["event"] == "stopped"][0]
     assert stopped["timerDelivered"] == 795
+
+
+def set_prev_pos(store: Path, offset: int, prev: int) -> None:
+    with open(store / "timerlog" / "00000000000000000000", "r+b") as fh:  # the first file holds it
+        fh.seek(offset + 4)
+        fh.write(struct.pack(">q", prev))
+
+
+@pytest.mark.parametrize("how", ["minus-one", "another-slot"])
+def test_a_broken_chain_is_refused_before_anything_is_delivered_and_repair_links_it_again(capsys, store_copy, how):
+    """A unit's prevPos overwritten: the walk back from lastPos leaves the chain there, and the
+    units before it are never read (or another slot's are read twice). Refused in one line
+    naming the unit's prevPos; the command it names accepts the store and the run after it
+    delivers what the undamaged store does, each once."""
+    store = store_copy("timer-partial")
+    slot, units = pending_slot(8)
+    victim = units[6]
+    other = next(u["offset"] for u in PARTIAL["timerlog"] if u["offset"] < victim
+                 and u["currWriteTime"] + u["delayedTime"] != slot["storedTime"] * 1000)
+    set_prev_pos(store, victim, -1 if how == "minus-one" else other)
+    files = snapshot(store)
+    for extra in ((), ("--dry-run",)):
+        result = run(capsys, store, *extra)
+        assert result.code == 2 and "Traceback" not in result.err, result.err[-2000:]
+        [line] = [x for x in result.err.splitlines() if x.startswith("rmqdelay: ")]
+        assert line.startswith(f"rmqdelay: {store / 'timerlog' / '00000000000000000000'} at byte {victim + 4}: ")
+        assert f"to be {units[5]} (the unit before it of its slot time), found {-1 if how == 'minus-one' else other}" \
+            in line and f"rmqdelay timer repair {store} --execute" in line
+        assert snapshot(store) == files
+    repaired = run_cli(capsys, "timer", "repair", store, "--execute", "--now", FAR)
+    assert repaired.code == 0, repaired.err[-2000:]
+    done = run(capsys, store, "--json")
+    assert done.code == 0, done.err[-2000:]
+    assert [e for e in done.json_lines() if e["event"] == "stopped"][0]["timerDelivered"] == 795
+    check = check_timer_store(store)
+    assert check.lost == [] and check.duplicated == [] and check.problems == []

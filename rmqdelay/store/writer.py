@@ -143,8 +143,13 @@ class StoreWriter(Flush):
         index: IndexSettings | None = None,
         broker_config: Path | None = None,
         write_format: WriteFormat | None = None,
+        preflight: Callable[[Store, WriteFormat], None] | None = None,
     ) -> None:
+        """``preflight``: the caller's own checks, run on the store as it is once recovery's plan
+        is known and before recovery changes anything; what it raises is a refusal that leaves
+        the store as it was (a run checks its offsets and the timer wheel there)."""
         self.path = Path(path)
+        self._preflight = preflight
         # How this store's broker writes records (CRC property, V2): detected on open from the
         # store and broker_config unless given; ``write_format.notes`` says what was found.
         self._broker_config = broker_config
@@ -275,6 +280,8 @@ class StoreWriter(Flush):
             cp = store.checkpoint()
             self._checkpoint = cp or Checkpoint(0, 0, 0)
             plan = plan_recovery(store)  # reads only; raises (a refusal) before any change
+            if self._preflight is not None:
+                self._preflight(store, self.write_format)
             self._abort.adopt(store, plan.end)  # left by an rmqdelay writer: finished below
             floor = self._abort.dispatch_floor
             if floor is not None and floor < plan.dispatch_from:

@@ -16,7 +16,8 @@ units a killed run left past it are adopted into the wheel by the replay).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -47,10 +48,26 @@ class StrandedSlot:
         return self.index * SLOT_SIZE
 
 
+@dataclass(slots=True, frozen=True)
+class BrokenLink:
+    """A pending unit whose prevPos is not the unit before it of its slot time: the chain walked
+    back from the slot's lastPos leaves it there, and the units before it are never read (or
+    the walk goes on into another slot's units and puts them twice)."""
+
+    file: Path
+    byte: int  # of the unit's prevPos field in its file
+    offset: int  # the unit's global offset
+    timeMs: int  # its slot time
+    expected: int  # the unit before it of its slot time (-1: none)
+    found: int
+    positions: tuple[int, ...]  # the pending units before it of its slot time, never reached
+
+
 @dataclass(slots=True)
 class TimerLogScan:
     end: int | None  # where the units end (TimerLog.end_offset); None when the last file does not decode
     stranded: list[StrandedSlot]
+    broken: list[BrokenLink] = field(default_factory=list)
 
 
 def scan_timer_log(log: TimerLog, wheel: WheelFile, read_ms: int, until: int | None = None) -> TimerLogScan:
@@ -58,6 +75,7 @@ def scan_timer_log(log: TimerLog, wheel: WheelFile, read_ms: int, until: int | N
     after ``read_ms``, below ``until`` when given) that the wheel does not reach."""
     times: list[np.ndarray] = []
     offsets: list[np.ndarray] = []
+    links: list[tuple[np.ndarray, ...]] = []  # every unit of a pending slot time: time, offset, prevPos, magic
     end: int | None = None
     last = len(log.files) - 1
     for index, mf in enumerate(log.files):
@@ -80,9 +98,13 @@ def scan_timer_log(log: TimerLog, wheel: WheelFile, read_ms: int, until: int | N
             continue
         magic = cols.column("magic")
         slot = cols.column("currWriteTime") + cols.column("delayedTime").astype(np.int64)
-        keep = (slot >= read_ms) & ((magic & TIMER_MAGIC_DELETE) == 0)
+        pending = slot >= read_ms
         if until is not None:
-            keep &= cols.column("offset") < until
+            pending &= cols.column("offset") < until
+        if pending.any():
+            links.append((slot[pending], cols.column("offset")[pending], cols.column("prevPos")[pending],
+                          magic[pending]))
+        keep = pending & ((magic & TIMER_MAGIC_DELETE) == 0)
         if keep.any():
             times.append(slot[keep])
             offsets.append(cols.column("offset")[keep])
@@ -107,7 +129,57 @@ def scan_timer_log(log: TimerLog, wheel: WheelFile, read_ms: int, until: int | N
             raw = wheel.slots.get(index)
             stranded.append(StrandedSlot(t, index, raw.timeSlot * wheel.precision_ms if raw is not None else 0,
                                          raw.lastPos if raw is not None else 0, tuple(np.sort(mine).tolist())))
-    return TimerLogScan(end, stranded)
+    return TimerLogScan(end, stranded, _broken_links(log, wheel, links))
+
+
+def _broken_links(log: TimerLog, wheel: WheelFile, links: list[tuple[np.ndarray, ...]]) -> list[BrokenLink]:
+    """In a slot that holds its time, the units up to its lastPos are linked in log order (the
+    broker's enqueue takes prevPos from the slot's lastPos, -1 for a slot that holds another
+    time): each unit's prevPos names the unit before it of its slot time, the first one -1 (or
+    a unit in a file already deleted). The first link that is not so, per slot."""
+    if not links:
+        return []
+    slot, offset, prev, magic = (np.concatenate(c) for c in zip(*links))
+    order = np.lexsort((offset, slot))
+    slot, offset, prev, magic = slot[order], offset[order], prev[order], magic[order]
+    first = np.ones(len(slot), dtype=bool)
+    first[1:] = slot[1:] != slot[:-1]
+    expected = np.where(first, -1, np.concatenate(([-1], offset[:-1])))
+    bad = (prev != expected) & ~(first & (prev >= 0) & (prev < log.min_offset))
+    out: list[BrokenLink] = []
+    seen: set[int] = set()
+    for k in np.flatnonzero(bad).tolist():
+        t = int(slot[k])
+        if t in seen:
+            continue
+        held = wheel.get(t)
+        if held is None or held.lastPos < int(offset[k]):
+            continue  # the walk never starts above it: the stranded check reports the slot
+        seen.add(t)
+        group = np.flatnonzero((slot == t) & (offset < offset[k]) & ((magic & TIMER_MAGIC_DELETE) == 0))
+        mf = log.files[max(0, int(np.searchsorted([f.start for f in log.files], int(offset[k]), "right")) - 1)]
+        out.append(BrokenLink(mf.path, int(offset[k]) - mf.start + 4, int(offset[k]), t, int(expected[k]),
+                              int(prev[k]), tuple(offset[group].tolist())))
+    return out
+
+
+def broken_chain_error(broken: list[BrokenLink], store_path) -> StoreError:
+    """One line: the first broken link (file, byte of its prevPos, what it should be), what it
+    strands, how many more, and the command that links the chains again."""
+    first = broken[0]
+    shown = ", ".join(map(str, first.positions[:SHOWN_POSITIONS]))
+    if len(first.positions) > SHOWN_POSITIONS:
+        shown += f", ... ({len(first.positions) - SHOWN_POSITIONS} more)"
+    lost = f"{len(first.positions)} pending unit(s) before it at position(s) {shown} are never read" \
+        if first.positions else "the walk goes on into units that are not its slot's"
+    want = "-1 (the first unit of its slot time)" if first.expected == -1 else \
+        f"{first.expected} (the unit before it of its slot time)"
+    more = f" (and {len(broken) - 1} more slot(s) with a broken chain)" if len(broken) > 1 else ""
+    return StoreError(first.file, first.byte,
+                      f"the prevPos of the timer log unit at {first.offset} (slot {_iso(first.timeMs)}, timeMs "
+                      f"{first.timeMs}) to be {want}, found {first.found}: the chain of its slot breaks there and "
+                      f"{lost}{more}; nothing was delivered - run `rmqdelay timer repair {store_path} --execute` "
+                      f"first (it links the chains again from the timer log's units)")
 
 
 def stranded_error(wheel_path, stranded: list[StrandedSlot], store_path) -> StoreError:

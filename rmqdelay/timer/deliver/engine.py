@@ -31,7 +31,7 @@ from rmqdelay.store.writer import PUT_BATCH_MIN, StoreWriter
 
 from ..files import TimerLogFiles, WheelFile
 from ..store import TimerStore
-from ..stranded import scan_timer_log, stranded_error
+from ..stranded import broken_chain_error, scan_timer_log, stranded_error
 from .columns import TimerColumns, read_columns
 from .dequeue import Dequeue
 from .enqueue import Enqueue, QueueEntry
@@ -129,6 +129,8 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         scan = scan_timer_log(self.ts.log, self.wheel, read_from, state.timerLogEnd if ours else None)
         if scan.stranded:
             raise stranded_error(paths["timerwheel"], scan.stranded, self.path)
+        if scan.broken:
+            raise broken_chain_error(scan.broken, self.path)
         if ours:
             log_end = self._scan_own_tail(paths["timerlog"], log_file_size, state.timerLogEnd)
         else:
