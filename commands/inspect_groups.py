@@ -33,6 +33,10 @@ def inspect_consumers(
         help="Exit 1 (one line on stderr saying which group and queue) when a queue's lag is more than N "
              "messages, or, given a duration such as 10m, when its oldest unconsumed message is older than "
              "that. DLQ queues are left to `inspect dlq --fail-if-dlq`."),
+    sort: str = typer.Option("group", "--sort", metavar="group|lag",
+                             help="group: by group, topic and queue; lag: the groups furthest behind first, "
+                                  "each group's queues the same way."),
+    limit: Optional[str] = options.limit("queues on the terminal (and JSON lines)", "all"),
     json_out: bool = options.json_out(),
     output_format_: Format = format_option(),
     store_name: Optional[str] = store_name_option(),
@@ -48,42 +52,72 @@ def inspect_consumers(
     from rmqdelay.store.consumers import consumer_lag, read_consumer_offsets
     from rmqdelay.store.topics import validate_topic
 
+    from rmqdelay.errors import UsageError
+    from rmqdelay.store.consumers import sort_by_lag
+
     fmt = output_format(json_out, output_format_)
     threshold = parse_count_or_duration(fail_if_lag, "--fail-if-lag")
+    if sort not in ("group", "lag"):
+        raise UsageError(f"--sort: group or lag, found {sort!r}")
+    shown = options.parse_count(limit, "--limit")
     if topic is not None:
         validate_topic(topic)
     now_ms = clock_ms(now)
     with Store(store_dir) as store:
         offsets = read_consumer_offsets(store)
         rows = consumer_lag(store, offsets, now_ms, group=group, topic=topic)
+    if sort == "lag":
+        rows = sort_by_lag(rows)
     from .prometheus import consumer_families
 
-    emit(fmt, rows, lambda: consumer_families(rows, store_label(store_dir, store_name), now_ms),
-         lambda: _print_consumers(rows, offsets, store_dir, now_ms, wide))
+    listed = rows if shown is None or fmt is Format.prometheus else rows[:shown]
+    emit(fmt, listed, lambda: consumer_families(rows, store_label(store_dir, store_name), now_ms),
+         lambda: _print_consumers(rows, offsets, store_dir, now_ms, wide, shown))
     if threshold is not None:
         _check_lag(rows, threshold, fail_if_lag)
 
 
-def _print_consumers(rows, offsets, store_dir: Path, now_ms: int, wide: bool) -> None:
+def _print_consumers(rows, offsets, store_dir: Path, now_ms: int, wide: bool, limit: int | None = None) -> None:
     from rich.text import Text
 
-    groups = sorted({r.group for r in rows})
+    from rmqdelay.store.consumers import group_totals, worst_group
+
+    totals = group_totals(rows)
     behind = [r for r in rows if r.lag and r.kind != "dlq"]
     source = offsets.source if offsets.present else f"no {offsets.source} (nothing committed)"
     dead = sum(r.lag for r in rows if r.kind == "dlq")
-    console.print(Text(f"{len(groups)} consumer group(s) in {store_dir}: {sum(r.lag for r in behind)} message(s) "
+    worst = worst_group(totals)
+    worst_text = "" if worst is None else (
+        f"; furthest behind: {worst.group}, {worst.lag} message(s)"
+        + (f", oldest {format_duration_ms(worst.lagMs)} old" if worst.lagMs else ""))
+    console.print(Text(f"{len(totals)} consumer group(s) in {store_dir}: {sum(r.lag for r in behind)} message(s) "
                        f"not consumed in {len(behind)} queue(s)" + (f", {dead} in DLQ queues" if dead else "")
-                       + f" ({source})", style="bold"))
+                       + worst_text + f" ({source})", style="bold"))
     marks = {"retry": "retry", "dlq": "DLQ", "topic": ""}
-    table = [[Text(r.group), Text(r.topic), marks[r.kind], str(r.queueId),
-              "-" if r.consumerOffset is None else str(r.consumerOffset), str(r.maxOffset), str(r.lag),
-              format_duration_ms(r.lagMs) if r.lag else "-",
-              format_time_ms(r.oldestUnconsumedTimestamp) if r.oldestUnconsumedTimestamp else "-",
-              str(r.minOffset)] for r in rows]
+    listed = rows if limit is None else rows[:limit]
+    by_group = {t.group: t for t in totals}
+    table = []
+    for n, r in enumerate(listed):
+        table.append([Text(r.group), Text(r.topic), marks[r.kind], str(r.queueId),
+                      "-" if r.consumerOffset is None else str(r.consumerOffset), str(r.maxOffset), str(r.lag),
+                      format_duration_ms(r.lagMs) if r.lag else "-",
+                      format_time_ms(r.oldestUnconsumedTimestamp) if r.oldestUnconsumedTimestamp else "-",
+                      str(r.minOffset)])
+        if n + 1 == len(listed) or listed[n + 1].group != r.group:
+            t = by_group[r.group]
+            bold = "bold"
+            table.append([Text(r.group, style=bold), Text(f"total ({t.queues} queue(s))", style=bold), "", "", "",
+                          "", Text(str(t.lag), style=bold),
+                          Text(format_duration_ms(t.lagMs) if t.lag and t.lagMs is not None else "-", style=bold),
+                          format_time_ms(t.oldestUnconsumedTimestamp) if t.oldestUnconsumedTimestamp else "-", ""])
     hidden = print_table(console, [Column("group", "left", fold=True), Column("topic", "left", fold=True),
                                    Column("kind", "left", drop=2), Column("queue"), Column("committed"),
                                    Column("max"), Column("lag"), Column("behind"),
                                    Column("oldest unconsumed", drop=3), Column("min", drop=4)], table, wide=wide)
+    if limit is not None and len(rows) > limit:
+        console.print(Text(f"{len(rows) - limit} more queue(s) (--limit, --json)", style="dim"))
+    console.print(Text("total: a group's topic and %RETRY% queues (its DLQ apart): the messages not consumed, "
+                       "and how far behind its oldest unconsumed message is", style="dim"))
     never = [r for r in rows if r.consumerOffset is None and r.kind != "dlq"]
     if never:
         console.print(Text(f"{len(never)} queue(s) without a committed offset ('-'): the lag counts from the "

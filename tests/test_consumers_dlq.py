@@ -183,3 +183,28 @@ def test_overdue_checks_on_the_levels_and_the_wheel(sample_store):
         "rmqdelay: inspect timer --fail-if-overdue 1m: the oldest due timer message has been due 1m 1s "
         "(slot 2026-11-23 16:12:09Z; the wheel has read up to 2026-11-23 16:12:09Z)"]
     assert console("inspect", "timer", timer, "--slots", "--fail-if-overdue", "1m").returncode == 2
+
+
+def test_consumers_total_per_group_sort_by_lag_and_the_worst_group_named(store_copy, capsys):
+    from clirun import run_cli
+
+    store = store_copy("broker-e2e")
+    # GID_ORDERS made 100 behind (all 4 queues back to the start), GID_FAIL 4 behind.
+    for group, topic, target in (("GID_ORDERS", "TopicOrders", "--to-earliest"), ("GID_FAIL", "TopicFail",
+                                                                                   "--to-earliest")):
+        assert run_cli(capsys, "consumers", "reset", store, "--group", group, "--topic", topic, target,
+                       "--queues", "0-3" if group == "GID_ORDERS" else "0,1", "--execute").code == 0
+    now = "2026-11-27T12:00:00Z"
+    rows = run_cli(capsys, "inspect", "consumers", store, "--json", "--sort", "lag", "--now", now).json_lines()
+    assert [r["group"] for r in rows][:5] == ["GID_ORDERS"] * 5 and rows[0]["lag"] == 25
+    assert rows[5]["group"] == "GID_FAIL"
+    assert len(run_cli(capsys, "inspect", "consumers", store, "--json", "--limit", "3").json_lines()) == 3
+    table = run_cli(capsys, "inspect", "consumers", store, "--sort", "lag", "--now", now, "--limit", "4")
+    lines = table.out.splitlines()
+    assert "104 message(s) not consumed in 6 queue(s)" in lines[0]
+    assert "furthest behind: GID_ORDERS, 100 message(s), oldest" in lines[0]
+    total = next(line for line in lines[1:] if "total (" in line and "GID_ORDERS" in line)
+    assert "total (5 queue(s))" in total and " 100 " in total
+    assert "more queue(s) (--limit, --json)" in table.out
+    bad = run_cli(capsys, "inspect", "consumers", store, "--sort", "age")
+    assert bad.code == 2 and "--sort" in bad.err

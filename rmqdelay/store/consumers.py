@@ -108,6 +108,49 @@ class QueueLag:
                 "lastConsumedTimestamp": self.lastConsumedTimestamp, "lagMs": self.lagMs}
 
 
+@dataclass(slots=True)
+class GroupTotal:
+    """One group's queues summed (consumerProgress's "Diff Total"): the %DLQ% queues apart."""
+
+    group: str
+    queues: int  # queues of its topics and %RETRY% topic
+    lag: int  # messages not consumed in them
+    oldestUnconsumedTimestamp: int | None  # the oldest of their next messages
+    lagMs: int | None  # the largest lagMs of a queue behind (0: none behind)
+    dlq: int  # messages in its %DLQ% queues
+
+
+def group_totals(rows: list[QueueLag]) -> list[GroupTotal]:
+    """Per group of ``rows``, in the order the groups first appear."""
+    totals: dict[str, GroupTotal] = {}
+    for r in rows:
+        t = totals.setdefault(r.group, GroupTotal(r.group, 0, 0, None, 0, 0))
+        if r.kind == "dlq":
+            t.dlq += r.lag
+            continue
+        t.queues += 1
+        t.lag += r.lag
+        if r.lag and r.oldestUnconsumedTimestamp is not None:
+            t.oldestUnconsumedTimestamp = min(r.oldestUnconsumedTimestamp, t.oldestUnconsumedTimestamp
+                                              or r.oldestUnconsumedTimestamp)
+        if r.lag:
+            t.lagMs = None if r.lagMs is None or t.lagMs is None else max(t.lagMs, r.lagMs)
+    return list(totals.values())
+
+
+def worst_group(totals: list[GroupTotal]) -> GroupTotal | None:
+    """The group furthest behind: the most messages not consumed, then the oldest."""
+    behind = [t for t in totals if t.lag]
+    return max(behind, key=lambda t: (t.lag, t.lagMs or 0), default=None)
+
+
+def sort_by_lag(rows: list[QueueLag]) -> list[QueueLag]:
+    """Groups by their total lag (the most first), each group's queues by their lag."""
+    totals = {t.group: t for t in group_totals(rows)}
+    return sorted(rows, key=lambda r: (-totals[r.group].lag, -(totals[r.group].lagMs or 0), r.group,
+                                       r.kind == "dlq", -r.lag, r.topic, r.queueId))
+
+
 def consumer_lag(store: Store, offsets: ConsumerOffsets, now_ms: int, *, group: str | None = None,
                  topic: str | None = None) -> list[QueueLag]:
     """Per group, topic and queue: the committed offset against the queue on disk.
