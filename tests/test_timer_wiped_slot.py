@@ -14,6 +14,7 @@ from clirun import run_cli
 from conftest import load_expected
 from test_bad_input import snapshot
 
+from rmqdelay.store import Store
 from rmqdelay.timer.audit import check_timer_store
 
 pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
@@ -139,6 +140,14 @@ def test_a_broken_chain_is_refused_before_anything_is_delivered_and_repair_links
     other = next(u["offset"] for u in PARTIAL["timerlog"] if u["offset"] < victim
                  and u["currWriteTime"] + u["delayedTime"] != slot["storedTime"] * 1000)
     set_prev_pos(store, victim, -1 if how == "minus-one" else other)
+    # ... after a kill: a torn record at the end of the log, which the writer's recovery would
+    # zero, is left as it is by the refusal too.
+    last = sorted((store / "commitlog").iterdir())[-1]
+    with Store(store) as s:
+        end = s.end_offset()
+    with open(last, "r+b") as fh:
+        fh.seek(end - int(last.name))
+        fh.write(struct.pack(">ii", 300, -626843481) + b"torn")
     files = snapshot(store)
     for extra in ((), ("--dry-run",)):
         result = run(capsys, store, *extra)

@@ -49,6 +49,7 @@ from rmqdelay.store.levels import parse_delay_levels
 from rmqdelay.store.writeformat import detect_write_format
 from rmqdelay.store.writer import PUT_BATCH_MIN, StoreWriter
 from rmqdelay.timer.deliver import TimerEngine
+from rmqdelay.timer.deliver.engine import reached
 from rmqdelay.timer.deliver.events import (
     TimerCancelled,
     TimerDelivered,
@@ -57,7 +58,7 @@ from rmqdelay.timer.deliver.events import (
     TimerPersisted,
     TimerSkipped,
 )
-from rmqdelay.timer.store import TIMER_QUEUE_ID
+from rmqdelay.timer.store import TIMER_QUEUE_ID, TimerStore
 
 MODES = ("forever", "once", "until-empty")
 DELAY_OFFSET_UPDATE_VERSION_STEP = 200  # BrokerConfig.delayOffsetUpdateVersionStep
@@ -117,6 +118,7 @@ class Scheduler:
         self._publish_s = 0.0  # how long the last publishes took (their fsyncs), decaying
         self._wake_lead_s = 0.001  # how early to wake for a delivery (see _sleep_until_due)
         self._overshoots: list[int] = []  # ns the recent early wake-ups came late
+        self._checked: tuple | None = None  # the timer files as the preflight read them (timer.deliver.engine.reached)
 
     def stop(self) -> None:
         """Ask the engine to stop after the unit in hand; safe from a signal handler."""
@@ -132,6 +134,9 @@ class Scheduler:
                 yield from self._run()
         finally:
             self._waker.close()
+            if self._checked is not None:  # the run stopped before the timer engine took it
+                self._checked[3].close()
+                self._checked = None
 
     def _setup(self, store: Store) -> Iterator[Event]:
         recovery = exact_offsets(store, self.delay_levels, broker5x=self.broker5x)
@@ -158,7 +163,8 @@ class Scheduler:
         # pending and nothing is published (the next run replays what was written).
         refuse_half_repaired(self.store_path)  # before anything is written
         with StoreWriter(self.store_path, delay_levels=self.delay_levels, clock=self.clock,
-                         sync=False, index=self.index, broker_config=self.broker_config) as writer:
+                         sync=False, index=self.index, broker_config=self.broker_config,
+                         preflight=self._preflight) as writer:
             self.broker5x = writer.write_format.is5x
             fmt = writer.write_format
             if fmt.is5x or fmt.propCrc:  # a 4.x store is written as before: nothing to say
@@ -185,13 +191,27 @@ class Scheduler:
                     self.timer.close()
                 store.close()
 
+    def _preflight(self, store: Store, _fmt) -> None:
+        """The run's refusals that read nothing the writer's recovery changes, on the store as it
+        is before recovery changes a byte (a refusal after it would leave its changes): the
+        timer wheel reaches every pending unit of the timer log."""
+        if not timer_files_present(store.path):
+            return
+        ts = TimerStore(store, self.broker_config)
+        try:
+            precision = ts.config.precisionMs
+            self._checked = reached(ts, self.clock() // precision * precision)  # the timer engine starts from it
+        finally:
+            ts.close()
+
     def _open_timer(self, store: Store, writer: StoreWriter | None) -> Iterator[Event]:
         """The timer engine, when the store has a timer store (or timer messages waiting)."""
         if not (timer_files_present(store.path) or store.has_queue(RMQ_SYS_WHEEL_TIMER_TOPIC, TIMER_QUEUE_ID)):
             return
+        checked, self._checked = self._checked, None
         self.timer = TimerEngine(store, writer, clock=self.clock, wall_clock=wall_clock_ms,
                                  broker_config=self.broker_config, dry_run=self.dry_run, gate=self.filter,
-                                 batch=self.batch_size if self.batched else 1)
+                                 batch=self.batch_size if self.batched else 1, checked=checked)
         yield from self.timer.setup()
 
     def _stopped(self, reason: str) -> Stopped:

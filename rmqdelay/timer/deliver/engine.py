@@ -45,15 +45,56 @@ CHAIN_LIMIT = 50_000_000  # the most units a slot's chain is walked for
 ENQUEUE_BATCH = 1024  # queue entries read, and outputs put at once, a batch at a time
 
 
+def reached(ts: TimerStore, now_floor_ms: int):
+    """The published state and the wheel, and the one pass over the timer log (its end and what
+    the wheel does not reach); a pending unit the wheel does not reach, or a chain broken
+    before one, is a refusal (StoreError, one line naming `timer repair`). Reads only: what
+    `run` checks before the writer changes a byte, and what ``setup`` starts from. Returns
+    (checkpoint, run state, whether the checkpoint is rmqdelay's own, the wheel, the first
+    slot time with units or None, the scan)."""
+    path = ts.store.path
+    paths = timer_paths(path)
+    cp = ts.checkpoint()
+    state = read_timer_state(path)
+    own = own_checkpoint(state, cp)
+    ours = own is not None
+    if ours:
+        cp = own
+    precision = ts.config.precisionMs
+    wheel = WheelFile(paths["timerwheel"], precision, ts.wheel.non_empty())
+    ts.wheel.close()
+    first = None
+    if cp is None:
+        first = min((s.timeSlot * precision for s in wheel.slots.values() if s.lastPos >= 0), default=now_floor_ms)
+        read_from = first
+    else:
+        read_from = cp.lastReadTimeMs
+        if ours and state.readTimeMs is not None and state.readTimeMs > read_from:
+            read_from = state.readTimeMs
+    try:
+        scan = scan_timer_log(ts.log, wheel, read_from, state.timerLogEnd if ours else None)
+        if scan.stranded:
+            raise stranded_error(paths["timerwheel"], scan.stranded, path)
+        if scan.broken:
+            raise broken_chain_error(scan.broken, path)
+    except BaseException:
+        wheel.close()
+        raise
+    return cp, state, ours, wheel, first, scan
+
+
 class TimerEngine(Enqueue, Dequeue, Replay, Publish):
     """One run over the timer store. ``clock`` gives the time outputs are stamped with and the
     write clock follows; ``wall_clock`` is the real time (what a broker would resume with)."""
 
     def __init__(self, store: Store, writer: StoreWriter | None, *, clock: Callable[[], int],
                  wall_clock: Callable[[], int], broker_config: Path | None = None, dry_run: bool = False,
-                 gate: RunFilter | None = None, batch: int = ENQUEUE_BATCH) -> None:
+                 gate: RunFilter | None = None, batch: int = ENQUEUE_BATCH, checked: tuple | None = None) -> None:
         """``batch``: how many queue entries are read, and how many outputs put at once, in one
-        go (1: one at a time; the same bytes either way)."""
+        go (1: one at a time; the same bytes either way). ``checked``: what ``reached`` gave for
+        these timer files already (the run checks them before its writer opens), else read in
+        ``setup``."""
+        self._checked = checked
         self.store = store
         self.path = store.path
         self.writer = writer
@@ -104,33 +145,14 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
     # -- setup -------------------------------------------------------------------------------
     def setup(self) -> Iterator[TimerEvent]:
         paths = timer_paths(self.path)
-        cp = self.ts.checkpoint()
-        state = read_timer_state(self.path)
         cq = self.ts.timer_queue()
         self._cq = cq
         self._cq_max = cq.max_offset if cq is not None else 0
         cq_min = cq.min_offset if cq is not None else 0
-        own = own_checkpoint(state, cp)
-        ours = own is not None
-        if ours:
-            cp = own
         log_file_size = self.ts.log.file_size or self.ts.config.timerLogFileSize
-        self.wheel = WheelFile(paths["timerwheel"], self.precision, self.ts.wheel.non_empty())
-        self.ts.wheel.close()
-        if cp is None:
-            first = min((s.timeSlot * self.precision for s in self.wheel.slots.values() if s.lastPos >= 0),
-                        default=self._floor(self.clock()))
-            read_from = first
-        else:
-            read_from = cp.lastReadTimeMs
-            if ours and state.readTimeMs is not None and state.readTimeMs > read_from:
-                read_from = state.readTimeMs
         # Before anything is read or written: every pending unit must be reachable from its slot.
-        scan = scan_timer_log(self.ts.log, self.wheel, read_from, state.timerLogEnd if ours else None)
-        if scan.stranded:
-            raise stranded_error(paths["timerwheel"], scan.stranded, self.path)
-        if scan.broken:
-            raise broken_chain_error(scan.broken, self.path)
+        cp, state, ours, self.wheel, first, scan = self._checked or reached(self.ts, self._floor(self.clock()))
+        self._checked = None
         if ours:
             log_end = self._scan_own_tail(paths["timerlog"], log_file_size, state.timerLogEnd)
         else:
