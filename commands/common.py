@@ -186,8 +186,13 @@ def finite_seconds(value: float, option: str) -> float:
 def require_store(store: Path, *, create_option: bool = False) -> None:
     """A writing command's STORE must already be a broker store (it has commitlog/): a
     mistyped path must not become a new store. One line naming what is there and how a new
-    store is made. A path that is not a directory is left to the store's own one-line error."""
+    store is made. A path that is not a directory is left to the store's own one-line error.
+    A store laid out so that no offline writer may append to it (DLedger, RocksDB) is refused
+    first, naming its layout and why."""
+    from rmqdelay.store.layout import refuse_unwritable
+
     store = Path(store)
+    refuse_unwritable(store)
     if (store / "commitlog").is_dir() or (store.exists() and not store.is_dir()):
         return
     what = "a directory without commitlog/" if store.is_dir() else "nothing"

@@ -203,6 +203,9 @@ def send(
                           count=_int("--count", count), store_host=host, timer=timer, cancel=cancel,
                           producer_group=producer_group, broker_config=broker_config)
     check_request(request)
+    from rmqdelay.store.layout import refuse_unwritable
+
+    refuse_unwritable(store)  # a DLedger or RocksDB store, with --create too
     if not create:
         require_store(store, create_option=True)  # a typo must not become a new store
     sizes = {}

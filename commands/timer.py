@@ -48,6 +48,7 @@ def repair(
     """
     from rmqdelay.store import Store
     from rmqdelay.store.kind import timer_files_present
+    from rmqdelay.store.layout import refuse_unwritable
     from rmqdelay.store.lock import BrokerLock
     from rmqdelay.timer import TimerStore
     from rmqdelay.timer.repair.execute import execute_repair, finish_interrupted
@@ -55,6 +56,8 @@ def repair(
 
     wall_ms = time.time_ns() // 1_000_000
     now_ms = parse_time_ms(now, "--now") if now else wall_ms
+    if execute:
+        refuse_unwritable(store_dir)  # a DLedger or RocksDB store: its layout, not its timer files
     with Store(store_dir) as store:
         if not timer_files_present(store.path):
             raise StoreError(store.path, None, "a 5.x store with a timer store (timerlog/, timerwheel, "

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rmqdelay.errors import StoreLockedError
 from rmqdelay.store import fileio
+from rmqdelay.store.layout import refuse_unwritable
 
 # struct flock on Linux: short l_type, short l_whence, off_t l_start, off_t l_len, pid_t l_pid
 _FLOCK = "hhqqi4x"
@@ -87,6 +88,9 @@ class BrokerLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
+        # Every writer takes the lock first: the door where a layout no offline writer may
+        # append to is refused (layout.py), before the lock file is created or written.
+        refuse_unwritable(self.path.parent)
         # A read-only file system, a FIFO or a directory here: one line (StoreWriteError).
         fd, _ = fileio.open_for_write(self.path)
         try:

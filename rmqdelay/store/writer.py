@@ -59,6 +59,7 @@ from rmqdelay.store.flush import Flush
 from rmqdelay.store.index import IndexSettings, index_dir
 from rmqdelay.store.indexer import MessageIndexer
 from rmqdelay.store.levels import parse_delay_levels
+from rmqdelay.store.layout import refuse_unwritable
 from rmqdelay.store.lock import BrokerLock
 from rmqdelay.store.recovery import (
     RecoveryReport,
@@ -176,6 +177,7 @@ class StoreWriter(Flush):
 
     # -- open / close --------------------------------------------------------------------
     def open(self) -> "StoreWriter":
+        refuse_unwritable(self.path)  # before commitlog/ and consumequeue/ are made
         if not self.path.is_dir():
             if not self._create:
                 check_store_directory(self.path)  # says what it is instead: missing, a file, ...
