@@ -19,7 +19,7 @@ DEPRECATED: dict[str, dict[str, str]] = {
     "inspect commitlog": {"--from": "--offset"},
     "inspect delay": dict(_DELAY_TABLE),
     "inspect index": {**_TIME_RANGE, "--max": "--limit"},
-    "inspect timer": {"--from": "--since", "--to": "--until"},
+    "inspect timer": {"--from": "--since", "--to": "--until", "--key": "--uniq-key"},
     "offsets show": dict(_DELAY_TABLE),
     "offsets reset": {"--level": "--levels", **_DELAY_TABLE},
 }

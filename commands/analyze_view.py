@@ -19,7 +19,7 @@ from .common import console, format_duration_ms, format_relative_ms, format_when
 from .tables import Column, hidden_note, print_table
 
 # Tables only a store with a timer wheel can fill (docs/analyze.md, "The timer wheel").
-TIMER_TABLES = frozenset({"timer", "timer_drain", "timer_topics", "timer_rolls", "timer_cancellations"})
+TIMER_TABLES = frozenset({"timer", "timerDrain", "timerTopics", "timerRolls", "timerCancellations"})
 
 # Tables whose rows with nothing pending say nothing on a terminal (--json has them all).
 _ONLY_PENDING = frozenset({"backlog: levels"})
@@ -82,7 +82,7 @@ class Screen:
         if table.num_rows == 0:
             console.print(Text(f"{title}: no rows", style="dim"))
             return
-        if title.endswith("drain"):
+        if title.lower().endswith("drain"):
             keys, rows = drain_windows(table)
             columns = _columns(keys) + [Column(w) for w, _, _ in _WINDOWS] + [Column("pending")]
             title += " (pending by when they fall due; per minute in --json, --output, --report)"
@@ -139,13 +139,13 @@ def headline(kind: str, tables: dict[str, pa.Table], now_ms: int) -> str:
         if t.get("timer") is not None and t["timer"].num_rows:
             line += (f"; timer wheel {_sum(t['timer'], 'pending')} pending, {_sum(t['timer'], 'due_now')} due now, "
                      f"{_sum(t['timer'], 'rolling')} rolling")
-        return line + f"; retry lag {_sum(t['retry_lag'], 'lag')}"
+        return line + f"; retry lag {_sum(t['retryLag'], 'lag')}"
     if kind == "lateness":
         line = (f"lateness: {_sum(t['levels'], 'delivered')} delay message(s) delivered, {_sum(t['levels'], 'early')} "
                 f"early, {_sum(t['levels'], 'duplicates')} duplicate(s), {_sum(t['levels'], 'undelivered_overdue')} "
                 f"overdue and undelivered")
-        if t.get("timer_topics") is not None and t["timer_topics"].num_rows:
-            tt = t["timer_topics"]
+        if t.get("timerTopics") is not None and t["timerTopics"].num_rows:
+            tt = t["timerTopics"]
             line += (f"; timer {_sum(tt, 'delivered')} delivered, {_sum(tt, 'early')} early, "
                      f"{_sum(tt, 'undelivered_overdue')} overdue and undelivered")
         return line

@@ -5,7 +5,6 @@ Light: typer only, imported before the arguments are parsed."""
 
 from __future__ import annotations
 
-import re
 import sys
 from dataclasses import dataclass
 
@@ -13,23 +12,7 @@ import typer
 
 from rmqdelay.errors import EXIT_PROBLEMS, UsageError
 
-_DURATION = re.compile(r"(\d+)(ms|s|m|h|d)")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-DURATION_HELP = "a duration such as 90s, 10m, 1h30m, 2d (ms, s, m, h, d)"
-
-
-def parse_duration_ms(text: str, option: str) -> int:
-    """``10m``, ``90s``, ``1h30m``, ``500ms``, ``2d``: milliseconds."""
-    raw = text.strip()
-    pos, total = 0, 0
-    for match in _DURATION.finditer(raw):
-        if match.start() != pos:
-            break
-        total += int(match.group(1)) * _UNIT_MS[match.group(2)]
-        pos = match.end()
-    if not raw or pos != len(raw):
-        raise UsageError(f"{option}: {DURATION_HELP}, found {text!r}")
-    return total
+from .options import DURATION_HELP, parse_duration_ms
 
 
 @dataclass(frozen=True, slots=True)

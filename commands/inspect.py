@@ -72,12 +72,12 @@ def inspect_store(store_dir: Path = options.store(), json_out: bool = options.js
                 info = attempt("queue", lambda: (cq.min_offset, cq.max_offset, cq.max_physic_offset))
                 if info is not None:
                     queues.append({"topic": topic, "queueId": qid, "minOffset": info[0], "maxOffset": info[1],
-                                   "maxPhysicOffset": info[2]})
-        hint = max([q["maxPhysicOffset"] for q in queues], default=store.commitlog.min_offset)
-        max_offset = attempt("end-of-data", lambda: store.commitlog.end_offset(hint=hint))
+                                   "maxPhysicalOffset": info[2]})
+        hint = max([q["maxPhysicalOffset"] for q in queues], default=store.commitlog.min_offset)
+        max_offset = attempt("endOfData", lambda: store.commitlog.end_offset(hint=hint))
         holder = store.lock_holder()
         checkpoint = attempt("checkpoint", store.checkpoint)
-        offsets = attempt("delay-offsets", store.delay_offsets)
+        offsets = attempt("delayOffsets", store.delay_offsets)
         who = describe_holder(holder) if holder else None
         facts = getattr(store.commitlog, "facts", None)
         info = {
@@ -159,7 +159,7 @@ def _print_store(info: dict, wide: bool) -> None:
         topics.setdefault(q["topic"], []).append(q)
     _say(f"consume queues: {len(info['queues'])} of {len(topics)} topic(s) (--json lists each queue)", "bold")
     rows = [[Text(topic), str(len(qs)), _queue_ids(qs), str(sum(q["maxOffset"] - q["minOffset"] for q in qs)),
-             str(max(q["maxPhysicOffset"] for q in qs))] for topic, qs in topics.items()]
+             str(max(q["maxPhysicalOffset"] for q in qs))] for topic, qs in topics.items()]
     hidden = print_table(console, [Column("topic", "left", fold=True), Column("queues"), Column("ids", "left", drop=2),
                                    Column("units"), Column("max physic offset", drop=1)], rows, wide=wide)
     offsets = info["delayOffsets"]

@@ -208,7 +208,7 @@ def _print_dlq(letters, store_dir: Path, now_ms: int, limit: int | None, wide: b
     hidden = print_table(console, [Column("group", "left", fold=True), Column("original topic", "left", fold=True),
                                    Column("keys", "left", fold=True, drop=2), Column("tags", "left", drop=4),
                                    Column("reconsume"), Column("first sent", drop=3), Column("last attempt", drop=5),
-                                   Column("in DLQ"), Column("body", drop=6), Column("UNIQ_KEY", "left", drop=1)],
+                                   Column("in DLQ"), Column("body", drop=6), Column("uniq key", "left", drop=1)],
                          rows, wide=wide)
     if limit is not None and len(letters) > limit:
         console.print(Text(f"{len(letters) - limit} more (--limit, --json)", style="dim"))

@@ -131,7 +131,7 @@ def _summary(store: Store, settings: IndexSettings, json_out: bool, wide: bool) 
                            "`inspect message --key` scans the commit log)"))
         return
     columns = [Column("file", "left"), Column("slots", drop=3), Column("entries"), Column("used"),
-               Column("hashSlotCount", drop=2), Column("phy offsets", "left", drop=1), Column("stored", "left", fold=True, floor=22)]
+               Column("slots used", drop=2), Column("phy offsets", "left", drop=1), Column("stored", "left", fold=True, floor=22)]
     rows = [[f["file"], str(f["hashSlotNum"]), f"{f['entries']} of {f['indexNum'] - 1}",
              f"{100 * f['entries'] / max(f['indexNum'] - 1, 1):.1f}%", str(f["hashSlotCount"]),
              f"[{f['beginPhyOffset']}, {f['endPhyOffset']}]",

@@ -42,15 +42,15 @@ if TYPE_CHECKING:
 _BUCKET_WORDS = {"dueNow": "due now (overdue included)", "nextMinute": "in the next minute",
                  "nextHour": "in the next hour", "nextDay": "in the next day", "later": "later (within the window)"}
 _CANCEL_WORDS = {
-    "honoured": "honoured", "will-be-honoured": "will be honoured (target in the same pending slot)",
-    "missed": "missed", "not-in-slot": "target not in its slot", "rolled": "rolled (re-put)",
+    "honoured": "honoured", "willBeHonoured": "will be honoured (target in the same pending slot)",
+    "missed": "missed", "notInSlot": "target not in its slot", "rolled": "rolled (re-put)",
     "rolling": "rolling (tried at its own slot)", "queued": "not enqueued yet, target parked at its time",
-    "queued-no-target": "not enqueued yet, no target",
+    "queuedNoTarget": "not enqueued yet, no target",
 }
 _CANCEL_WARNINGS = {
     "missed": "MISSED: their slot was read without the target (delivered, or never existed)",
-    "not-in-slot": "have no target in their slot yet: the target is delivered unless it arrives there",
-    "queued-no-target": "not enqueued yet have no parked target at their time: the target is delivered",
+    "notInSlot": "have no target in their slot yet: the target is delivered unless it arrives there",
+    "queuedNoTarget": "not enqueued yet have no parked target at their time: the target is delivered",
 }
 
 
@@ -66,8 +66,9 @@ def inspect_timer(
     until: Optional[str] = options.until("slots"),
     topic: Optional[str] = typer.Option(None, "--topic", metavar="TOPIC", show_default=False,
                                         help="With --units: only units of this real topic."),
-    key: Optional[str] = typer.Option(None, "--key", metavar="UNIQ_KEY", show_default=False,
-                                      help="With --units: only units whose message has this UNIQ_KEY."),
+    key: Optional[str] = typer.Option(None, "--uniq-key", metavar="UNIQ_KEY", show_default=False,
+                                      help="With --units: only units whose message has this UNIQ_KEY (none: "
+                                           "exit 1)."),
     limit: Optional[str] = options.limit("rows (with --slots or --units)"),
     verify: bool = typer.Option(False, "--verify", help="Check the timer store against itself and the commit log; "
                                                         "one line per problem, exit 1 when there is one."),
@@ -101,9 +102,9 @@ def inspect_timer(
                          "or --verify")
     overdue_ms = parse_duration_ms(fail_if_overdue, "--fail-if-overdue") if fail_if_overdue is not None else None
     if not listing and any(v is not None for v in (since, until, topic, key, limit)):
-        raise UsageError("--since, --until, --topic, --key and --limit go with --slots or --units")
+        raise UsageError("--since, --until, --topic, --uniq-key and --limit go with --slots or --units")
     if slots and (topic is not None or key is not None):
-        raise UsageError("--topic and --key go with --units")
+        raise UsageError("--topic and --uniq-key go with --units")
     if topic is not None:
         validate_topic(topic)
     count = options.parse_count(limit, "--limit")
@@ -130,7 +131,7 @@ def inspect_timer(
                 emit(fmt, [status], lambda: timer_families(status.as_json(), store_label(store_dir, store_name),
                                                            now_ms),
                      lambda: _print_status(status, wide))
-                oldest = status.as_json()["pending"]["oldestDueMs"]
+                oldest = status.as_json()["pending"]["oldestDueTimestamp"]
                 if overdue_ms is not None and oldest is not None and now_ms - oldest > overdue_ms:
                     crossed("inspect timer", "--fail-if-overdue", fail_if_overdue,
                             f"the oldest due timer message has been due {format_duration_ms(now_ms - oldest)} "
@@ -155,7 +156,7 @@ def _print_status(s: TimerStatus, wide: bool) -> None:
     soon = p.buckets["nextMinute"] + p.notEnqueuedBuckets["nextMinute"]
     line(f"timer wheel of {s.store} at {format_time_ms(now)}", "bold")
     counts = s.cancellation_counts()
-    dropped = counts["will-be-honoured"]  # analyze backlog's `cancelled`: not delivered, not pending there
+    dropped = counts["willBeHonoured"]  # analyze backlog's `cancelled`: not delivered, not pending there
     line(f"pending: {total} timer message(s): {due} due now, {soon} in the next minute, {p.beyondRollWindow} rolling "
          f"(due beyond the roll window); {p.cancelMarkers + p.notEnqueuedCancels} cancellation marker(s)"
          + (f", which drop {dropped} of them when their slot is read" if dropped else ""), "bold")
@@ -218,7 +219,7 @@ def _print_status(s: TimerStatus, wide: bool) -> None:
     words = [f"{counts[state]} {_CANCEL_WORDS[state]}" for state in CANCEL_STATES if counts[state]]
     line(f"rolls: {s.rolls['pending']} pending roll unit(s), {s.rolls['done']} already rolled; cancellations: "
          + ("; ".join(words) if words else "none"))
-    for state in ("missed", "not-in-slot", "queued-no-target"):
+    for state in ("missed", "notInSlot", "queuedNoTarget"):
         if counts[state]:
             warnings.append(f"warning: {counts[state]} cancellation marker(s) {_CANCEL_WARNINGS[state]}")
     if s.metrics:
@@ -284,12 +285,20 @@ def _list_units(ts: TimerStore, now_ms: int, from_ms, to_ms, topic, key, limit, 
                 emit_json(row)  # streamed: a pipe sees lines at once
             else:
                 shown.append(row)
+    if key is not None and not count:
+        from .common import err_console
+
+        err_console.print(Text(f"rmqdelay: no timer log unit of a message with UNIQ_KEY {key}"
+                               + (f" of topic {topic}" if topic is not None else "")
+                               + (" in the slots asked" if from_ms is not None or to_ms is not None else "")),
+                          soft_wrap=True)
+        raise typer.Exit(EXIT_PROBLEMS)
     if json_out:
         return
     columns = [Column("offset"), Column("prev pos", drop=4), Column("kind", "left"), Column("written", "left", drop=3),
-               Column("slot time", "left"), Column("offsetPy", drop=2), Column("sizePy", drop=5),
-               Column("real topic", "left", fold=True), Column("UNIQ_KEY", "left", drop=1),
-               Column("TIMER_OUT_MS", "left", drop=6)]
+               Column("slot time", "left"), Column("message at", drop=2), Column("message size", drop=5),
+               Column("real topic", "left", fold=True), Column("uniq key", "left", drop=1),
+               Column("due at", "left", drop=6)]
     cells = []
     for r in shown:
         m = r["message"] or {}

@@ -68,7 +68,7 @@ def _check_levels(chosen: list[int] | None, table: dict[int, int]) -> list[int] 
 
 def _target(to_earliest: bool, to_latest: bool, to_offset: str | None, to_datetime: str | None,
             by_duration: str | None, shift_by: str | None) -> ResetTarget:
-    from rmqdelay.schedule.reset import ResetTarget, parse_iso_duration_ms
+    from rmqdelay.schedule.reset import ResetTarget
 
     given = [(name, value) for name, value in (
         ("to-earliest", to_earliest or None), ("to-latest", to_latest or None), ("to-offset", to_offset),
@@ -80,7 +80,7 @@ def _target(to_earliest: bool, to_latest: bool, to_offset: str | None, to_dateti
     if kind == "to-datetime":
         return ResetTarget(kind, parse_time_ms(value, "--to-datetime"))
     if kind == "by-duration":
-        return ResetTarget(kind, parse_iso_duration_ms(value))
+        return ResetTarget(kind, options.parse_duration_ms(value, "--by-duration"))
     if kind in ("to-earliest", "to-latest"):
         return ResetTarget(kind)
     if kind == "to-offset":
@@ -103,9 +103,8 @@ def reset(
     to_datetime: str | None = typer.Option(None, "--to-datetime", metavar=options.TIME, show_default=False,
                                            help="The first unit whose deliver time is at or after this instant "
                                                 "(ISO 8601 or epoch ms)."),
-    by_duration: str | None = typer.Option(None, "--by-duration", metavar="DURATION", show_default=False,
-                                           help="ISO 8601 duration D (PT30M, P1DT2H): the first unit whose "
-                                                "deliver time is at or after now - D."),
+    by_duration: str | None = options.duration("--by-duration", "The first unit whose deliver time is at or "
+                                                                "after now - DURATION"),
     shift_by: str | None = typer.Option(None, "--shift-by", metavar="N", show_default=False,
                                         help="Move by N units (negative: back)."),
     execute: bool = typer.Option(False, "--execute", help="Write the new offsets. Default: a dry run."),

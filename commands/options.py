@@ -5,12 +5,23 @@ Light: typer only, imported before the arguments are parsed."""
 
 from __future__ import annotations
 
+import re
+
 import typer
 
 from rmqdelay.errors import UsageError
 
 TIME = "TIME"  # ISO 8601 (no zone: UTC) or epoch milliseconds
 _TIME_HELP = "ISO 8601 such as 2026-11-23T16:00:00Z (no zone: UTC), or epoch milliseconds"
+DURATION = "DURATION"
+DURATION_HELP = "a duration such as 90s, 10m, 1h30m, 2d or ISO 8601 PT30M"
+
+# The one duration dialect (docs/cli.md): numbers with units, largest first, or ISO 8601's
+# days and time.
+_UNITS = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_ISO = re.compile(r"P(?:(?P<d>\d+(?:\.\d+)?)D)?(?:T(?=\d)(?:(?P<h>\d+(?:\.\d+)?)H)?"
+                  r"(?:(?P<m>\d+(?:\.\d+)?)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?")
 
 
 def store(help: str = "The broker store directory (storePathRootDir).") -> typer.models.ArgumentInfo:
@@ -103,3 +114,30 @@ def parse_count(text: str | None, option: str, *, minimum: int = 0) -> int | Non
     if value is None or value < minimum:
         raise UsageError(f"{option}: an integer >= {minimum}, found {text!r}")
     return value
+
+
+def parse_duration_ms(text: str, option: str) -> int:
+    """``500ms``, ``90s``, ``10m``, ``1h30m``, ``2d``, ``1.5s``, or ISO 8601 ``PT30M``,
+    ``P1DT2H``: milliseconds. Each unit once, largest first; anything else is a usage error
+    naming ``option``."""
+    raw = text.strip()
+    iso = _ISO.fullmatch(raw.upper()) if raw[:1] in "Pp" else None
+    if iso is not None and any(iso.groupdict().values()):
+        parts = {k: float(v) if v else 0.0 for k, v in iso.groupdict().items()}
+        return int(round((parts["d"] * 86400 + parts["h"] * 3600 + parts["m"] * 60 + parts["s"]) * 1000))
+    pos, total, last = 0, 0.0, None
+    for match in _UNITS.finditer(raw):
+        unit = _UNIT_MS[match.group(2)]
+        if match.start() != pos or (last is not None and unit >= last):
+            break
+        total += float(match.group(1)) * unit
+        pos, last = match.end(), unit
+    if not raw or pos != len(raw):
+        raise UsageError(f"{option}: {DURATION_HELP}, found {text!r}")
+    return int(round(total))
+
+
+def duration(name: str, help: str, default: str | None = None) -> typer.models.OptionInfo:
+    """An option that takes a DURATION."""
+    return typer.Option(default, name, metavar=DURATION, show_default=default is not None,
+                        help=f"{help} ({DURATION_HELP}).")

@@ -119,7 +119,7 @@ def timer_families(status: dict, store: str, now_ms: int) -> list[Family]:
     gauge("rmqdelay_timer_pending_messages", "", pending["beyondRollWindow"], {"due": "roll"})
     gauge("rmqdelay_timer_due_messages", "Pending timer messages whose deliver time has come (due now).",
           pending["dueNow"] + pending["notEnqueuedByDue"].get("dueNow", 0))
-    oldest = pending["oldestDueMs"]
+    oldest = pending["oldestDueTimestamp"]
     gauge("rmqdelay_timer_oldest_due_age_seconds",
           "How long the oldest due timer message has been due (0 when none is).",
           0 if oldest is None else max(now_ms - oldest, 0) / 1000)

@@ -17,6 +17,7 @@ from rmqdelay.errors import EXIT_PROBLEMS, UsageError
 
 from . import options
 from .common import (
+    MOST_SECONDS,
     console,
     emit_json,
     err_console,
@@ -122,6 +123,24 @@ def _say(text: str) -> None:
     err_console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
+def _flush_interval_ms(text: str) -> int:
+    """--flush-interval: a DURATION; a bare number is the seconds it took before 0.2.1 (with a note)."""
+    from .aliases import note
+
+    raw = text.strip()
+    try:
+        seconds = float(raw)
+    except ValueError:
+        ms = options.parse_duration_ms(raw, "--flush-interval")
+    else:
+        finite_seconds(seconds, "--flush-interval")
+        _say(note(f"--flush-interval {raw}", f"--flush-interval {raw}s"))
+        ms = int(seconds * 1000)
+    if not 0 <= ms <= MOST_SECONDS * 1000:
+        raise UsageError(f"--flush-interval: {options.DURATION_HELP} up to {MOST_SECONDS} s, found {text!r}")
+    return ms
+
+
 def run(
     store: Path = options.store(),
     once: bool = typer.Option(False, "--once", help="Deliver what is due now, then exit."),
@@ -148,8 +167,7 @@ def run(
                                            "consumers of a live cluster are not flooded."),
     limit: str | None = options.limit("deliveries (with --dry-run: listed); levels stop at the first one past it, "
                                       "the wheel before a slot that would pass it"),
-    flush_interval: float = typer.Option(10.0, "--flush-interval", metavar="SECONDS",
-                                         help="Seconds between persisting offsets."),
+    flush_interval: str = options.duration("--flush-interval", "How often the offsets are persisted", default="10s"),
     json_out: bool = options.json_out("One JSON event per line (docs/cli.md lists the events)."),
     wide: bool = options.wide(),
     batch_size: int = typer.Option(1024, "--batch-size", hidden=True),
@@ -167,7 +185,7 @@ def run(
 
     if once and until_empty:
         raise UsageError("--once and --until-empty: give one of them")
-    finite_seconds(flush_interval, "--flush-interval")
+    flush_ms = _flush_interval_ms(flush_interval)
     if not dry_run:
         require_store(store)  # a typo must not become a new store
     if batch_size < 1:
@@ -176,7 +194,7 @@ def run(
     run_filter = _run_filter(topics, until, rate, limit)
     scheduler = Scheduler(store, delay_levels=options.delay_level_table(message_delay_level, broker_config),
                           levels=options.parse_levels(levels), now_ms=parse_time_ms(now, "--now") if now else None,
-                          mode=mode, dry_run=dry_run, flush_interval_ms=int(flush_interval * 1000),
+                          mode=mode, dry_run=dry_run, flush_interval_ms=flush_ms,
                           batch_size=batch_size, index=IndexSettings.from_broker_config(broker_config),
                           broker_config=broker_config, run_filter=run_filter)
     previous = {sig: signal.signal(sig, lambda *_: scheduler.stop()) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -252,7 +270,7 @@ def _consume(scheduler: Scheduler, json_out: bool, dry_run: bool, wide: bool) ->
                  f"{event.topic} (config/topics.json, or its queues on disk); delivered to that queue, as the broker "
                  "does (said once per topic and queue)")
         elif isinstance(event, (Notice, TimerNotice)):
-            if event.kind != "write-format":  # how the store's broker writes: --json says it, a terminal needs not
+            if event.kind != "writeFormat":  # how the store's broker writes: --json says it, a terminal needs not
                 _say(f"{event.kind}: {event.message}")
         elif isinstance(event, TimerDelivered):
             if dry_run:
@@ -274,7 +292,7 @@ def _consume(scheduler: Scheduler, json_out: bool, dry_run: bool, wide: bool) ->
         console.print(Text(f"due now (dry run): {due} message(s)" + (f", the first {len(rows)} listed"
                                                                     if due > len(rows) else ""), style="bold"))
         columns = [Column("level"), Column("offset", drop=2), Column("deliver time", "left"),
-                   Column("topic", "left", fold=True), Column("queue"), Column("UNIQ_KEY", "left", drop=1)]
+                   Column("topic", "left", fold=True), Column("queue"), Column("uniq key", "left", drop=1)]
         note = hidden_note(print_table(console, columns, rows, wide=wide))
         if due > len(rows):
             console.print(Text(f"... and {due - len(rows)} more: --json lists them all", style="dim"))

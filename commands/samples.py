@@ -5,7 +5,6 @@ The generator is imported inside the commands: `--help` must not load it
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import typer
@@ -13,7 +12,8 @@ from rmqdelay.formats.constants import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CQ_F
 
 from rmqdelay.errors import UsageError
 
-from .common import camel_keys, console, emit_json, format_time_ms, int_option, progress
+from . import aliases, options
+from .common import camel_keys, console, err_console, emit_json, format_time_ms, int_option, progress
 
 app = typer.Typer(help="Sample stores.\n\nExample: `rmqdelay samples unpack timer-partial /tmp/timer-partial`",
                   no_args_is_help=True)
@@ -32,7 +32,8 @@ def generate_command(
     messages: str = typer.Option(None, "--messages", metavar="N", show_default=False,
                                  help="Number of records to write. Required."),
     seed: str = typer.Option("1", "--seed", metavar="N", help="Same seed, same bytes."),
-    hours: str = typer.Option("8", "--hours", metavar="HOURS", help="About how many hours of store time to span."),
+    span: str = options.duration("--span", "About how much store time to span", default="8h"),
+    hours: str = typer.Option(None, "--hours", hidden=True),  # before --span, in hours: goes in 0.3
     commitlog_file_size: str = typer.Option(str(DEFAULT_COMMITLOG_FILE_SIZE), "--commitlog-file-size", metavar="BYTES",
                                             help="Bytes per commit log file."),
     cq_file_size: str = typer.Option(str(DEFAULT_CQ_FILE_SIZE), "--cq-file-size", metavar="BYTES",
@@ -62,12 +63,12 @@ def generate_command(
     count = int_option("--messages", messages)
     if count < 1:
         raise UsageError(f"--messages: at least 1, found {count}")
-    try:
-        span = float(hours)
-    except ValueError:
-        raise UsageError(f"--hours: a number, found {hours!r}") from None
-    if not (math.isfinite(span) and span > 0):
-        raise UsageError(f"--hours: more than 0, found {hours!r}")
+    if hours is not None:
+        err_console.print(aliases.note("--hours N", "--span Nh"), markup=False, highlight=False, soft_wrap=True)
+        span = f"{hours.strip()}h"
+    span_ms = options.parse_duration_ms(span, "--hours" if hours is not None else "--span")
+    if span_ms <= 0:
+        raise UsageError(f"--span: more than 0, found {span!r}")
     cl_size = int_option("--commitlog-file-size", commitlog_file_size)
     cq_size = int_option("--cq-file-size", cq_file_size)
     if cl_size < 4096:
@@ -76,7 +77,7 @@ def generate_command(
         raise UsageError(f"--cq-file-size: a positive multiple of 20 bytes, found {cq_size}")
     index = IndexSettings(*(None if text is None else _positive(name, text) for name, text in
                             (("--max-hash-slot-num", max_hash_slot_num), ("--max-index-num", max_index_num))))
-    settings = GenerateOptions(messages=count, seed=int_option("--seed", seed), hours=span,
+    settings = GenerateOptions(messages=count, seed=int_option("--seed", seed), hours=span_ms / 3_600_000,
                                commitlog_file_size=cl_size, cq_file_size=cq_size, index=index)
     with progress("generating", count) as advance:
         if timer:

@@ -99,8 +99,8 @@ def _print(plan: RepairPlan, executed: bool, wide: bool) -> None:
                               wide=wide)
     if plan.dropped:
         line("units dropped (their old bytes stay in the backup)", "bold")
-        columns = [Column("offset"), Column("slot time", "left"), Column("magic", drop=2), Column("offsetPy"),
-                   Column("sizePy", drop=1), Column("why", "left", fold=True), Column("it pointed at", "left", fold=True)]
+        columns = [Column("offset"), Column("slot time", "left"), Column("magic", drop=2), Column("message at"),
+                   Column("message size", drop=1), Column("why", "left", fold=True), Column("it pointed at", "left", fold=True)]
         hidden += print_table(console, columns, [[str(d.offset), format_date_ms(d.slotTimeMs), str(d.magic),
                                                   str(d.offsetPy), str(d.sizePy), d.kind, Text(d.pointedAt)]
                                                  for d in plan.dropped[:_MAX_ROWS]], wide=wide)

@@ -47,8 +47,8 @@ PARKED = "parked"  # in rmq_sys_wheel_timer, put by the hook
 ROLLED = "rolled"  # in rmq_sys_wheel_timer, re-put by a roll (TIMER_ROLL_TIMES; a cancellation too)
 CANCEL = "cancel"  # in rmq_sys_wheel_timer, a cancellation (TIMER_DEL_UNIQKEY) as the hook parked it
 DELIVERED = "delivered"  # in its real topic, put by the timer's dequeue
-DELIVERED_NEVER_ENQUEUED = "delivered-never-enqueued"  # delivered without a timer log unit
-NOT_PARKED = "not-parked"  # timer properties, but the deliver time was not in the future
+DELIVERED_NEVER_ENQUEUED = "deliveredNeverEnqueued"  # delivered without a timer log unit
+NOT_PARKED = "notParked"  # timer properties, but the deliver time was not in the future
 STAGES = (PARKED, ROLLED, CANCEL, DELIVERED, DELIVERED_NEVER_ENQUEUED, NOT_PARKED)
 
 # Long-valued timer properties: what each is called in TimerInfo.

@@ -214,7 +214,7 @@ def _backlog(spark: SparkSession, stores: list[StoreRef], at_ms: int, levels: di
     tables = {
         "levels": _arrow(level_table, embedded_backlog.LEVELS_SCHEMA, ["store", "level"]),
         "drain": _arrow(drain, embedded_backlog.DRAIN_SCHEMA, ["store", "level", "minute"]),
-        "retry_lag": sort_table(pa.Table.from_pylist(lag_rows, schema=embedded_backlog.RETRY_LAG_SCHEMA),
+        "retryLag": sort_table(pa.Table.from_pylist(lag_rows, schema=embedded_backlog.RETRY_LAG_SCHEMA),
                                 ["store", "group", "queue_id", "topic"]),
     }
     messages = _messages_out(pending, embedded_backlog.MESSAGES_SCHEMA, ["store", "level", "queue_offset"], messages_to)

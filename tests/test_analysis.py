@@ -93,14 +93,14 @@ def test_retry_lag_from_disk_and_consumer_offset_json(store_copy):
     at_ms = last_store_time("retry")
     retry_deliveries = sum(1 for m in load_expected("retry")["msg"] if m["topic"] == "%RETRY%GID_ORDER")
     result = analyze("backlog", [ref("retry")], at_ms)
-    assert table_rows(result, "retry_lag") == [{"store": "retry", "group": "GID_ORDER", "topic": "%RETRY%GID_ORDER",
+    assert table_rows(result, "retryLag") == [{"store": "retry", "group": "GID_ORDER", "topic": "%RETRY%GID_ORDER",
                                                 "queue_id": 0, "max_offset": retry_deliveries,
                                                 "consumer_offset": 0, "lag": retry_deliveries}]
     path = store_copy("retry")
     (path / "config" / "consumerOffset.json").write_text(
         '{\n\t"offsetTable":{\n\t\t"%RETRY%GID_ORDER@GID_ORDER":{0:300\n\t\t},\n'
         '\t\t"%RETRY%GID_OTHER@GID_OTHER":{0:0,1:0\n\t\t},\n\t\t"TopicPay@GID_ORDER":{0:50\n\t\t}\n\t}\n}')
-    rows = table_rows(analyze("backlog", [StoreRef("copy", path)], at_ms), "retry_lag")
+    rows = table_rows(analyze("backlog", [StoreRef("copy", path)], at_ms), "retryLag")
     assert rows == [
         {"store": "copy", "group": "GID_ORDER", "topic": "%RETRY%GID_ORDER", "queue_id": 0,
          "max_offset": retry_deliveries, "consumer_offset": 300, "lag": retry_deliveries - 300},
@@ -324,6 +324,6 @@ def test_generated_sample_figures_match_the_generators_plan():
     assert attempts == {g: p["attempts"] for g, p in plan["groups"].items() if p["chains"]}
     assert table_rows(retries, "anomalies") == []
     lag = {(r["topic"], r["queue_id"]): (r["max_offset"], r["consumer_offset"])
-           for r in table_rows(analyze("backlog", refs, at_ms), "retry_lag")}
+           for r in table_rows(analyze("backlog", refs, at_ms), "retryLag")}
     assert lag == {(t, int(q)): (v["max_offset"], v["consumer_offset"])
                    for t, queues in plan["retry_queues"].items() for q, v in queues.items()}

@@ -86,7 +86,7 @@ def test_timer_backlog_recomputed_from_the_timer_log_and_the_queue(stores, truth
         rows.append(row)
         drain += minutes
     assert result.tables["timer"].to_pylist() == rows
-    assert result.tables["timer_drain"].to_pylist() == drain
+    assert result.tables["timerDrain"].to_pylist() == drain
 
 
 def test_fresh_backlog_facts(stores):
@@ -165,7 +165,7 @@ def expected_lateness(name: str, truth: dict, at_ms: int) -> tuple[list[dict], l
         if key in copies:
             state = "missed"
         elif key not in parked:
-            state = "no_target"
+            state = "noTarget"
         elif parked[key] < read_ms:
             state = "honoured"
         else:
@@ -182,9 +182,9 @@ def test_timer_lateness_rolls_and_cancellations_recomputed_from_the_records(stor
     for name in TIMER_SAMPLES:
         t, r, c = expected_lateness(name, truth[name], at_ms)
         topics, rolls, cancels = topics + t, rolls + r, cancels + c
-    assert result.tables["timer_topics"].to_pylist() == topics
-    assert result.tables["timer_rolls"].to_pylist() == rolls
-    assert result.tables["timer_cancellations"].to_pylist() == cancels
+    assert result.tables["timerTopics"].to_pylist() == topics
+    assert result.tables["timerRolls"].to_pylist() == rolls
+    assert result.tables["timerCancellations"].to_pylist() == cancels
 
 
 def test_partial_lateness_facts(stores):
@@ -193,15 +193,15 @@ def test_partial_lateness_facts(stores):
     TIMER_OUT_MS, never early; 48 rolls re-put (46 messages, 2 markers); 15 cancellations
     honoured in the window, and the 2 recalls of ids never sent found no target."""
     result = analyze("lateness", stores[1:], PARTIAL_END)
-    topics = result.tables["timer_topics"].to_pylist()
+    topics = result.tables["timerTopics"].to_pylist()
     assert sum(t["delivered"] for t in topics) == 317
     assert sum(t["never_enqueued"] for t in topics) == 20
     assert min(t["min"] for t in topics) == 1013 and all(t["early"] == 0 for t in topics)
     assert sum(t["rolled"] for t in topics) == 46
     states = {}
-    for row in result.tables["timer_cancellations"].to_pylist():
+    for row in result.tables["timerCancellations"].to_pylist():
         states[row["state"]] = states.get(row["state"], 0) + row["cancellations"]
-    assert states == {"honoured": 15, "no_target": 2, "pending": 33}
+    assert states == {"honoured": 15, "noTarget": 2, "pending": 33}
     messages = result.timer_messages.to_pylist()
     assert len(messages) == sum(t["messages"] for t in topics) == 1160
     assert all(m["lateness_ms"] == m["actual_ms"] - m["out_ms"] for m in messages if m["deliveries"])
@@ -214,7 +214,7 @@ def test_stores_without_a_timer_have_no_timer_rows(stores):
         assert all(t.num_rows == 0 for n, t in result.tables.items() if n.startswith("timer"))
         assert result.timer_messages.num_rows == 0
         mixed = analyze(kind, [store, *stores], PARTIAL_END)
-        assert {r["store"] for r in mixed.tables[f"timer{'_topics' if kind == 'lateness' else ''}"].to_pylist()} \
+        assert {r["store"] for r in mixed.tables[f"timer{'Topics' if kind == 'lateness' else ''}"].to_pylist()} \
             == set(TIMER_SAMPLES)
 
 

@@ -41,13 +41,13 @@ def test_output_writes_each_table_and_the_messages_as_parquet(tmp_path, capsys):
                                                                              "maxOffset"]
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(["backlog_drain.parquet", "backlog_levels.parquet", "backlog_messages.parquet",
-                            "backlog_retry_lag.parquet", "lateness_levels.parquet", "lateness_messages.parquet",
+                            "backlog_retryLag.parquet", "lateness_levels.parquet", "lateness_messages.parquet",
                             "lateness_topics.parquet", "retries_anomalies.parquet", "retries_attempts.parquet",
                             "retries_groups.parquet", "retries_messages.parquet",
                             # 4.x stores: the timer tables are there, empty.
-                            "backlog_timer.parquet", "backlog_timer_drain.parquet", "backlog_timer_messages.parquet",
-                            "lateness_timer_cancellations.parquet", "lateness_timer_messages.parquet",
-                            "lateness_timer_rolls.parquet", "lateness_timer_topics.parquet"])
+                            "backlog_timer.parquet", "backlog_timerDrain.parquet", "backlog_timer_messages.parquet",
+                            "lateness_timerCancellations.parquet", "lateness_timer_messages.parquet",
+                            "lateness_timerRolls.parquet", "lateness_timerTopics.parquet"])
     assert pq.read_table(out / "backlog_timer.parquet").num_rows == 0
     # The rich tables name the stores by the directory above `store`.
     assert "delay-partial" in result.out and "GID_ORDER" in result.out
@@ -103,14 +103,14 @@ def test_timer_tables_of_a_5x_store_in_json_parquet_and_the_report(tmp_path, cap
     rows = result.json_lines()
     timer = [r for r in rows if r["table"] == "timer"]
     assert len(timer) == 1 and timer[0]["analysis"] == "backlog" and timer[0]["lastReadTimeMs"] == 1795450329000
-    topics = [r for r in rows if r["table"] == "timer_topics"]
+    topics = [r for r in rows if r["table"] == "timerTopics"]
     assert sorted(r["realTopic"] for r in topics) == ["OrderTopic", "TimerTopic", "TopicTest"]
     assert sum(r["delivered"] for r in topics) == 317
     embedded = analyze("lateness", [StoreRef("partial", store)], int(at))
     assert pq.read_table(out / "lateness_timer_messages.parquet").equals(public_table(embedded.timer_messages))
-    assert pq.read_table(out / "lateness_timer_topics.parquet").equals(public_table(embedded.tables["timer_topics"]))
+    assert pq.read_table(out / "lateness_timerTopics.parquet").equals(public_table(embedded.tables["timerTopics"]))
     text = page.read_text(encoding="utf-8")
-    assert re.search(r"<h2[^>]*>Timer messages</h2>", text) and "lateness: timer_cancellations" in text
+    assert re.search(r"<h2[^>]*>Timer messages</h2>", text) and "lateness: timerCancellations" in text
     for chart in ("lateness-chart", "timer-lateness-chart", "timer-outcomes", "drain-chart", "retry-funnel"):
         assert f'<svg id="{chart}"' in text
     assert '<div class="card" data-store="partial">' in text  # the summary band

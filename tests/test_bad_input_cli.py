@@ -75,7 +75,7 @@ def test_consumequeue_that_is_a_file(store):
                  ["inspect", "cq", store, "--topic", "TopicTest", "--queue", 0]):
         assert_one_line(unchanged(store, lambda: console(*args)), 2, f"{cq}: a directory (found a file)")
     verify = unchanged(store, lambda: console("inspect", "commitlog", store, "--verify"))
-    assert verify.returncode == 1 and f"not-a-directory: {cq}" in verify.stdout
+    assert verify.returncode == 1 and f"notADirectory: {cq}" in verify.stdout
     assert "undispatched" not in verify.stdout  # queues never listed are not "missing"
 
 

@@ -41,6 +41,43 @@ def contract() -> dict[str, tuple[list[str], set[str]]]:
 CONTRACT_FIELDS = contract()
 
 
+def contract_values() -> dict[tuple[str, str], set[str]]:
+    """(output, field path) -> the values docs/cli.md's enums block allows."""
+    block = re.search(r"```enums\n(.*?)```", CONTRACT.read_text(encoding="utf-8"), re.S).group(1)
+    found = {}
+    for line in block.strip().splitlines():
+        output, _, rest = line.partition(": ")
+        path, _, values = rest.partition(" = ")
+        found[(output, path)] = {v.strip() for v in values.split(",")}
+    return found
+
+
+CONTRACT_VALUES = contract_values()
+# Fields whose values come from a fixed set, wherever they occur; their values are camelCase.
+ENUM_FIELDS = {"kind", "state", "stage", "event", "table", "analysis", "source", "congestion", "sources"}
+
+
+def enum_values(obj, path: str = ""):
+    """(field path, value) of every enum value in a JSON object: a field of ENUM_FIELDS, the
+    keys of a count by state (``cancellations``) and the values of ``sources``."""
+    if isinstance(obj, list):
+        for item in obj:
+            yield from enum_values(item, path)
+        return
+    if not isinstance(obj, dict):
+        return
+    for key, value in obj.items():
+        where = f"{path}.{key}" if path else key
+        if key == "cancellations" and isinstance(value, dict):
+            yield from ((where, state) for state in value)
+        elif key == "sources" and isinstance(value, dict):
+            yield from ((where, v) for v in value.values())
+        elif key in ENUM_FIELDS and isinstance(value, str):
+            yield where, value
+        else:
+            yield from enum_values(value, where)
+
+
 def keys_of(objects: list[dict]) -> list[str]:
     seen: list[str] = []
     for obj in objects:
@@ -55,6 +92,17 @@ def check(output: str, objects: list[dict]) -> None:
     for obj in objects:
         assert [k for k in fields if k in obj] == [k for k in obj], (output, list(obj))
         assert set(fields) - optional <= set(obj), (output, set(fields) - optional - set(obj))
+        for path, value in enum_values(obj):
+            assert CAMEL.match(value), (output, path, value)
+            allowed = CONTRACT_VALUES.get((output, path))
+            assert allowed is None or value in allowed, (output, path, value, allowed)
+
+
+def test_every_documented_value_is_camel_case():
+    for (output, path), values in CONTRACT_VALUES.items():
+        assert output in CONTRACT_FIELDS, output
+        assert path.split(".")[0] in CONTRACT_FIELDS[output][0], (output, path)
+        assert all(CAMEL.match(v) for v in values), (output, path)
 
 
 def test_every_documented_field_is_camel_case_and_says_its_unit():

@@ -28,7 +28,7 @@ STORE = SAMPLES / "delay-partial" / "store"
     (["analyze", "sideways", STORE], ["rmqdelay: analyze: KIND: one of backlog|lateness|retries|all, found 'sideways'"]),
     (["inspect", "delay", STORE, "--format", "xml"],
      ["rmqdelay: inspect delay: --format: one of table|json|prometheus, found 'xml'"]),
-    (["run", STORE, "--flush-interval", "soon"], ["rmqdelay: run: --flush-interval: a number, found 'soon'"]),
+    (["run", STORE, "--flush-interval", "soon"], ["rmqdelay: run: --flush-interval: a duration such as 90s, 10m, 1h30m, 2d or ISO 8601 PT30M, found 'soon'"]),
     (["offsets", "reset", STORE, "--levels", "4", "--shift-by", "x"], ["rmqdelay: offsets reset: --shift-by: an integer"]),
     (["inspect", "timer", STORE, "--units", "--since", "yesterday"],
      ["rmqdelay: inspect timer: --since: a time as ISO 8601 or epoch milliseconds, found 'yesterday'"]),

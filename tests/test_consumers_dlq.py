@@ -153,7 +153,7 @@ def test_prometheus_for_consumers_dlq_and_the_timer_wheel(sample_store):
     assert sum(pending.values()) == status["pending"]["units"] + status["pending"]["notEnqueued"]
     assert pending["roll"] == status["pending"]["beyondRollWindow"]
     [age] = families["rmqdelay_timer_oldest_due_age_seconds"].samples
-    assert age.value == (now - status["pending"]["oldestDueMs"]) / 1000
+    assert age.value == (now - status["pending"]["oldestDueTimestamp"]) / 1000
     [read_lag] = families["rmqdelay_timer_read_lag_seconds"].samples
     assert read_lag.value == status["dequeue"]["behindMs"] / 1000
     rolls = {s.labels["state"]: s.value for s in families["rmqdelay_timer_rolls"].samples}
@@ -175,7 +175,7 @@ def test_overdue_checks_on_the_levels_and_the_wheel(sample_store):
 
     timer = sample_store("timer-partial")
     status = json.loads(console("inspect", "timer", timer, "--json", "--now", 1795450400000).stdout)
-    oldest = status["pending"]["oldestDueMs"]
+    oldest = status["pending"]["oldestDueTimestamp"]
     ok = console("inspect", "timer", timer, "--now", oldest + 59_000, "--fail-if-overdue", "1m")
     assert ok.returncode == 0, ok.stderr
     over = console("inspect", "timer", timer, "--now", oldest + 61_000, "--fail-if-overdue", "1m")

@@ -129,7 +129,7 @@ def test_an_index_left_behind_is_completed_by_the_next_run(store_copy, capsys, t
     assert result.code == 1 and "messages after it are not indexed" in result.err
     verify = run_cli(capsys, "inspect", "index", store, "--verify", "--json")
     *problems, summary = verify.json_lines()
-    assert verify.code == 1 and {p["kind"] for p in problems} == {"index-missing"}
+    assert verify.code == 1 and {p["kind"] for p in problems} == {"indexMissing"}
     assert len(problems) == 166 and summary["kind"] == "summary" and summary["problems"] == 166
     # The next run indexes what the index lacks before it delivers anything.
     events = drain(capsys, store)
@@ -169,9 +169,9 @@ def test_verify_reports_one_line_per_problem_and_exits_1(store_copy, capsys):
         fh.write((123).to_bytes(8, "big"))
     result = run_cli(capsys, "inspect", "index", store, "--verify")
     assert result.code == 1
-    lines = [line for line in result.out.splitlines() if line.startswith("index-")]
-    assert any(line.startswith(f"index-entry: {path} at byte {40 + 4096 + 100}") for line in lines), lines
-    assert any(line.startswith("index-missing: ") and "commitlog" in line for line in lines), lines
+    lines = [line for line in result.out.splitlines() if line.startswith("index")]
+    assert any(line.startswith(f"indexEntry: {path} at byte {40 + 4096 + 100}") for line in lines), lines
+    assert any(line.startswith("indexMissing: ") and "commitlog" in line for line in lines), lines
 
 
 @pytest.mark.parametrize("args, expected", [

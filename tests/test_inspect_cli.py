@@ -239,7 +239,8 @@ def test_store_json_summarises_the_store(capsys, real_sample):
     [info] = result.json_lines()
     assert info["commitLogFiles"] == [{"file": f["name"], "size": f["size"]} for f in meta["commitlogFiles"]]
     assert (info["minPhysicalOffset"], info["maxPhysicalOffset"]) == (meta["minPhyOffset"], meta["maxPhyOffset"])
-    assert info["queues"] == [{k: q[k] for k in ("topic", "queueId", "minOffset", "maxOffset", "maxPhysicOffset")}
+    assert info["queues"] == [{"topic": q["topic"], "queueId": q["queueId"], "minOffset": q["minOffset"],
+                               "maxOffset": q["maxOffset"], "maxPhysicalOffset": q["maxPhysicOffset"]}
                               for q in sorted(expected["queue"], key=lambda q: (q["topic"], q["queueId"]))
                               # the broker also lists queues it only knows in memory (never written)
                               if (path / "consumequeue" / q["topic"] / str(q["queueId"])).is_dir()]

@@ -56,7 +56,7 @@ def test_pending_by_due_time_behind_figures_and_hot_slots_match_the_dump(timer_s
         if not u["magicRoll"]:
             want[bucket(u["delayedTimeMs"], now)] += 1
     assert {k: got["pending"][k] for k in want} == want
-    assert got["pending"]["oldestDueMs"] == min(u["delayedTimeMs"] for u in messages)
+    assert got["pending"]["oldestDueTimestamp"] == min(u["delayedTimeMs"] for u in messages)
     # Not enqueued yet: the queue past masterTimerQueueOffset, due by TIMER_OUT_MS.
     behind = [c for c in t["cq"] if c["cqOffset"] >= t["master"]]
     assert got["enqueue"]["behindMessages"] == len(behind) == t["queue_max"] - t["master"]
@@ -116,7 +116,7 @@ def test_cancellation_markers_and_whether_each_found_its_target(timer_sample, ca
         if not u["magicDelete"]:
             m = u["message"]
             keys.setdefault((u["delayedTimeMs"], f"{m['realTopic']}+{m['uniqKey']}"), []).append(u)
-    want = {s: 0 for s in ("honoured", "will-be-honoured", "missed", "not-in-slot", "rolled", "rolling")}
+    want = {s: 0 for s in ("honoured", "willBeHonoured", "missed", "notInSlot", "rolled", "rolling")}
     for u in t["units"]:
         if not u["magicDelete"]:
             continue
@@ -125,11 +125,11 @@ def test_cancellation_markers_and_whether_each_found_its_target(timer_sample, ca
         if u["magicRoll"]:
             want["rolled" if done else "rolling"] += 1
         elif found:
-            want["honoured" if done else "will-be-honoured"] += 1
+            want["honoured" if done else "willBeHonoured"] += 1
         else:
-            want["missed" if done else "not-in-slot"] += 1
+            want["missed" if done else "notInSlot"] += 1
     # The samples' markers are all enqueued: none waits in the queue (send adds such ones).
-    assert got["cancellations"] == want | {"queued": 0, "queued-no-target": 0}
+    assert got["cancellations"] == want | {"queued": 0, "queuedNoTarget": 0}
     assert sum(want.values()) == sum(u["magicDelete"] for u in t["units"])
     if name == "timer-partial":
         # The recalls due within the 15 s run were honoured by the real dequeue.
@@ -164,7 +164,7 @@ def test_broker_config_sets_the_roll_window_and_the_congestion_limit(timer_sampl
     conf = tmp_path / "broker.conf"
     conf.write_text("# timer\ntimerRollWindowSlot=60\ntimerCongestNumEachSlot = 20\n")
     got = status(capsys, path, truth(expected)["read"] + 1000, "--broker-config", conf)
-    assert got["config"]["rollWindowSlots"] == 60 and got["config"]["sources"]["timerRollWindowSlot"] == "broker config"
+    assert got["config"]["rollWindowSlots"] == 60 and got["config"]["sources"]["timerRollWindowSlot"] == "brokerConfig"
     for h in got["hotSlots"]:
         assert h["congestion"] == ("rejecting" if h["num"] >= 40 else "throttled" if h["num"] > 20 else None)
     assert any(h["congestion"] == "rejecting" for h in got["hotSlots"])
@@ -199,8 +199,13 @@ def test_units_filters_by_slot_time_topic_key_and_limit(timer_sample, capsys):
     assert [r["offset"] for r in result.json_lines()] == \
         [u["offset"] for u in units if lo <= u["delayedTimeMs"] < hi and u["message"]["realTopic"] == "TopicTest"]
     key = units[3]["message"]["uniqKey"]
-    result = run_cli(capsys, "inspect", "timer", path, "--units", "--json", "--key", key)
+    result = run_cli(capsys, "inspect", "timer", path, "--units", "--json", "--uniq-key", key)
     assert [r["offset"] for r in result.json_lines()] == [u["offset"] for u in units if u["message"]["uniqKey"] == key]
+    # The old spelling still works, with a note; a UNIQ_KEY that finds nothing exits 1, in one line.
+    old = run_cli(capsys, "inspect", "timer", path, "--units", "--json", "--key", key)
+    assert old.out == result.out and old.err == "rmqdelay: note: --key is now --uniq-key (the old name goes in 0.3)\n"
+    miss = run_cli(capsys, "inspect", "timer", path, "--units", "--uniq-key", "NO_SUCH_KEY")
+    assert miss.code == 1 and miss.out == "" and miss.err.count("\n") == 1 and "NO_SUCH_KEY" in miss.err
     result = run_cli(capsys, "inspect", "timer", path, "--units", "--json", "--limit", "7")
     assert [r["offset"] for r in result.json_lines()] == [u["offset"] for u in units[:7]]
     result = run_cli(capsys, "inspect", "timer", path, "--units", "--limit", "3")
@@ -256,7 +261,7 @@ def test_a_4x_store_has_no_timer_store_to_inspect(capsys, sample_store):
     assert result.code == 2 and "timer store" in result.err and "Traceback" not in result.err
 
 
-@pytest.mark.parametrize("args", [["--slots", "--units"], ["--topic", "TopicTest"], ["--slots", "--key", "K"],
+@pytest.mark.parametrize("args", [["--slots", "--units"], ["--topic", "TopicTest"], ["--slots", "--uniq-key", "K"],
                                   ["--verify", "--units"], ["--units", "--limit", "-1"], ["--hot", "-2"],
                                   ["--units", "--since", "yesterday"]])
 def test_usage_errors_are_one_line(capsys, sample_store, args):

@@ -9,7 +9,9 @@ from rmqdelay.formats.delayoffset import parse_delay_offsets
 
 from rmqdelay.schedule.events import Delivered
 from rmqdelay.schedule.offsets import read_scheduler_state
-from rmqdelay.schedule.reset import first_unit_at_or_after, parse_iso_duration_ms
+from rmqdelay.commands.options import parse_duration_ms
+from rmqdelay.errors import UsageError
+from rmqdelay.schedule.reset import first_unit_at_or_after
 from rmqdelay.schedule.scheduler import Scheduler
 from rmqdelay.store import Store
 
@@ -110,6 +112,9 @@ def test_by_duration_rewinds_to_the_first_unit_due_after_now_minus_it(store_copy
     rows = run_cli(capsys, "offsets", "reset", path, "--levels", "18", "--by-duration", "PT30M", "--now", str(now),
                    "--json").json_lines()
     assert rows[0]["after"] == next(i for i, t in enumerate(times) if t >= times[50])
+    # The one dialect: 30m is PT30M.
+    assert run_cli(capsys, "offsets", "reset", path, "--levels", "18", "--by-duration", "30m", "--now", str(now),
+                   "--json").json_lines() == rows
 
 
 def test_all_levels_to_latest_then_to_earliest(store_copy, capsys):
@@ -174,9 +179,13 @@ def test_bad_reset_arguments_are_one_line_and_exit_2(store_copy, capsys, args):
     assert result.code == 2 and len(result.err.strip().splitlines()) == 1
 
 
-def test_iso_durations_and_binary_search():
-    assert parse_iso_duration_ms("PT30M") == 1_800_000
-    assert parse_iso_duration_ms("P1DT2H") == 93_600_000
-    assert parse_iso_duration_ms("PT1.5S") == 1500
+def test_one_duration_dialect_and_binary_search():
+    for text, ms in [("PT30M", 1_800_000), ("P1DT2H", 93_600_000), ("PT1.5S", 1500), ("30m", 1_800_000),
+                     ("1h30m", 5_400_000), ("90s", 90_000), ("2d", 172_800_000), ("500ms", 500), ("1.5s", 1500),
+                     ("1d2h", 93_600_000), ("pt30m", 1_800_000)]:
+        assert parse_duration_ms(text, "--by-duration") == ms, text
+    for bad in ["30", "", "PT", "P", "30m1h", "1m1m", "30 minutes", "-5m", "PT30X"]:
+        with pytest.raises(UsageError, match=r"^--by-duration: a duration such as"):
+            parse_duration_ms(bad, "--by-duration")
     times = np.array([5, 5, 7, 9, 9, 12], dtype=">i8")
     assert [first_unit_at_or_after(times, t) for t in (0, 5, 6, 9, 12, 13)] == [0, 0, 2, 3, 5, 6]

@@ -167,7 +167,7 @@ def test_the_drain_curve_stacks_the_wheel_on_the_delay_levels(timer_results):
     page = render_report(results, list(TIMER_SAMPLES), at_ms)
     svg = charts(page)["drain-chart"]
     backlog = results["backlog"]
-    wheel = drain_curve(backlog.tables["timer_drain"])
+    wheel = drain_curve(backlog.tables["timerDrain"])
     due = [a + b for a, b in zip(drain_curve(backlog.tables["drain"]), wheel)]
     assert bar_values(svg, wheel=True) == [n for n in wheel[1:-1] if n]
     assert bar_values(svg) == [n for n in due[1:-1] if n]
@@ -224,15 +224,15 @@ def test_timer_charts_count_every_delivered_timer_message_and_every_cancellation
                                                                            "timer-outcomes"}
     heat = texts(found["timer-lateness-chart"])
     topics = {}
-    for row in lateness.tables["timer_topics"].to_pylist():
+    for row in lateness.tables["timerTopics"].to_pylist():
         topics[row["real_topic"]] = topics.get(row["real_topic"], 0) + row["delivered"]
     # Each topic's label is followed by its n, the sum of its bands: every delivered timer
     # message of the topic (all stores) is in one band.
     assert [t for t in heat if t in topics] == sorted(topics)
     for topic, delivered in topics.items():
         assert int(heat[heat.index(topic) + 1]) == delivered
-    outcomes = dict(timer_outcomes(lateness.tables["timer_rolls"], lateness.tables["timer_cancellations"]))
-    assert outcomes["rolled 0×"] + outcomes["rolled 1×"] == sum(r["messages"] for r in lateness.tables["timer_topics"].to_pylist())
+    outcomes = dict(timer_outcomes(lateness.tables["timerRolls"], lateness.tables["timerCancellations"]))
+    assert outcomes["rolled 0×"] + outcomes["rolled 1×"] == sum(r["messages"] for r in lateness.tables["timerTopics"].to_pylist())
     assert outcomes["cancel honoured"] == 15  # timer-partial's 15 recalls that fell due in its run
     shown = texts(found["timer-outcomes"])
     assert list(zip(shown[0::2], map(int, shown[1::2]))) == list(outcomes.items())

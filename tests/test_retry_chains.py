@@ -50,13 +50,13 @@ def _walk(rows: pa.Table) -> tuple[list[dict], list[dict]]:
                     "pending": bool(send_backs) and not in_dlq and attempts not in {t for t, _ in delivered}})
         for times, level, _ in send_backs:
             if level != 2 + times:
-                anomalies.append({**names, "kind": "level_mismatch",
+                anomalies.append({**names, "kind": "levelMismatch",
                                   "detail": f"reconsume_times={times} delay_level={level} expected={2 + times}"})
         seen = sorted(t for t, _, _ in send_backs)
         if seen != list(range(1, attempts + 1)):
             anomalies.append({**names, "kind": "gap", "detail": "reconsume_times=" + ",".join(str(t) for t in seen)})
         if in_dlq and attempts < retries.MAX_RECONSUME_TIMES:
-            anomalies.append({**names, "kind": "early_dlq", "detail": f"attempts={attempts}"})
+            anomalies.append({**names, "kind": "earlyDlq", "detail": f"attempts={attempts}"})
     return out, anomalies
 
 

@@ -155,7 +155,7 @@ def test_filtered_runs_killed_with_sigkill_deliver_exactly_once(tmp_path):
     add_messages(path, 1500, rng, 0, create=True)
     filters = ["--topics", "TopicA,%RETRY%GID_X", "--rate", "4000"]
     killed = _kill_runs(lambda: run_command(path, "--batch-size", str(rng.choice([1, 16, 256])),
-                                            "--flush-interval", str(rng.choice([0, 0.01, 10])), *filters),
+                                            "--flush-interval", f"{rng.choice([0, 0.01, 10])}s", *filters),
                         b'"delivered"', 6, 0.05, rng, tmp_path)
     assert killed >= 3
     # The filtered run after the kills replays what they wrote past their last published

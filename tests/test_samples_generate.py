@@ -224,7 +224,7 @@ def test_running_the_scheduler_far_ahead_delivers_every_pending_message_once(tmp
     (("--messages", "0"), "--messages"),
     (("--messages", "ten"), "--messages: an integer"),
     (("--messages", "10", "--seed", "x"), "--seed"),
-    (("--messages", "10", "--hours", "0"), "--hours"),
+    (("--messages", "10", "--span", "0s"), "--span"),
     (("--messages", "10", "--cq-file-size", "30"), "--cq-file-size"),
     (("--messages", "10", "--commitlog-file-size", "100"), "--commitlog-file-size"),
 ])

@@ -268,7 +268,7 @@ def test_offsets_changed_by_someone_else_are_trusted_without_replay(store_copy):
     # A broker moved level 1 back to 80 and persisted it.
     (path / "config" / "delayOffset.json").write_text("{\n\t\"offsetTable\":{1:80\n\t}\n}")
     events = drain(path, levels=[1])
-    assert any(isinstance(e, Notice) and e.kind == "foreign-offsets" for e in events)
+    assert any(isinstance(e, Notice) and e.kind == "foreignOffsets" for e in events)
     assert [e.offset for e in events if isinstance(e, Delivered)] == [80, 81, 82]
 
 

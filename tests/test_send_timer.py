@@ -287,7 +287,7 @@ def test_a_cancellation_is_found_by_inspect_timer_with_its_target(fresh, capsys,
     assert msg.properties["TIMER_DELIVER_MS"] == str(target["timerOutMs"] + 1)
     assert msg.body == b"0" and msg.properties["PGROUP"] == "DEFAULT_PRODUCER" and "CLUSTER" not in msg.properties
     status = cli_json(capsys, "inspect", "timer", fresh, "--json")[0]
-    assert status["cancellations"]["queued"] == 1 and status["cancellations"]["queued-no-target"] == 0
+    assert status["cancellations"]["queued"] == 1 and status["cancellations"]["queuedNoTarget"] == 0
     text = run_cli(capsys, "inspect", "timer", fresh).out
     assert "not enqueued yet, target parked at its time" in " ".join(text.split())
     # A message far beyond the roll window: its target sits in a roll slot, still found.

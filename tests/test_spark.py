@@ -176,7 +176,7 @@ def test_anomalies_agree(spark, store_copy):
     at_ms = at_end_of("retry") + 5_000
     embedded = analyze("retries", stores, at_ms)
     kinds = sorted(embedded.tables["anomalies"].column("kind").to_pylist())
-    assert kinds == ["early_dlq", "level_mismatch"]
+    assert kinds == ["earlyDlq", "levelMismatch"]
     assert_same(embedded, spark_analyze("retries", stores, at_ms, spark=spark))
 
 

@@ -94,7 +94,7 @@ def test_data_in_the_next_file_after_the_end_of_the_data(store_copy):
     assert_one_line(proc, 2, f"{victim} at byte {blank['filePos']}", "in the next file 00000000000000524288")
     verify = read_only("inspect", "commitlog", store, "--verify", "--json")
     problems = problems_of(verify.stdout)
-    assert verify.returncode == 1 and problems[0]["kind"] == "missing-blank" and problems[0]["file"] == str(victim)
+    assert verify.returncode == 1 and problems[0]["kind"] == "missingBlank" and problems[0]["file"] == str(victim)
 
 
 def test_gap_in_the_commit_log(store_copy):
@@ -111,7 +111,7 @@ def test_gap_in_the_commit_log(store_copy):
     # ... and went on: the files after the gap were read and their messages checked.
     later = [m for m in EXPECTED["msg"] if m["commitLogOffset"] >= 786432]
     assert not [p for p in problems if p["kind"] == "undispatched" and p["physicalOffset"] >= 786432]
-    assert later and {p["kind"] for p in problems[1:]} <= {"cq-no-message"}
+    assert later and {p["kind"] for p in problems[1:]} <= {"cqNoMessage"}
     assert snapshot(store.parent) == before
 
 
@@ -125,7 +125,7 @@ def test_gap_in_a_consume_queue(store_copy):
     problems = problems_of(verify.stdout)
     assert verify.returncode == 1 and problems[0]["kind"] == "gap"
     # The units of the file after the gap are checked at their own offsets: none is misjudged.
-    assert not [p for p in problems if p["kind"] in ("cq-queue-offset", "cq-no-message")]
+    assert not [p for p in problems if p["kind"] in ("cqQueueOffset", "cqNoMessage")]
     lost = [p for p in problems if p["kind"] == "undispatched"]
     assert lost and all("TopicTest/2 at queueOffset" in p["expected"] for p in lost)
     assert {int(p["expected"].split("queueOffset ")[1].split()[0]) for p in lost} == set(range(64, 128))
@@ -154,12 +154,12 @@ def test_inspect_store_reports_a_short_last_file_and_checkpoint(store_copy):
     proc = read_only("inspect", "store", store)
     assert proc.returncode == 1 and proc.stderr == ""
     assert "commit log: 9 file(s)" in proc.stdout and "SCHEDULE_TOPIC_XXXX" in proc.stdout  # the rest is shown
-    assert f"file-size: {last} at byte {end - 10}: a file of 262144 bytes" in proc.stdout
-    assert f"end-of-data: {last}" in proc.stdout
+    assert f"fileSize: {last} at byte {end - 10}: a file of 262144 bytes" in proc.stdout
+    assert f"endOfData: {last}" in proc.stdout
     assert f"checkpoint: {store / 'checkpoint'} at byte 10: 24 bytes of checkpoint timestamps" in proc.stdout
     [info] = [json.loads(x) for x in read_only("inspect", "store", store, "--json").stdout.splitlines()]
     assert info["maxPhysicalOffset"] is None and info["checkpoint"] is None
-    assert [p["kind"] for p in info["problems"]] == ["file-size", "end-of-data", "checkpoint"]
+    assert [p["kind"] for p in info["problems"]] == ["fileSize", "endOfData", "checkpoint"]
 
 
 # -- a store a broker is writing -------------------------------------------------------------
@@ -190,7 +190,7 @@ def test_verify_judges_a_preallocated_file_as_the_broker_does(store_copy):
     # Once a later file holds data, the zeros are a hole: the missing BLANK is reported.
     shutil.copy(store / "commitlog" / "00000000000000262144", spare.with_name(f"{int(spare.name) + 262144:020d}"))
     problems = problems_of(read_only("inspect", "commitlog", store, "--verify", "--json").stdout)
-    assert problems[0]["kind"] == "missing-blank" and problems[0]["file"] == str(sorted(
+    assert problems[0]["kind"] == "missingBlank" and problems[0]["file"] == str(sorted(
         (store / "commitlog").iterdir())[-3])
 
 

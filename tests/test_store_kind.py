@@ -47,7 +47,7 @@ def test_broker_config_settings_win_over_the_files(capsys, sample_store, tmp_pat
     conf.write_text("timerPrecisionMs=500\nmappedFileSizeTimerLog : 16384\n")
     f = json.loads(run_cli(capsys, "inspect", "store", sample_store("timer-fresh"), "--json",
                            "--broker-config", conf).out)["features"]["timer"]
-    assert f["timerPrecisionMs"] == 500 and f["sources"]["timerPrecisionMs"] == "broker config"
+    assert f["timerPrecisionMs"] == 500 and f["sources"]["timerPrecisionMs"] == "brokerConfig"
     assert f["precisionInFiles"] == 1000  # what the wheel's slots were written with
 
 
@@ -73,7 +73,7 @@ def test_a_store_with_batch_consume_queues_is_refused_in_one_line(capsys, store_
     ("timer-parked (HookUtils)", "parked"),
     ("timer-roll (TimerMessageStore re-put into rmq_sys_wheel_timer)", "rolled"),
     ("timer-delivered", "delivered"),
-    ("timer-delivered-never-enqueued (TIMER_ENQUEUE_MS=Long.MAX_VALUE)", "delivered-never-enqueued"),
+    ("timer-delivered-never-enqueued (TIMER_ENQUEUE_MS=Long.MAX_VALUE)", "deliveredNeverEnqueued"),
     ("timer-parked-cancel (recall)", "cancel"),
 ])
 def test_inspect_message_shows_a_timer_message_s_stage_and_times(capsys, sample_store, origin, stage):
@@ -86,7 +86,7 @@ def test_inspect_message_shows_a_timer_message_s_stage_and_times(capsys, sample_
     assert timer["stage"] == stage
     assert timer["outMs"] == int(props["TIMER_OUT_MS"])
     assert timer["dequeueMs"] == (int(props["TIMER_DEQUEUE_MS"]) if "TIMER_DEQUEUE_MS" in props else None)
-    assert timer["neverEnqueued"] == (stage == "delivered-never-enqueued")
+    assert timer["neverEnqueued"] == (stage == "deliveredNeverEnqueued")
     if stage in ("parked", "rolled", "cancel"):
         units = [u["offset"] for u in expected["timerlog"] if u["offsetPy"] == msg["commitLogOffset"]]
         assert [u["offset"] for u in timer["units"]] == units

@@ -62,7 +62,7 @@ def park(path: Path, count: int, deliver_from: int, serial: int, *, born: int = 
 
 
 def run(store: Path, now: int | str, faults: list[dict] | None = None):
-    return cli("run", store, "--until-empty", "--now", now, "--json", "--flush-interval", "1000", faults=faults)
+    return cli("run", store, "--until-empty", "--now", now, "--json", "--flush-interval", "1000s", faults=faults)
 
 
 def assert_clean(store: Path, parked: int):
@@ -334,7 +334,7 @@ def test_two_runs_publishing_in_one_wall_second_chain_their_resume_markers(timer
     park(timer_store, 1, wall - 60_000, 500, born=wall)
     for now in (wall + 13 * DAY, FAR):
         result = run_cli(capsys, "run", timer_store, "--until-empty", "--now", now, "--json",
-                         "--flush-interval", "1000")
+                         "--flush-interval", "1000s")
         assert result.code == 0, result.err
     check = check_timer_store(timer_store)
     assert check.problems == [], check.problems[:5]

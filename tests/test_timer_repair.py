@@ -111,17 +111,17 @@ def test_metrics_drift_alone_is_rewritten_only_when_asked(capsys, store_copy):
     assert text["dataVersion"]["counter"] == json.loads(old)["dataVersion"]["counter"] + 1
     assert (store / "config" / "timermetrics.bak").read_bytes() == old
     assert [p for p in run_cli(capsys, "inspect", "timer", store, "--verify", "--json", "--now", str(NOW))
-            .problems() if p["kind"] == "metrics-drift"] == []
+            .problems() if p["kind"] == "metricsDrift"] == []
 
 
 # -- units against the commit log ------------------------------------------------------------------
 def test_units_below_the_commit_log_after_retention_are_dropped_and_named(capsys, store_copy):
     store = store_copy("timer-partial")
     (store / "commitlog" / "00000000000000000000").unlink()  # retention deleted the oldest file
-    _, dry, done = repaired(capsys, store, "unit-below-log")
+    _, dry, done = repaired(capsys, store, "unitBelowLog")
     want = {u["offset"] for u in UNITS if u["offsetPy"] < 262144}
     assert {d["offset"] for d in done["dropped"]} == want and {d["kind"] for d in done["dropped"]} == \
-        {"unit-below-log"}
+        {"unitBelowLog"}
     d = done["dropped"][0]
     unit = next(u for u in UNITS if u["offset"] == d["offset"])
     assert (d["offsetPy"], d["sizePy"]) == (unit["offsetPy"], unit["sizePy"]) and "below its first offset" in \
@@ -140,7 +140,7 @@ def test_units_past_the_end_of_a_truncated_commit_log_are_dropped(capsys, store_
     cut = last["offsetPy"]
     path = store / "commitlog" / f"{cut - cut % 262144:020d}"
     patch(path, cut % 262144, bytes(path.stat().st_size - cut % 262144))  # truncated here
-    _, _, done = repaired(capsys, store, "unit-past-log")
+    _, _, done = repaired(capsys, store, "unitPastLog")
     assert {d["offset"] for d in done["dropped"]} == {u["offset"] for u in UNITS if u["offsetPy"] >= cut}
     assert all("past its end" in d["pointedAt"] for d in done["dropped"])
 
@@ -150,9 +150,9 @@ def test_a_unit_pointing_at_another_topic_is_dropped_and_says_which(capsys, stor
     unit = next(u for u in UNITS if u["delayedTimeMs"] >= READ and not u["magicRoll"] and not u["magicDelete"])
     plain = next(m for m in PARTIAL["msg"] if m["origin"] == "plain")
     patch(unit_file(store, unit), unit["filePos"] + 28, struct.pack(">qi", plain["commitLogOffset"], plain["storeSize"]))
-    _, _, done = repaired(capsys, store, "unit-not-timer")
+    _, _, done = repaired(capsys, store, "unitNotTimer")
     (d,) = done["dropped"]
-    assert d["offset"] == unit["offset"] and d["kind"] == "unit-not-timer"
+    assert d["offset"] == unit["offset"] and d["kind"] == "unitNotTimer"
     assert f"topic {plain['topic']}" in d["pointedAt"] and str(plain["commitLogOffset"]) in d["pointedAt"]
 
 
@@ -160,15 +160,15 @@ def test_a_unit_pointing_between_records_is_dropped(capsys, store_copy):
     store = store_copy("timer-partial")
     unit = next(u for u in UNITS if u["delayedTimeMs"] >= READ and not u["magicDelete"])
     patch(unit_file(store, unit), unit["filePos"] + 28, struct.pack(">q", unit["offsetPy"] + 4))
-    _, _, done = repaired(capsys, store, "unit-no-message")
-    assert [(d["offset"], d["kind"]) for d in done["dropped"]] == [(unit["offset"], "unit-no-message")]
+    _, _, done = repaired(capsys, store, "unitNoMessage")
+    assert [(d["offset"], d["kind"]) for d in done["dropped"]] == [(unit["offset"], "unitNoMessage")]
 
 
 @pytest.mark.parametrize("kind, field, pos, value", [
-    ("unit-size", "sizePy", 36, lambda u: struct.pack(">i", u["sizePy"] + 1)),
-    ("unit-topic-hash", "hashCodeOfRealTopic", 40, lambda u: struct.pack(">i", u["hashCodeOfRealTopic"] ^ 1)),
-    ("unit-delete-flag", "magic", 12, lambda u: struct.pack(">i", u["magic"] | 4)),
-    ("unit-time", "delayedTime", 24, lambda u: struct.pack(">i", u["delayedTime"] + 7000)),
+    ("unitSize", "sizePy", 36, lambda u: struct.pack(">i", u["sizePy"] + 1)),
+    ("unitTopicHash", "hashCodeOfRealTopic", 40, lambda u: struct.pack(">i", u["hashCodeOfRealTopic"] ^ 1)),
+    ("unitDeleteFlag", "magic", 12, lambda u: struct.pack(">i", u["magic"] | 4)),
+    ("unitTime", "delayedTime", 24, lambda u: struct.pack(">i", u["delayedTime"] + 7000)),
 ])
 def test_unit_fields_that_disagree_with_their_message_are_set_from_it(capsys, store_copy, kind, field, pos, value):
     store = store_copy("timer-partial")
@@ -192,17 +192,17 @@ def test_a_broken_chain_is_relinked_not_dropped(capsys, store_copy):
     original = timer_bytes(store)
     unit = next(u for u in UNITS if u["prevPos"] != -1 and u["delayedTimeMs"] >= READ)
     patch(unit_file(store, unit), unit["filePos"] + 4, struct.pack(">q", -1))
-    _, dry, done = repaired(capsys, store, "chain-broken")
+    _, dry, done = repaired(capsys, store, "chainBroken")
     assert done["dropped"] == [] and done["relinked"] == 1 and done["kept"] == len(UNITS)
     assert timer_bytes(store)[f"timerlog/{unit['file']}"] == original[f"timerlog/{unit['file']}"]
 
 
 @pytest.mark.parametrize("kind, field, value", [
-    ("slot-count", 24, lambda s: struct.pack(">i", s["num"] + 3)),
-    ("slot-ends", 8, lambda s: struct.pack(">q", next(u["offset"] for u in UNITS if u["delayedTimeMs"] == s["timeMs"]
+    ("slotCount", 24, lambda s: struct.pack(">i", s["num"] + 3)),
+    ("slotEnds", 8, lambda s: struct.pack(">q", next(u["offset"] for u in UNITS if u["delayedTimeMs"] == s["timeMs"]
                                                       and u["offset"] != s["firstPos"]))),
-    ("slot-outside-log", 16, lambda s: struct.pack(">q", END["offset"] + 520)),
-    ("unit-not-in-chain", 0, lambda s: bytes(32)),  # a pending slot wiped
+    ("slotOutsideLog", 16, lambda s: struct.pack(">q", END["offset"] + 520)),
+    ("unitNotInChain", 0, lambda s: bytes(32)),  # a pending slot wiped
 ])
 def test_the_wheel_is_rebuilt_from_the_timer_log(capsys, store_copy, kind, field, value):
     store = store_copy("timer-partial")
@@ -222,7 +222,7 @@ def test_slot_counts_the_broker_never_restores_are_restored(capsys, store_copy):
     original = timer_bytes(store)
     for slot in SLOTS:  # every count lost, as a broker that revised the wheel from the log leaves it
         patch(store / "timerwheel", wheel_pos(slot, 24), struct.pack(">i", 0))
-    _, _, done = repaired(capsys, store, "slot-count")
+    _, _, done = repaired(capsys, store, "slotCount")
     assert done["slotsChanged"] == sum(1 for s in SLOTS if s["num"] != 0)
     assert (store / "timerwheel").read_bytes() == original["timerwheel"]
 
@@ -233,7 +233,7 @@ def test_a_torn_tail_is_cut(capsys, store_copy):
     original = timer_bytes(store)
     path = store / "timerlog" / END["file"]
     patch(path, END["filePos"], struct.pack(">iqi", 52, 64492, 1) + b"\x00\x00\x01\xa2\x09")  # half a unit
-    _, _, done = repaired(capsys, store, "unit-size")
+    _, _, done = repaired(capsys, store, "unitSize")
     assert done["dropped"] == [] and done["kept"] == len(UNITS) and len(done["stray"]) == 1
     assert done["stray"][0]["offset"] == END["filePos"]
     assert timer_bytes(store)[f"timerlog/{END['file']}"] == original[f"timerlog/{END['file']}"]
@@ -244,7 +244,7 @@ def test_garbage_at_the_tail_is_cut(capsys, store_copy):
     original = timer_bytes(store)
     path = store / "timerlog" / END["file"]
     patch(path, END["filePos"] + 100, b"\x07\x07\x07")
-    _, _, done = repaired(capsys, store, "timerlog-framing")
+    _, _, done = repaired(capsys, store, "timerLogFraming")
     assert done["kept"] == len(UNITS) and [s["offset"] for s in done["stray"]] == [END["filePos"] + 52]
     assert timer_bytes(store)[f"timerlog/{END['file']}"] == original[f"timerlog/{END['file']}"]
 
@@ -254,7 +254,7 @@ def test_a_unit_with_a_damaged_magic_in_the_middle_is_restored_not_cut(capsys, s
     original = timer_bytes(store)
     unit = UNITS[400]
     patch(unit_file(store, unit), unit["filePos"] + 12, struct.pack(">i", 0x40))
-    _, _, done = repaired(capsys, store, "timerlog-framing")
+    _, _, done = repaired(capsys, store, "timerLogFraming")
     assert done["dropped"] == [] and done["stray"] == [] and done["kept"] == len(UNITS)
     assert [(f["offset"], f["field"], f["after"]) for f in done["fixed"]] == [(unit["offset"], "magic", unit["magic"])]
     now = timer_bytes(store)
@@ -266,7 +266,7 @@ def test_garbage_in_the_middle_goes_and_the_units_after_it_move_up(capsys, store
     store = store_copy("timer-partial")
     unit = UNITS[400]
     patch(unit_file(store, unit), unit["filePos"], b"\xde\xad" * 26)
-    _, _, done = repaired(capsys, store, "timerlog-framing")
+    _, _, done = repaired(capsys, store, "timerLogFraming")
     assert [s["offset"] for s in done["stray"]] == [unit["filePos"]] and done["dropped"] == []
     # The units after it move up, but the last: the unit made for the cut one's message goes
     # before it (see the next test), so it stays where it was.
@@ -282,7 +282,7 @@ def test_the_message_of_a_destroyed_unit_gets_a_unit_again_and_is_delivered_once
     unit = UNITS[400]
     assert unit["currWriteTime"] + unit["delayedTime"] >= READ  # pending
     patch(unit_file(store, unit), unit["filePos"], b"\xde\xad" * 26)
-    _, dry, done = repaired(capsys, store, "timerlog-framing")
+    _, dry, done = repaired(capsys, store, "timerLogFraming")
     assert [r["offsetPy"] for r in done["remade"]] == [unit["offsetPy"]]
     # The log's last unit is still the last: the broker resumes the enqueue after its message
     # (reviseQueueOffset); a made unit there would enqueue every later entry again.
@@ -305,7 +305,7 @@ def test_a_full_file_without_its_blank_gets_it_back(capsys, store_copy):
     original = timer_bytes(store)
     blank = PARTIAL["timerlogBlank"][0]
     patch(store / "timerlog" / blank["file"], blank["filePos"], bytes(16))
-    _, _, done = repaired(capsys, store, "timerlog-no-blank")
+    _, _, done = repaired(capsys, store, "timerLogNoBlank")
     assert f"timerlog/{blank['file']}" in done["filesWritten"] and done["moved"] == 0
     assert timer_bytes(store)[f"timerlog/{blank['file']}"] == original[f"timerlog/{blank['file']}"]
 
@@ -320,7 +320,7 @@ def test_a_checkpoint_beyond_the_data_is_set_back_to_it(capsys, store_copy, fiel
     store = store_copy("timer-partial")
     path = store / "config" / "timercheck"
     patch(path, byte, struct.pack(">q", value))
-    _, _, done = repaired(capsys, store, "checkpoint-beyond")
+    _, _, done = repaired(capsys, store, "checkpointBeyond")
     data = path.read_bytes()
     assert len(data) == 4096 and struct.unpack_from(">q", data, byte)[0] == want
     assert struct.unpack_from(">q", data, 48)[0] == CHECK["dataVersion"]["counter"] + 1
@@ -365,7 +365,7 @@ def test_units_pointing_at_a_damaged_commit_log_are_left_alone_not_dropped(capsy
     py = unit["offsetPy"]
     patch(store / "commitlog" / f"{py - py % 262144:020d}", py % 262144 + 4, bytes(4))  # its magic code
     kinds = {p["kind"] for p in faults(capsys, store)}
-    assert {"unit-unreadable", "unit-no-message"} <= kinds
+    assert {"unitUnreadable", "unitNoMessage"} <= kinds
     files = snapshot(store)
     code, plan = repair(capsys, store, "--execute")
     assert code == 1 and not plan["changed"] and plan["dropped"] == [] and plan["kept"] == len(UNITS)

@@ -226,7 +226,7 @@ def test_a_message_due_before_the_read_clock_of_a_run_ahead_is_delivered_by_the_
         assert again.code == 0, again.err[-2000:]
         events = again.json_lines()
         delivered += [e for e in events if e["event"] == "stopped"][0]["timerDelivered"]
-        assert any(e.get("kind") == "read-ahead" for e in events), events[:5]
+        assert any(e.get("kind") == "readAhead" for e in events), events[:5]
     assert delivered == 1
     with Store(store) as s:
         bodies = [r.body for r in s.commitlog.records() if r.topic == "TimerTopic" and r.body == b"late"]

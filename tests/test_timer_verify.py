@@ -57,7 +57,7 @@ def test_clean_stores_have_no_faults(capsys, sample_store, name):
     code, lines, result = verify(capsys, sample_store(name), now)
     assert code == 0, result.out
     assert faults(lines) == []
-    drift = {p["expected"].split()[3] for p in lines if p["kind"] == "metrics-drift"}
+    drift = {p["expected"].split()[3] for p in lines if p["kind"] == "metricsDrift"}
     # verify.json: the real checks warned about exactly these two counts of timer-partial.
     assert drift == ({"TimerTopic", "TopicTest"} if name == "timer-partial" else set())
     text = run_cli(capsys, "inspect", "timer", sample_store(name), "--verify", "--now", str(now))
@@ -74,7 +74,7 @@ def test_units_below_the_commit_log_after_retention(capsys, store_copy):
     store = store_copy("timer-partial")
     (store / "commitlog" / "00000000000000000000").unlink()  # retention deleted the oldest file
     code, lines, _ = verify(capsys, store)
-    below = only(lines, "unit-below-log")
+    below = only(lines, "unitBelowLog")
     assert code == 1
     want = {u["offset"] for u in UNITS if u["offsetPy"] < 262144}
     assert {p["timerLogOffset"] for p in below} == want
@@ -91,7 +91,7 @@ def test_units_past_the_end_of_a_truncated_commit_log(capsys, store_copy):
     size = path.stat().st_size
     patch(path, cut % 262144, bytes(size - cut % 262144))  # the broker truncated the log here
     code, lines, _ = verify(capsys, store)
-    past = only(lines, "unit-past-log")
+    past = only(lines, "unitPastLog")
     assert {p["timerLogOffset"] for p in past} == {u["offset"] for u in UNITS if u["offsetPy"] >= cut}
     assert code == 1
 
@@ -102,7 +102,7 @@ def test_a_unit_pointing_at_a_message_that_is_not_a_timer_message(capsys, store_
     plain = next(m for m in PARTIAL["msg"] if m["origin"] == "plain")
     patch(unit_file(store, unit), unit["filePos"] + 28, struct.pack(">qi", plain["commitLogOffset"], plain["storeSize"]))
     code, lines, _ = verify(capsys, store)
-    (p,) = only(lines, "unit-not-timer")
+    (p,) = only(lines, "unitNotTimer")
     assert (p["file"], p["offset"], p["timerLogOffset"], p["physicalOffset"]) == \
         (str(unit_file(store, unit)), unit["filePos"], unit["offset"], plain["commitLogOffset"])
     assert code == 1
@@ -113,7 +113,7 @@ def test_a_unit_pointing_between_records(capsys, store_copy):
     unit = a_pending_unit(magicDelete=False)
     patch(unit_file(store, unit), unit["filePos"] + 28, struct.pack(">q", unit["offsetPy"] + 4))
     code, lines, _ = verify(capsys, store)
-    (p,) = only(lines, "unit-no-message")
+    (p,) = only(lines, "unitNoMessage")
     assert p["timerLogOffset"] == unit["offset"] and code == 1
 
 
@@ -125,9 +125,9 @@ def test_unit_fields_that_disagree_with_their_message(capsys, store_copy):
     patch(unit_file(store, b), b["filePos"] + 40, struct.pack(">i", b["hashCodeOfRealTopic"] ^ 1))
     patch(unit_file(store, c), c["filePos"] + 12, struct.pack(">i", c["magic"] | 4))  # marked as a delete
     code, lines, _ = verify(capsys, store)
-    assert [p["timerLogOffset"] for p in only(lines, "unit-size")] == [a["offset"]]
-    assert [p["timerLogOffset"] for p in only(lines, "unit-topic-hash")] == [b["offset"]]
-    assert [p["timerLogOffset"] for p in only(lines, "unit-delete-flag")] == [c["offset"]]
+    assert [p["timerLogOffset"] for p in only(lines, "unitSize")] == [a["offset"]]
+    assert [p["timerLogOffset"] for p in only(lines, "unitTopicHash")] == [b["offset"]]
+    assert [p["timerLogOffset"] for p in only(lines, "unitDeleteFlag")] == [c["offset"]]
     assert code == 1
 
 
@@ -141,10 +141,10 @@ def test_a_slot_pointing_past_the_end_of_the_timer_log(capsys, store_copy):
     end = PARTIAL["timerlogEnd"][0]["offset"]
     patch(store / "timerwheel", wheel_pos(slot, 16), struct.pack(">q", end + 52 * 10))
     code, lines, _ = verify(capsys, store)
-    (p,) = only(lines, "slot-outside-log")
+    (p,) = only(lines, "slotOutsideLog")
     assert (p["file"], p["offset"]) == (str(store / "timerwheel"), wheel_pos(slot, 16)) and code == 1
     # The units of that slot now belong to no readable slot: the dequeue never reaches them.
-    assert {q["timerLogOffset"] for q in only(lines, "unit-not-in-chain")} == \
+    assert {q["timerLogOffset"] for q in only(lines, "unitNotInChain")} == \
         {u["offset"] for u in UNITS if u["delayedTimeMs"] == slot["timeMs"]}
 
 
@@ -153,7 +153,7 @@ def test_a_broken_prev_pos_chain(capsys, store_copy):
     unit = next(u for u in UNITS if u["prevPos"] != -1 and u["delayedTimeMs"] >= READ)
     patch(unit_file(store, unit), unit["filePos"] + 4, struct.pack(">q", -1))
     code, lines, _ = verify(capsys, store)
-    (p,) = only(lines, "chain-broken")
+    (p,) = only(lines, "chainBroken")
     assert (p["timerLogOffset"], p["file"], p["offset"]) == (unit["offset"], str(unit_file(store, unit)),
                                                               unit["filePos"])
     assert str(unit["prevPos"]) in p["expected"] and code == 1
@@ -164,7 +164,7 @@ def test_a_slot_count_that_disagrees_with_its_chain(capsys, store_copy):
     slot = max(SLOTS, key=lambda s: s["num"])
     patch(store / "timerwheel", wheel_pos(slot, 24), struct.pack(">i", slot["num"] + 3))
     code, lines, _ = verify(capsys, store)
-    (p,) = only(lines, "slot-count")
+    (p,) = only(lines, "slotCount")
     assert p["offset"] == wheel_pos(slot, 24) and f"num {slot['chainNetNum']}" in p["expected"] and code == 1
 
 
@@ -174,7 +174,7 @@ def test_slot_ends_that_are_not_its_chain_ends(capsys, store_copy):
     second = next(u for u in UNITS if u["delayedTimeMs"] == slot["timeMs"] and u["offset"] != slot["firstPos"])
     patch(store / "timerwheel", wheel_pos(slot, 8), struct.pack(">q", second["offset"]))
     code, lines, _ = verify(capsys, store)
-    (p,) = only(lines, "slot-ends")
+    (p,) = only(lines, "slotEnds")
     assert p["offset"] == wheel_pos(slot, 8) and code == 1
 
 
@@ -187,7 +187,7 @@ def test_a_checkpoint_beyond_the_data(capsys, store_copy, field, value, byte):
     store = store_copy("timer-partial")
     patch(store / "config" / "timercheck", byte, struct.pack(">q", value))
     code, lines, _ = verify(capsys, store)
-    found = only(lines, "checkpoint-beyond")
+    found = only(lines, "checkpointBeyond")
     assert [(p["file"], p["offset"]) for p in found] == [(str(store / "config" / "timercheck"), byte)]
     assert field in found[0]["expected"] and code == 1
 
@@ -199,13 +199,13 @@ def test_metrics_drift_is_reported_as_advisory(capsys, store_copy):
     path = store / "config" / "timermetrics"
     path.write_text(path.read_text().replace('"OrderTopic":{"count":110', '"OrderTopic":{"count":-7'))
     code, lines, result = verify(capsys, store, now)
-    (p,) = [p for p in lines if p["kind"] == "metrics-drift"]
+    (p,) = [p for p in lines if p["kind"] == "metricsDrift"]
     text = path.read_text()
     assert p["advisory"] and p["file"] == str(path) and text[p["offset"]:].startswith("-7")
     assert "-117" in p["expected"] and "OrderTopic" in p["expected"]
     assert code == 0  # 5.3.3's own counts drift: a note, not a failure
     shown = run_cli(capsys, "inspect", "timer", store, "--verify", "--now", str(now))
-    assert "metrics-drift" in shown.out and "advisory" in shown.out and shown.code == 0
+    assert "metricsDrift" in shown.out and "advisory" in shown.out and shown.code == 0
 
 
 def test_a_unit_with_a_bad_magic_stops_the_timer_log(capsys, store_copy):
@@ -213,7 +213,7 @@ def test_a_unit_with_a_bad_magic_stops_the_timer_log(capsys, store_copy):
     unit = UNITS[400]
     patch(unit_file(store, unit), unit["filePos"] + 12, struct.pack(">i", 0x40))
     code, lines, _ = verify(capsys, store)
-    first = only(lines, "timerlog-framing")[0]
+    first = only(lines, "timerLogFraming")[0]
     assert (first["file"], first["offset"]) == (str(unit_file(store, unit)), unit["filePos"] + 12) and code == 1
 
 
@@ -222,7 +222,7 @@ def test_a_full_timer_log_file_without_its_blank(capsys, store_copy):
     blank = PARTIAL["timerlogBlank"][0]
     patch(store / "timerlog" / blank["file"], blank["filePos"], bytes(16))
     code, lines, _ = verify(capsys, store)
-    (p,) = only(lines, "timerlog-no-blank")
+    (p,) = only(lines, "timerLogNoBlank")
     assert (p["file"], p["offset"]) == (str(store / "timerlog" / blank["file"]), blank["filePos"]) and code == 1
 
 
@@ -334,7 +334,7 @@ def test_records_sealed_with_the_crc_property_verify_clean_and_a_changed_byte_is
     result = run_cli(capsys, "inspect", "commitlog", store, "--verify", "--json")
     (p,) = result.problems()
     record = (store / "commitlog" / f"{0:020d}").read_bytes()[positions[1]:positions[2]]
-    assert p["kind"] == "prop-crc" and p["offset"] == positions[2] - propcrc.CRC32_RESERVED_LEN
+    assert p["kind"] == "propCrc" and p["offset"] == positions[2] - propcrc.CRC32_RESERVED_LEN
     assert str(propcrc.record_crc(record)) in p["expected"] and result.code == 1
 
 

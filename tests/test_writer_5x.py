@@ -60,7 +60,7 @@ def test_delay_levels_delivered_as_the_real_5x_broker_delivers_them(store_copy):
     with Store(path) as store:
         start = store.end_offset()
     events = list(Scheduler(path, now_ms=FAR_AHEAD, mode="until-empty").events())
-    notes = [e.message for e in events if isinstance(e, Notice) and e.kind == "write-format"]
+    notes = [e.message for e in events if isinstance(e, Notice) and e.kind == "writeFormat"]
     assert notes and "5.x store" in notes[0] and "do not carry __CRC32#" in notes[0]
     ours = {}
     for msg in new_records(path, start):
@@ -89,7 +89,7 @@ def test_crc_property_written_when_the_broker_appends_it(store_copy, tmp_path):
     with Store(path) as store:
         start = store.end_offset()
     events = list(Scheduler(path, now_ms=FAR_AHEAD, mode="until-empty", broker_config=conf).events())
-    note = next(e.message for e in events if isinstance(e, Notice) and e.kind == "write-format")
+    note = next(e.message for e in events if isinstance(e, Notice) and e.kind == "writeFormat")
     assert f"enabledAppendPropCRC=true from {conf}" in note
     written = new_records(path, start)
     assert len(written) >= 305

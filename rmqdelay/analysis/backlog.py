@@ -92,7 +92,7 @@ def backlog(stores: list[StoreRef], at_ms: int, delay_levels: dict[int, int], *,
     tables = {
         "levels": sort_table(pa.Table.from_pylist(levels_rows, schema=LEVELS_SCHEMA), ["store", "level"]),
         "drain": sort_table(pa.Table.from_pylist(drain_rows, schema=DRAIN_SCHEMA), ["store", "level", "minute"]),
-        "retry_lag": sort_table(pa.Table.from_pylist(lag_rows, schema=RETRY_LAG_SCHEMA),
+        "retryLag": sort_table(pa.Table.from_pylist(lag_rows, schema=RETRY_LAG_SCHEMA),
                                 ["store", "group", "queue_id", "topic"]),
     }
     msgs = sink.table() if messages is None else MESSAGES_SCHEMA.empty_table()

@@ -160,7 +160,7 @@ def store_summary(results: dict[str, AnalysisResult], store: str, at_ms: int,
         values = _of(values.filter(values.column("lateness_ms").is_valid()), store)
         out["latenessP99Ms"] = _p99(values.column("lateness_ms").to_numpy())
         out["duplicates"] = _sum(_of(lateness.tables["levels"], store), "duplicates")
-        cancels = _of(lateness.tables.get("timer_cancellations"), store)
+        cancels = _of(lateness.tables.get("timerCancellations"), store)
         out["missedCancellations"] = 0 if cancels is None else _sum(
             cancels.filter(pc.equal(cancels.column("state"), "missed")), "cancellations")
     if retries is not None:
@@ -273,14 +273,14 @@ def _charts_and_tables(results: dict[str, AnalysisResult], store: str | None, la
             part += (_table_html("lateness: levels", _of(result.tables["levels"], store), own)
                      + _table_html("lateness: topics", _of(result.tables["topics"], store), own))
         sections.append(part)
-        timer_topics = _of(result.tables.get("timer_topics"), store)
+        timer_topics = _of(result.tables.get("timerTopics"), store)
         if timer_topics is not None and timer_topics.num_rows:
             sections.append(_timer_section(result, store, key, timer_values, tables))
     if "backlog" in results:
         result = results["backlog"]
         due = drain_curve(_of(result.tables["drain"], store))
         timer = _of(result.tables.get("timer"), store)
-        wheel = drain_curve(_of(result.tables["timer_drain"], store)) if timer is not None and timer.num_rows else None
+        wheel = drain_curve(_of(result.tables["timerDrain"], store)) if timer is not None and timer.num_rows else None
         if wheel is not None:
             due = [a + b for a, b in zip(due, wheel)]
         chart = drain_svg(due, wheel, "drain-chart" + key) if any(due) else '<p class="note">nothing pending</p>'
@@ -289,7 +289,7 @@ def _charts_and_tables(results: dict[str, AnalysisResult], store: str | None, la
                 f"{MAX_DRAIN_MINUTES // 60} hours beside them.</p>" + chart)
         if tables:
             part += (_table_html("backlog: levels", _of(result.tables["levels"], store), own)
-                     + _table_html("backlog: retry_lag", _of(result.tables["retry_lag"], store), own)
+                     + _table_html("backlog: retryLag", _of(result.tables["retryLag"], store), own)
                      + (_table_html("backlog: timer", timer, own) if wheel is not None else ""))
         sections.append(part)
     if "retries" in results:
@@ -315,15 +315,15 @@ def _timer_section(result: AnalysisResult, store: str | None, key: str, timer_va
     bands = lateness_bands(topics, values.column("lateness_ms").to_numpy()) if values.num_rows else {}
     heat = (heat_svg(bands, "timer-lateness-chart" + key, "{}") if bands
             else '<p class="note">no delivered timer message</p>')
-    outcomes = timer_outcomes(_of(result.tables["timer_rolls"], store), _of(result.tables["timer_cancellations"], store))
+    outcomes = timer_outcomes(_of(result.tables["timerRolls"], store), _of(result.tables["timerCancellations"], store))
     own = store is not None
     return (f'<h2 id="timer{key}">Timer messages</h2>' "<p class=\"note\">Delivered timer messages by lateness (store time of the "
             "delivered copy − its TIMER_OUT_MS) per real topic; early ones in orange.</p>" + heat
             + "<p class=\"note\">Timer messages by how often the wheel rolled them, and the cancellations by "
             "what became of them.</p>" + funnel_svg(outcomes, "timer-outcomes" + key)
-            + ((_table_html("lateness: timer_topics", _of(result.tables["timer_topics"], store), own)
-                + _table_html("lateness: timer_rolls", _of(result.tables["timer_rolls"], store), own)
-                + _table_html("lateness: timer_cancellations", _of(result.tables["timer_cancellations"], store), own))
+            + ((_table_html("lateness: timerTopics", _of(result.tables["timerTopics"], store), own)
+                + _table_html("lateness: timerRolls", _of(result.tables["timerRolls"], store), own)
+                + _table_html("lateness: timerCancellations", _of(result.tables["timerCancellations"], store), own))
                if tables else ""))
 
 

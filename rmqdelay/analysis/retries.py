@@ -202,12 +202,12 @@ def _anomalies(rows: pa.Table, key: np.ndarray, first_row: np.ndarray, send_back
     expected = pc.add(pa.array(times, type=pa.int64()), 2)
     wrong = pc.fill_null(pc.not_equal(pc.cast(levels, pa.int64()), expected), True).to_numpy(zero_copy_only=False)
     for row in np.flatnonzero(send_back & wrong).tolist():
-        found.append((key[row], "level_mismatch", f"reconsume_times={times[row]} delay_level={levels[row].as_py()} "
+        found.append((key[row], "levelMismatch", f"reconsume_times={times[row]} delay_level={levels[row].as_py()} "
                                                   f"expected={2 + times[row]}"))
     for k in np.flatnonzero(gap).tolist():
         found.append((k, "gap", "reconsume_times=" + ",".join(str(t) for t in send_backs.of(k))))
     for k in np.flatnonzero(in_dlq & (attempts < MAX_RECONSUME_TIMES)).tolist():
-        found.append((k, "early_dlq", f"attempts={attempts[k]}"))
+        found.append((k, "earlyDlq", f"attempts={attempts[k]}"))
     names = rows.select(["store", "group", "chain"]).take(pa.array(first_row[[k for k, _, _ in found]],
                                                                    type=pa.int64()))
     return pa.table({"store": names.column("store"), "group": names.column("group"), "chain": names.column("chain"),

@@ -224,7 +224,7 @@ def backlog_tables(hist: pa.Table, pos: pa.Table, at_ms: int) -> dict[str, pa.Ta
         drain_rows += [{"store": row["store"], "minute": m, "due": n} for m, n in sorted(per_minute.items())]
     return {
         "timer": sort_table(pa.Table.from_pylist(timer_rows, schema=TIMER_SCHEMA), ["store"]),
-        "timer_drain": sort_table(pa.Table.from_pylist(drain_rows, schema=TIMER_DRAIN_SCHEMA), ["store", "minute"]),
+        "timerDrain": sort_table(pa.Table.from_pylist(drain_rows, schema=TIMER_DRAIN_SCHEMA), ["store", "minute"]),
     }
 
 
@@ -255,7 +255,7 @@ KEY = ["store", "real_topic", "uniq_key"]
 HONOURED = "honoured"  # not delivered, and the timer read past its time: the marker dropped it
 MISSED = "missed"  # delivered all the same
 PENDING = "pending"  # not delivered yet, its time not read yet
-NO_TARGET = "no_target"  # no record of the message it names (never sent, or gone with retention)
+NO_TARGET = "noTarget"  # no record of the message it names (never sent, or gone with retention)
 CANCEL_STATES = (HONOURED, MISSED, PENDING, NO_TARGET)
 KEYS_SCHEMA = pa.schema([
     ("store", pa.string()), ("real_topic", pa.string()), ("uniq_key", pa.string()),
@@ -444,9 +444,9 @@ def lateness_tables(folded: dict[str, pa.Table]) -> dict[str, pa.Table]:
         dequeued = stats.get((row["store"], row["real_topic"], DEQUEUED), empty)
         topics.append({**row, **stored, **{f"dequeue_{k}": v for k, v in dequeued.items()}})
     return {
-        "timer_topics": sort_table(pa.Table.from_pylist(topics, schema=TOPICS_SCHEMA), COUNTS_KEYS),
-        "timer_rolls": sort_table(folded["rolls"], ROLLS_KEYS),
-        "timer_cancellations": sort_table(folded["cancellations"], CANCELLATIONS_KEYS),
+        "timerTopics": sort_table(pa.Table.from_pylist(topics, schema=TOPICS_SCHEMA), COUNTS_KEYS),
+        "timerRolls": sort_table(folded["rolls"], ROLLS_KEYS),
+        "timerCancellations": sort_table(folded["cancellations"], CANCELLATIONS_KEYS),
     }
 
 

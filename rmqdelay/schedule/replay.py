@@ -66,11 +66,11 @@ def exact_offsets(store: Store, delay_levels: dict[int, int], *, broker5x: bool 
             base = dict(state.offsetTable)
             replay_from = state.commitLogOffset
             if state.delayLevels is not None and state.delayLevels != delay_levels:
-                notices.append(Notice("delay-levels", "the delay levels differ from those of the run that wrote "
+                notices.append(Notice("delayLevels", "the delay levels differ from those of the run that wrote "
                                                       "config/rmqdelay.scheduler.json; the replay covers every "
                                                       "level of the store either way"))
         else:
-            notices.append(Notice("foreign-offsets",
+            notices.append(Notice("foreignOffsets",
                                   "delayOffset.json was changed since rmqdelay last wrote it (a broker or "
                                   "another tool); taking it as it is, without replaying the commit log"))
     table = dict(base)

@@ -4,7 +4,6 @@ or skipped)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -15,21 +14,6 @@ from rmqdelay.schedule.status import corrected_offset
 from rmqdelay.store import Store
 
 TARGET_KINDS = ("to-earliest", "to-latest", "to-offset", "to-datetime", "by-duration", "shift-by")
-
-_DURATION = re.compile(
-    r"^P(?:(?P<days>\d+(?:\.\d+)?)D)?"
-    r"(?:T(?:(?P<hours>\d+(?:\.\d+)?)H)?(?:(?P<minutes>\d+(?:\.\d+)?)M)?(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?$"
-)
-
-
-def parse_iso_duration_ms(text: str) -> int:
-    """An ISO 8601 duration of days and time (PT30M, P1DT2H, PT1.5S) in milliseconds."""
-    m = _DURATION.match(text.strip().upper())
-    if not m or not any(m.groupdict().values()) or text.strip().upper().endswith("T"):
-        raise UsageError(f"an ISO 8601 duration such as PT30M or P1DT2H, found {text!r}")
-    parts = {k: float(v) if v else 0.0 for k, v in m.groupdict().items()}
-    seconds = parts["days"] * 86400 + parts["hours"] * 3600 + parts["minutes"] * 60 + parts["seconds"]
-    return int(round(seconds * 1000))
 
 
 @dataclass(slots=True, frozen=True)

@@ -168,7 +168,7 @@ class Scheduler:
             self.broker5x = writer.write_format.is5x
             fmt = writer.write_format
             if fmt.is5x or fmt.propCrc:  # a 4.x store is written as before: nothing to say
-                yield Notice("write-format", "writing as the store's broker does: " + "; ".join(fmt.notes))
+                yield Notice("writeFormat", "writing as the store's broker does: " + "; ".join(fmt.notes))
             for note in writer.recovery.notices:
                 yield Notice("recovery", note)
             if writer.recovery.indexed:

@@ -43,14 +43,14 @@ from rmqdelay.store.index import (
 from rmqdelay.store.indexer import file_index_rows
 from rmqdelay.store.verify import UNREADABLE, Problem
 
-INDEX_FILE = "index-file"
-INDEX_HEADER = "index-header"
-INDEX_SLOT = "index-slot"
-INDEX_CHAIN = "index-chain"
-INDEX_ENTRY = "index-entry"
-INDEX_TIME = "index-time"
-INDEX_MISSING = "index-missing"
-INDEX_DUPLICATE = "index-duplicate"
+INDEX_FILE = "indexFile"
+INDEX_HEADER = "indexHeader"
+INDEX_SLOT = "indexSlot"
+INDEX_CHAIN = "indexChain"
+INDEX_ENTRY = "indexEntry"
+INDEX_TIME = "indexTime"
+INDEX_MISSING = "indexMissing"
+INDEX_DUPLICATE = "indexDuplicate"
 
 
 @dataclass(slots=True)

@@ -8,9 +8,9 @@ from rmqdelay.errors import StoreError
 
 # Kinds of the store's layout, found while listing it (the record and unit kinds are in verify).
 UNREADABLE = "unreadable"
-FILE_SIZE = "file-size"
+FILE_SIZE = "fileSize"
 GAP = "gap"
-NOT_A_DIRECTORY = "not-a-directory"
+NOT_A_DIRECTORY = "notADirectory"
 
 
 @dataclass(slots=True, frozen=True)

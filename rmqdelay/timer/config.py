@@ -33,8 +33,8 @@ INT_SETTINGS = {
 TEXT_SETTINGS = {"storeType": "default", "timerWheelEnable": "true", "enabledAppendPropCRC": "false"}
 
 FROM_DEFAULT = "default"
-FROM_BROKER_CONFIG = "broker config"
-FROM_FILES = "store files"
+FROM_BROKER_CONFIG = "brokerConfig"
+FROM_FILES = "storeFiles"
 
 
 def read_broker_config(path: Path) -> dict[str, str]:

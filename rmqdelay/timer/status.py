@@ -35,14 +35,14 @@ BEYOND_ROLL_WINDOW = "beyondRollWindow"
 # Cancellation states. TimerMessageStore.dequeue honours a marker only for a target in the same
 # slot in the same dequeue; a rolled marker is re-put like any rolled message and tried later.
 HONOURED = "honoured"  # its slot was read with its target in it: the target was dropped
-WILL_BE_HONOURED = "will-be-honoured"  # its target is in the same pending slot
+WILL_BE_HONOURED = "willBeHonoured"  # its target is in the same pending slot
 MISSED = "missed"  # its slot was read without its target: the target was delivered, or never existed
-NOT_IN_SLOT = "not-in-slot"  # pending, its target is not in its slot (yet): unless it arrives, it is delivered
+NOT_IN_SLOT = "notInSlot"  # pending, its target is not in its slot (yet): unless it arrives, it is delivered
 ROLLED = "rolled"  # a rolled marker whose slot was read: re-put (its later unit carries on)
 ROLLING = "rolling"  # a rolled marker, pending: it is tried when it reaches its own slot
 # Markers still in rmq_sys_wheel_timer beyond masterTimerQueueOffset (sent, not enqueued yet):
 QUEUED = "queued"  # its target is parked at the same TIMER_OUT_MS (in the wheel or queued too)
-QUEUED_NO_TARGET = "queued-no-target"  # no parked message of its realTopic+uniqKey at that time
+QUEUED_NO_TARGET = "queuedNoTarget"  # no parked message of its realTopic+uniqKey at that time
 CANCEL_STATES = (HONOURED, WILL_BE_HONOURED, MISSED, NOT_IN_SLOT, ROLLED, ROLLING, QUEUED, QUEUED_NO_TARGET)
 
 Advance = Callable[[int], None]
@@ -63,7 +63,7 @@ class Pending:
 
     def as_json(self) -> dict:
         return {"units": self.units, **self.buckets, BEYOND_ROLL_WINDOW: self.beyondRollWindow,
-                "cancelMarkers": self.cancelMarkers, "oldestDueMs": self.oldestDueMs,
+                "cancelMarkers": self.cancelMarkers, "oldestDueTimestamp": self.oldestDueMs,
                 "notEnqueued": self.notEnqueued, "notEnqueuedByDue": dict(self.notEnqueuedBuckets),
                 "notEnqueuedCancels": self.notEnqueuedCancels}
 

@@ -81,7 +81,7 @@ def run_command(path: Path, *extra: str) -> list[str]:
 def run_options(rng: random.Random) -> list[str]:
     """A run's batch size and flush interval, from one at a time to more than a level holds."""
     return ["--batch-size", str(rng.choice([1, 8, 64, 512])),
-            "--flush-interval", str(rng.choice([0, 0.005, 0.05, 10]))]
+            "--flush-interval", f"{rng.choice([0, 0.005, 0.05, 10])}s"]
 
 
 def pending_units(path: Path) -> int:

@@ -90,7 +90,7 @@ def kill_timer_runs(path: Path, kills: int, rng: random.Random, work: Path, *, m
         serial += 1000
         clock += 4 * 3600_000
         out = work / "run.out"
-        command = run_cli(path, "--flush-interval", str(rng.choice([0, 0.01, 0.2])), now=clock)
+        command = run_cli(path, "--flush-interval", f"{rng.choice([0, 0.01, 0.2])}s", now=clock)
         if run_and_kill(command, out, env, b'"timerDelivered"', rng.uniform(0, max_delay_s), 60):
             stats["killed"] += 1
         else:
@@ -136,7 +136,7 @@ def stop_timer_runs_at(path: Path, points: list[str], rng: random.Random, work: 
         stats["parked"] += park(path, rng, rng.choice(parked), clock, serial, spread_ms)
         serial += 1000
         clock += 4 * 3600_000
-        command = run_cli(path, "--flush-interval", str(rng.choice([0, 0.01, 0.2])), now=clock)
+        command = run_cli(path, "--flush-interval", f"{rng.choice([0, 0.01, 0.2])}s", now=clock)
         kill_after(command[3:], TIMER_KILL_POINTS[point], work / "run.out", f"timer run ({point})")
         stats["killed"] += 1
     return stats

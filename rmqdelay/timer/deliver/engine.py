@@ -193,7 +193,7 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         self._metrics = self.ts.metrics() or TimerMetrics()
         yield from self._horizon_notice()
         if self.read_ms > self._floor(self.clock()):
-            yield TimerNotice("read-ahead", f"the wheel was read up to {_iso(self.read_ms)} by an earlier run, ahead of "
+            yield TimerNotice("readAhead", f"the wheel was read up to {_iso(self.read_ms)} by an earlier run, ahead of "
                                             f"this run's clock {_iso(self._floor(self.clock()))}: timer messages due "
                                             f"before then are put at once")
 

@@ -144,7 +144,7 @@ class Enqueue:
             if PROPERTY_TIMER_DEL_UNIQKEY in props:
                 if "RMQDELAY" not in props:
                     # doPut: "Trying do put delete timer msg" - a cancellation past due is dropped.
-                    outcomes.append(TimerNotice("cancel-dropped",
+                    outcomes.append(TimerNotice("cancelDropped",
                                                 f"cancellation of {props[PROPERTY_TIMER_DEL_UNIQKEY]} reached the "
                                                 f"timer after its time: dropped, as the broker does (its target is "
                                                 f"not cancelled)"))

@@ -15,10 +15,10 @@ LOG_BACKUP_DIR = "timerlog.bak"
 WHEEL_BACKUP = "timerwheel.bak"
 
 # Why a unit is dropped (the kinds of `inspect timer --verify`).
-BELOW_LOG = "unit-below-log"
-PAST_LOG = "unit-past-log"
-NO_MESSAGE = "unit-no-message"
-NOT_TIMER = "unit-not-timer"
+BELOW_LOG = "unitBelowLog"
+PAST_LOG = "unitPastLog"
+NO_MESSAGE = "unitNoMessage"
+NOT_TIMER = "unitNotTimer"
 
 
 @dataclass(slots=True, frozen=True)
