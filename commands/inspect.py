@@ -20,7 +20,7 @@ from .checks import crossed, fail_if_overdue_option, parse_duration_ms
 from .common import clock_ms, console, emit_json, format_date_ms, format_duration_ms, format_time_ms
 from .inspect_groups import inspect_consumers, inspect_dlq
 from .inspect_index import inspect_index
-from .outputs import Format, emit, format_option, output_format, store_label, store_name_option
+from .outputs import Format, emit, format_option, output_format, read_for, store_label, store_name_option
 from .inspect_records import inspect_commitlog, inspect_cq, inspect_message
 from .inspect_timer import inspect_timer, print_features
 from .render import print_levels
@@ -234,11 +234,16 @@ def inspect_delay(
     levels = options.delay_level_table(message_delay_level, broker_config)
     overdue_ms = parse_duration_ms(fail_if_overdue, "--fail-if-overdue") if fail_if_overdue is not None else None
     now_ms = clock_ms(now)
+    problems: list[str] = []
     with Store(store_dir) as store:
-        statuses = level_statuses(store, levels, now_ms)
+        if fmt is Format.prometheus:  # a damaged level leaves out its own figures only
+            statuses = [s for level in sorted(levels)
+                        for s in read_for(fmt, problems, lambda: level_statuses(store, levels, now_ms, [level]), [])]
+        else:
+            statuses = level_statuses(store, levels, now_ms)
     from .prometheus import delay_level_families
 
-    emit(fmt, statuses, lambda: delay_level_families(statuses, store_label(store_dir, store_name), now_ms),
+    emit(fmt, statuses, lambda: delay_level_families(statuses, store_label(store_dir, store_name), now_ms, problems),
          lambda: print_levels(f"SCHEDULE_TOPIC_XXXX of {store_dir}", statuses, now_ms, wide))
     if overdue_ms is not None:
         over = [s for s in statuses if s.oldestDueTimestamp is not None and now_ms - s.oldestDueTimestamp > overdue_ms]

@@ -14,7 +14,7 @@ import typer
 
 from . import options
 from .checks import crossed, parse_count, parse_count_or_duration
-from .outputs import Format, emit, format_option, output_format, store_label, store_name_option
+from .outputs import Format, emit, format_option, output_format, read_for, store_label, store_name_option
 from .common import clock_ms, console, format_duration_ms, format_time_ms
 from .tables import Column, hidden_note, print_table
 
@@ -63,15 +63,17 @@ def inspect_consumers(
     if topic is not None:
         validate_topic(topic)
     now_ms = clock_ms(now)
+    problems: list[str] = []
     with Store(store_dir) as store:
-        offsets = read_consumer_offsets(store)
-        rows = consumer_lag(store, offsets, now_ms, group=group, topic=topic)
+        offsets = read_for(fmt, problems, lambda: read_consumer_offsets(store), None)
+        rows = [] if offsets is None else \
+            read_for(fmt, problems, lambda: consumer_lag(store, offsets, now_ms, group=group, topic=topic), [])
     if sort == "lag":
         rows = sort_by_lag(rows)
     from .prometheus import consumer_families
 
     listed = rows if shown is None or fmt is Format.prometheus else rows[:shown]
-    emit(fmt, listed, lambda: consumer_families(rows, store_label(store_dir, store_name), now_ms),
+    emit(fmt, listed, lambda: consumer_families(rows, store_label(store_dir, store_name), now_ms, problems),
          lambda: _print_consumers(rows, offsets, store_dir, now_ms, wide, shown))
     if threshold is not None:
         _check_lag(rows, threshold, fail_if_lag)
@@ -177,11 +179,12 @@ def inspect_dlq(
     most = parse_count(fail_if_dlq, "--fail-if-dlq")
     shown = options.parse_count(limit, "--limit")
     now_ms = clock_ms(now)
+    problems: list[str] = []
     with Store(store_dir) as store:
-        letters = dead_letters(store, now_ms, group)
+        letters = read_for(fmt, problems, lambda: dead_letters(store, now_ms, group), [])
     from .prometheus import dlq_families
 
-    emit(fmt, letters, lambda: dlq_families(letters, store_label(store_dir, store_name), now_ms),
+    emit(fmt, letters, lambda: dlq_families(letters, store_label(store_dir, store_name), now_ms, problems),
          lambda: _print_dlq(letters, store_dir, now_ms, shown, wide))
     if most is not None and len(letters) > most:
         counts: dict[str, int] = {}

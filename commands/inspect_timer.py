@@ -7,6 +7,7 @@ not load them (tests/test_startup.py)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -28,7 +29,7 @@ from .common import (
     progress,
 )
 from .checks import crossed, fail_if_overdue_option, parse_duration_ms
-from .outputs import Format, emit, format_option, output_format, store_label, store_name_option
+from .outputs import Format, emit, format_option, output_format, read_for, store_label, store_name_option
 from .render import print_problems
 from .tables import Column, hidden_note, print_table
 
@@ -116,7 +117,19 @@ def inspect_timer(
         if not timer_files_present(store.path):
             raise StoreError(store.path, None, "a 5.x store with a timer store (timerlog/, timerwheel, "
                                                "config/timercheck); found none")
-        with TimerStore(store, broker_config) as ts:
+        try:
+            timer_store = TimerStore(store, broker_config)
+        except StoreError as exc:
+            if fmt is not Format.prometheus:
+                raise
+            from .outputs import note_problem
+            from .prometheus import exposition, timer_families
+
+            problems = []
+            note_problem(problems, exc)  # a timer store that cannot be opened: still a reading, its problem
+            sys.stdout.write(exposition(timer_families(None, store_label(store_dir, store_name), now_ms, problems)))
+            return
+        with timer_store as ts:
             if verify:
                 _verify(ts, now_ms, json_out)
             elif slots:
@@ -124,21 +137,28 @@ def inspect_timer(
             elif units:
                 _list_units(ts, now_ms, from_ms, to_ms, topic, key, count, json_out, wide)
             else:
-                with progress("reading timer log", ts.log.size) as advance:
-                    status = timer_status(ts, now_ms, hot=hot_n, advance=advance)
+                problems: list[str] = []
+
+                def read() -> TimerStatus:
+                    with progress("reading timer log", ts.log.size) as advance:
+                        return timer_status(ts, now_ms, hot=hot_n, advance=advance)
+
+                status = read_for(fmt, problems, read, None)
                 from .prometheus import timer_families
 
-                emit(fmt, [status], lambda: timer_families(status.as_json(), store_label(store_dir, store_name),
-                                                           now_ms),
+                emit(fmt, [status], lambda: timer_families(None if status is None else status.as_json(),
+                                                           store_label(store_dir, store_name), now_ms, problems),
                      lambda: _print_status(status, wide))
+                if status is None:
+                    return
                 oldest = status.as_json()["pending"]["oldestDueTimestamp"]
                 if overdue_ms is not None and oldest is not None and now_ms - oldest > overdue_ms:
                     crossed("inspect timer", "--fail-if-overdue", fail_if_overdue,
                             f"the oldest due timer message has been due {format_duration_ms(now_ms - oldest)} "
                             f"(slot {format_date_ms(oldest)}; the wheel has read up to "
                             f"{format_date_ms(status.as_json()['dequeue']['lastReadTimeMs'])})")
-                if status.horizon["skipped"]:
-                    raise typer.Exit(EXIT_PROBLEMS)
+                if status.horizon["skipped"] and fmt is not Format.prometheus:
+                    raise typer.Exit(EXIT_PROBLEMS)  # the metrics say it: rmqdelay_timer_skipped_messages
 
 
 # -- the one screen ------------------------------------------------------------------------------

@@ -8,10 +8,13 @@ import sys
 from collections.abc import Callable, Iterable
 from enum import Enum
 from pathlib import Path
+from typing import TypeVar
 
 import typer
 
 from rmqdelay.errors import UsageError
+
+T = TypeVar("T")
 
 
 class Format(str, Enum):
@@ -42,6 +45,33 @@ def store_label(store_dir: Path, store_name: str | None) -> str:
     from rmqdelay.store.ref import store_ref
 
     return store_name if store_name is not None else store_ref(str(store_dir)).name
+
+
+def read_for(fmt: Format, problems: list[str], compute: Callable[[], T], fallback: T) -> T:
+    """``compute()``; under --format prometheus a damaged store's error does not end the
+    output: it is said on stderr in its one line, counted in ``problems`` (the
+    rmqdelay_problems metric) and ``fallback`` stands for what could not be read, so the
+    metrics that can be computed still reach the collector and the command exits 0
+    (docs/metrics.md: monitoring never goes dark). Any other format raises it as always."""
+    if fmt is not Format.prometheus:
+        return compute()
+    from rmqdelay.errors import StoreError
+
+    try:
+        return compute()
+    except StoreError as exc:
+        note_problem(problems, exc)
+        return fallback
+
+
+def note_problem(problems: list[str], exc: Exception) -> None:
+    """One problem, once (a damaged file read for several levels is one problem)."""
+    line = " ".join(str(exc).split())
+    if line in problems:
+        return
+    problems.append(line)
+    sys.stderr.write(f"rmqdelay: {line}\n")
+    sys.stderr.flush()
 
 
 def emit(fmt: Format, items: Iterable, families: Callable[[], list], table: Callable[[], None]) -> None:

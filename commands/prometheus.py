@@ -54,7 +54,7 @@ def exposition(families: Iterable[Family]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def delay_level_families(statuses, store: str, now_ms: int) -> list[Family]:
+def delay_level_families(statuses, store: str, now_ms: int, problems: list[str] = ()) -> list[Family]:
     """Per delay level of one store, labelled store and level: what `inspect delay` shows."""
     families = [
         Family("rmqdelay_delay_level_pending_messages",
@@ -79,7 +79,17 @@ def delay_level_families(statuses, store: str, now_ms: int) -> list[Family]:
         offset.add(labels, s.offset)
         max_offset.add(labels, s.maxOffset)
         delay.add(labels, s.delayMs / 1000)
-    return families + [reading_family(store, now_ms, "delay")]
+    return families + [problems_family(store, "delay", list(problems)), reading_family(store, now_ms, "delay")]
+
+
+def problems_family(store: str, source: str, problems: list[str]) -> Family:
+    """What could not be read, as a figure: 0 on a store read clean, so an alert can say
+    `rmqdelay_problems > 0` instead of waiting for a file to go stale."""
+    family = Family("rmqdelay_problems",
+                    "Problems rmqdelay found reading the store for this output: damaged or unreadable files, each "
+                    "also one line on stderr. The figures that depend on them are left out; the rest are shown.")
+    family.add({"store": store, "source": source}, len(problems))
+    return family
 
 
 def reading_family(store: str, now_ms: int, source: str) -> Family:
@@ -96,8 +106,11 @@ _TIMER_BUCKETS = ("dueNow", "nextMinute", "nextHour", "nextDay", "later")
 _TIMER_BUCKET_LABELS = {"dueNow": "due", "nextMinute": "1m", "nextHour": "1h", "nextDay": "1d", "later": "later"}
 
 
-def timer_families(status: dict, store: str, now_ms: int) -> list[Family]:
-    """The 5.x timer wheel of one store, labelled store: what `inspect timer --json` shows."""
+def timer_families(status: dict | None, store: str, now_ms: int, problems: list[str] = ()) -> list[Family]:
+    """The 5.x timer wheel of one store, labelled store: what `inspect timer --json` shows
+    (``status`` None: the timer store could not be read, ``problems`` say why)."""
+    if status is None:
+        return [problems_family(store, "timer", list(problems)), reading_family(store, now_ms, "timer")]
     pending = status["pending"]
     labels = {"store": store}
     families = []
@@ -141,13 +154,15 @@ def timer_families(status: dict, store: str, now_ms: int) -> list[Family]:
           "Messages in rmq_sys_wheel_timer past the timer's enqueue offset (masterTimerQueueOffset).",
           enqueue["behindMessages"] or 0)
     gauge("rmqdelay_timer_skipped_messages",
-          "Pending messages in slots a broker started now would never read (inspect timer exits 1).",
+          "Pending messages in slots a broker started now would never read: a restart skips them (inspect timer "
+          "warns and exits 1; its --format prometheus exits 0 and says it here).",
           status["horizon"]["skipped"])
+    families.append(problems_family(store, "timer", list(problems)))
     families.append(reading_family(store, now_ms, "timer"))
     return families
 
 
-def consumer_families(rows, store: str, now_ms: int) -> list[Family]:
+def consumer_families(rows, store: str, now_ms: int, problems: list[str] = ()) -> list[Family]:
     """Per group, topic and queue: what `inspect consumers` shows."""
     lag = Family("rmqdelay_consumer_lag_messages",
                  "Messages of the queue the group has not consumed: max offset - committed offset.")
@@ -163,10 +178,11 @@ def consumer_families(rows, store: str, now_ms: int) -> list[Family]:
         if r.consumerOffset is not None:
             committed.add(labels, r.consumerOffset)
         max_offset.add(labels, r.maxOffset)
-    return [lag, lag_age, committed, max_offset, reading_family(store, now_ms, "consumers")]
+    return [lag, lag_age, committed, max_offset, problems_family(store, "consumers", list(problems)),
+            reading_family(store, now_ms, "consumers")]
 
 
-def dlq_families(letters, store: str, now_ms: int) -> list[Family]:
+def dlq_families(letters, store: str, now_ms: int, problems: list[str] = ()) -> list[Family]:
     """Per group: how many messages its %DLQ% topic holds and how old the newest and oldest are."""
     count = Family("rmqdelay_dlq_messages", "Messages in the group's dead-letter queue (%DLQ%GROUP).")
     oldest = Family("rmqdelay_dlq_oldest_age_seconds", "How long the oldest dead-lettered message has sat there.")
@@ -180,4 +196,4 @@ def dlq_families(letters, store: str, now_ms: int) -> list[Family]:
         count.add(labels, len(items))
         oldest.add(labels, max(d.inDlqMs for d in items) / 1000)
         newest.add(labels, max(d.dlqTimestamp for d in items) / 1000)
-    return [count, oldest, newest, reading_family(store, now_ms, "dlq")]
+    return [count, oldest, newest, problems_family(store, "dlq", list(problems)), reading_family(store, now_ms, "dlq")]
