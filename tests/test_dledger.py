@@ -201,7 +201,7 @@ def test_verify_says_what_lies_past_the_committed_index(behind):
     assert counts.messages == 151
     assert counts.dledger["uncommittedEntries"] == 49
     # The queues' units for the uncommitted entries point past the served log.
-    assert problems and {p.kind for p in problems} == {"cq-past-log"}
+    assert problems and {p.kind for p in problems} == {"cqPastLog"}
 
 
 def test_a_damaged_entry_header_is_one_problem_naming_file_and_byte(tmp_path, sample_store):
@@ -216,5 +216,5 @@ def test_a_damaged_entry_header_is_one_problem_naming_file_and_byte(tmp_path, sa
     with Store(path, lenient=True) as store:
         problems = verify_store(store)
     first = problems[0]
-    assert (first.kind, first.file, first.offset) == ("dledger-entry", str(data), e["filePos"])
+    assert (first.kind, first.file, first.offset) == ("dledgerEntry", str(data), e["filePos"])
     assert "pos" in first.expected

@@ -20,9 +20,9 @@ from rmqdelay.store.logfile import LogFile
 from rmqdelay.store.problems import Problem
 
 # Problem kinds of the DLedger framing (verify.py has the record's).
-ENTRY = "dledger-entry"
-ENTRY_INDEX = "dledger-index"
-END_MARK = "dledger-end-mark"
+ENTRY = "dledgerEntry"
+ENTRY_INDEX = "dledgerIndex"
+END_MARK = "dledgerEndMark"
 TAIL = "tail"
 
 _HEAD = struct.Struct(">ii")
