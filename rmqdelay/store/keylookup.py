@@ -123,7 +123,7 @@ def find_by_key(store: Store, key: str, topic: str | None = None, settings: Inde
                 if msg.topic == name and matches(msg, key):
                     found[offset] = msg
     scanned = []
-    if log_start < first:
+    if log_start < first and _first_record(store, log_start) < first:
         scanned.append((log_start, first))
     tail = _after(store, last)
     if tail is not None and tail < log_end:
@@ -132,6 +132,14 @@ def find_by_key(store: Store, key: str, topic: str | None = None, settings: Inde
         for msg in _scan(store, key, topic, start, stop, advance, matches):
             found[msg.commitLogOffset] = msg
     return KeyLookup([found[o] for o in sorted(found)], True, scanned)
+
+
+def _first_record(store: Store, start: int) -> int:
+    """The offset of the log's first record from ``start``: ``start`` itself in a plain log,
+    48 bytes on (behind its entry's header) in a DLedger one."""
+    for msg in store.commitlog.records(start):
+        return msg.commitLogOffset
+    return start
 
 
 def _after(store: Store, offset: int) -> int | None:
