@@ -6,9 +6,11 @@ from conftest import ALL_SAMPLES, b64
 from rmqdelay.formats.commitlog import Message
 from rmqdelay.formats.constants import CQ_STORE_UNIT_SIZE
 from rmqdelay.formats.consumequeue import CqUnit, decode_units, parse_unit
+from rmqdelay.formats.rocksqueue import UNIT_VALUE, UNIT_VALUE_DTYPE
 
 from rmqdelay.store import Store
 from rmqdelay.store.commitlog import Blank
+from rmqdelay.store.layout import is_rocksdb
 
 MESSAGE_FIELDS = ["msgId", "topic", "queueId", "flag", "queueOffset", "commitLogOffset", "storeSize",
                   "sysFlag", "bornTimestamp", "bornHost", "storeTimestamp", "storeHost", "reconsumeTimes",
@@ -121,6 +123,15 @@ def test_fast_and_construct_paths_agree_on_every_sample(name, sample_store):
         assert fast == list(store.commitlog.records(reference=True))
         assert sum(isinstance(r, Message) for r in fast) > 0
     units = 0
+    if is_rocksdb(path / "consumequeue"):  # the units as values of a RocksDB table: the fast path against construct
+        with Store(path) as store:
+            for topic, ids in store.topics().items():
+                for qid in ids:
+                    values = store.consume_queue(topic, qid).values()
+                    by_construct = [UNIT_VALUE.parse(values[i:i + 1].tobytes()) for i in range(len(values))]
+                    assert [tuple(int(v[f]) for f in UNIT_VALUE_DTYPE.names) for v in values] == \
+                        [tuple(c[f] for f in UNIT_VALUE_DTYPE.names) for c in by_construct]
+                    units += len(values)
     for cq_file in sorted((path / "consumequeue").glob("*/*/*")):
         data = cq_file.read_bytes()
         array = decode_units(data)

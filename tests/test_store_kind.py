@@ -51,7 +51,7 @@ def test_broker_config_settings_win_over_the_files(capsys, sample_store, tmp_pat
     assert f["precisionInFiles"] == 1000  # what the wheel's slots were written with
 
 
-def test_a_rocksdb_consume_queue_store_is_refused_in_one_line(capsys, store_copy):
+def test_a_rocksdb_consume_queue_that_cannot_be_read_is_refused_in_one_line(capsys, store_copy):
     store = store_copy("delay-fresh")
     cq = store / "consumequeue"
     for name in ("CURRENT", "IDENTITY", "LOCK", "MANIFEST-000005", "000004.sst"):

@@ -40,6 +40,9 @@ class JsonConfigs:
         None when neither exists. A FormatError of ``build`` names the file."""
         return load_config_file(self.path(name), lambda text: build(parse_fastjson_object(text)))
 
+    def close(self) -> None:
+        pass  # nothing held open
+
 
 def load_config_file(path: Path, parse: Callable[[str], T], *, fallback: bool = True) -> T | None:
     """A broker config file read as ConfigManager.load does: the ``.bak`` when the file is

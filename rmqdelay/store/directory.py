@@ -35,6 +35,8 @@ from rmqdelay.store.layout import COMMITLOG_DIR, CONSUMEQUEUE_DIR, DLEDGER, ROCK
 from rmqdelay.store.lock import lock_holder
 from rmqdelay.store.problems import NOT_A_DIRECTORY, UNREADABLE, Problems, report
 from rmqdelay.store.queues import FileQueues
+from rmqdelay.store.rocksconfigs import RocksConfigs
+from rmqdelay.store.rocksqueues import RocksQueues
 
 __all__ = ["QueueInfo", "Store", "check_store_directory", "load_config_file"]
 
@@ -92,14 +94,14 @@ class Store:
             return DLedgerCommitLog(self.path, self.layout.dledger_dir, self.commitlog_dir, self.problems)
         return CommitLog(self.commitlog_dir, self.problems)
 
-    def _open_queues(self) -> FileQueues:
+    def _open_queues(self) -> FileQueues | RocksQueues:
         if self.layout.queues == ROCKSDB:
-            raise StoreError(self.consumequeue_dir, None, "a consume queue directory of topic folders; found a "
-                                                          "RocksDB database (storeType=defaultRocksDB), which "
-                                                          "rmqdelay does not read")
+            return RocksQueues(self.consumequeue_dir, lambda: self.commitlog.min_offset, self.problems)
         return FileQueues(self.consumequeue_dir, self.problems)
 
-    def _open_configs(self) -> JsonConfigs:
+    def _open_configs(self) -> JsonConfigs | RocksConfigs:
+        if self.layout.configs == ROCKSDB:
+            return RocksConfigs(self.config_dir)
         return JsonConfigs(self.config_dir)
 
     # -- layout -------------------------------------------------------------------------
@@ -134,6 +136,7 @@ class Store:
     def close(self) -> None:
         self.commitlog.close()
         self.queues.close()
+        self.configs.close()
 
     def __enter__(self) -> "Store":
         return self
