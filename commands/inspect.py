@@ -80,9 +80,12 @@ def inspect_store(store_dir: Path = options.store(), json_out: bool = options.js
         offsets = attempt("delayOffsets", store.delay_offsets)
         who = describe_holder(holder) if holder else None
         facts = getattr(store.commitlog, "facts", None)
+        databases = [db.as_json(store.path) for source in (store.queues, store.configs)
+                     for db in (getattr(source, "databases", list)())]
         info = {
             "store": str(store.path),
-            "layout": {**store.layout.as_json(), **({"dledger": facts()} if facts is not None else {})},
+            "layout": {**store.layout.as_json(), **({"dledger": facts()} if facts is not None else {}),
+                       **({"rocksdb": databases} if databases else {})},
             "commitLogFiles": files,
             "minPhysicalOffset": store.commitlog.min_offset,
             "maxPhysicalOffset": max_offset,
@@ -184,7 +187,10 @@ def _print_layout(layout: dict) -> None:
 
     dledger = layout.get("dledger")
     if dledger is None:
-        _say(f"layout: {layout['name']}")
+        _say(f"layout: {layout['name']}" + (" (storeType=defaultRocksDB)" if "rocksdb" in layout else ""))
+        for db in layout.get("rocksdb", []):
+            _say(f"RocksDB {db['directory']}/: column families {', '.join(db['columnFamilies']) or '?'}; written by "
+                 f"RocksDB {db['rocksdbVersion'] or '?'}; {db['sstFiles']} SST file(s), {_bytes(db['bytes'])}")
         return
     term = "?" if dledger["currTerm"] is None else dledger["currTerm"]
     voted = dledger["voteLeader"] or "nobody"

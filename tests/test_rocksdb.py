@@ -8,7 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -36,6 +36,12 @@ def dump() -> dict[str, list[dict]]:
 @pytest.fixture(scope="module")
 def store_path(sample_store) -> Path:
     return sample_store(NAME)
+
+
+def copy_store(source: Path, dest: Path) -> Path:
+    """A writable copy, its zero runs (index, timer files) kept as holes: cp, not copytree."""
+    subprocess.run(["cp", "-a", "--sparse=always", str(source), str(dest)], check=True)
+    return dest
 
 
 def tree_state(root: Path) -> dict[str, tuple[bytes, int]]:
@@ -138,8 +144,7 @@ def test_reading_changes_no_byte_even_while_a_live_instance_holds_the_database(t
     snapshots = tmp_path / "tmp"
     snapshots.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(snapshots))
-    store = tmp_path / "store"
-    shutil.copytree(store_path, store)
+    store = copy_store(store_path, tmp_path / "store")
     # A live writer: opened read-write, holding the database's LOCK, with a write in its WAL.
     live = rocksdict.Rdict(str(store / "config" / "consumerOffsets"), rocksdict.Options(raw_mode=True),
                            column_families={n: rocksdict.Options(raw_mode=True)
@@ -163,8 +168,7 @@ def test_reading_changes_no_byte_even_while_a_live_instance_holds_the_database(t
 
 
 def test_without_the_library_or_with_a_database_it_cannot_read_one_line(tmp_path, store_path, monkeypatch):
-    store = tmp_path / "store"
-    shutil.copytree(store_path, store)
+    store = copy_store(store_path, tmp_path / "store")
     with monkeypatch.context() as m:
         m.setattr(rocksdatabase, "_rocksdict", lambda: None)
         proc = console("inspect", "cq", store, "--topic", "TopicDelay", "--queue", "0")
@@ -175,3 +179,95 @@ def test_without_the_library_or_with_a_database_it_cannot_read_one_line(tmp_path
     proc = console("inspect", "cq", store, "--topic", "TopicDelay", "--queue", "0")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "consumequeue" in proc.stderr and "RocksDB" in proc.stderr and "Traceback" not in proc.stderr
+
+
+NOW = "--now=1796661500000"  # a minute after the broker stopped: 20 level-16 and 30 timer messages pending
+
+
+def _json_lines(proc) -> list[dict]:
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+
+
+def test_inspect_store_names_the_layout_and_its_databases(store_path, dump):
+    info = json.loads(console("inspect", "store", store_path, "--json").stdout)
+    layout = info["layout"]
+    assert (layout["name"], layout["queues"], layout["configs"]) == ("RocksDB", "rocksdb", "rocksdb")
+    dirs = {d["dir"]: d for d in dump["rocksdbDir"]}
+    assert {db["directory"] for db in layout["rocksdb"]} == set(dirs)
+    for db in layout["rocksdb"]:
+        assert db["columnFamilies"] == dirs[db["directory"]]["columnFamilies"]
+        assert db["rocksdbVersion"] == dump["meta"][0]["rocksdbVersion"] == "8.10.0"
+        assert db["sstFiles"] == sum(1 for n in dirs[db["directory"]]["files"] if n.endswith(".sst"))
+    queues = {(q["topic"], q["queueId"]): (q["minOffset"], q["maxOffset"]) for q in info["queues"]}
+    assert queues == {(q["topic"], q["queueId"]): (q["minOffset"], q["maxOffset"]) for q in dump["queue"]}
+    assert info["maxPhysicalOffset"] == dump["meta"][0]["maxPhyOffset"]
+    text = console("inspect", "store", store_path).stdout
+    assert "layout: RocksDB" in text and "RocksDB consumequeue/: column families default, offset; written by RocksDB " \
+        "8.10.0" in text
+
+
+def test_every_read_command_works_on_the_rocksdb_store(store_path, dump):
+    msgs = {m["commitLogOffset"]: m for m in dump["msg"]}
+    units = {(u["topic"], u["queueId"], u["cqOffset"]): u for u in dump["cq"]}
+    # inspect cq: the level-16 queue's units, tagsCode the deliver time.
+    rows = _json_lines(console("inspect", "cq", store_path, "--topic", "SCHEDULE_TOPIC_XXXX", "--queue", "15", "--json"))
+    assert len(rows) == 20
+    for r in rows:
+        u = units[("SCHEDULE_TOPIC_XXXX", 15, r["cqOffset"])]
+        assert (r["commitLogOffset"], r["size"], r["tagsCode"]) == (u["phyOffset"], u["size"], u["tagsCode"])
+    # inspect message by offset and by offset msgId.
+    first = units[("TopicDelay", 0, 0)]
+    for ident in (str(first["phyOffset"]), msgs[first["phyOffset"]]["offsetMsgId"]):
+        m = _json_lines(console("inspect", "message", store_path, ident, "--json"))[0]
+        exp = msgs[first["phyOffset"]]
+        assert (m["topic"], m["queueId"], m["queueOffset"], m["storeTimestamp"], m["properties"]["UNIQ_KEY"]) == \
+            (exp["topic"], exp["queueId"], exp["queueOffset"], exp["storeTimestamp"], exp["uniqKey"])
+    # inspect delay: each level's max offset is its queue's; 20 pending on level 16.
+    levels = {r["level"]: r for r in _json_lines(console("inspect", "delay", store_path, NOW, "--json"))}
+    queue_max = {q["queueId"]: q["maxOffset"] for q in dump["queue"] if q["topic"] == "SCHEDULE_TOPIC_XXXX"}
+    assert {lv: r["maxOffset"] for lv, r in levels.items() if r["maxOffset"]} == {q + 1: m for q, m in queue_max.items()}
+    assert levels[16]["pending"] == 20 and sum(r["pending"] for r in levels.values()) == 20
+    # inspect timer: 30 waiting in the wheel, all 130 units of rmq_sys_wheel_timer enqueued.
+    timer = json.loads(console("inspect", "timer", store_path, NOW, "--json").stdout)
+    assert (timer["pending"]["units"], timer["pending"]["notEnqueued"]) == (30, 0)
+    assert timer["enqueue"]["queueMaxOffset"] == 130 == \
+        next(q["maxOffset"] for q in dump["queue"] if q["topic"] == "rmq_sys_wheel_timer")
+    # inspect consumers: committed offsets from the RocksDB database, lag against the RocksDB queues.
+    rows = _json_lines(console("inspect", "consumers", store_path, NOW, "--json"))
+    committed = {(r["topic"], r["group"], r["queueId"]): r["consumerOffset"] for r in rows
+                 if r["consumerOffset"] is not None}
+    assert committed == {(c["topic"], c["group"], c["queueId"]): c["offset"] for c in dump["consumerOffset"]}
+    dlq = [r for r in rows if r["kind"] == "dlq"]
+    assert [(r["topic"], r["lag"], r["maxOffset"]) for r in dlq] == [("%DLQ%GID_FAIL", 5, 5)]
+    assert sum(r["lag"] for r in rows) == 5
+    # inspect dlq: the five dead-lettered messages, each the dump's.
+    dead = _json_lines(console("inspect", "dlq", store_path, "--json"))
+    assert sorted(d["commitLogOffset"] for d in dead) == \
+        sorted(u["phyOffset"] for u in dump["cq"] if u["topic"] == "%DLQ%GID_FAIL")
+    for d in dead:
+        assert d["uniqKey"] == msgs[d["commitLogOffset"]]["uniqKey"] and d["originalTopic"] == "TopicFail"
+    # trace: a dead-lettered message's whole path, consumed as the RocksDB offsets say.
+    stages = _json_lines(console("trace", store_path, dead[0]["uniqKey"], "--json"))
+    assert [s["stage"] for s in stages] == ["sent", "sendBack", "redelivered", "sendBack", "redelivered", "dlq"]
+    assert stages[0]["consumers"] == [{"group": "GID_FAIL", "consumerOffset": committed[("TopicFail", "GID_FAIL",
+                                                                                         stages[0]["queueId"])],
+                                       "consumed": True}]
+    # analyze (embedded): the backlog and the retry path into the DLQ.
+    rows = _json_lines(console("analyze", "all", store_path, NOW, "--json"))
+    pending = {r["level"]: r["pending"] for r in rows if r["analysis"] == "backlog" and r["table"] == "levels"}
+    assert pending[16] == 20 and sum(pending.values()) == 20
+    groups = [r for r in rows if r["analysis"] == "retries" and r["table"] == "groups"]
+    assert [(g["group"], g["messages"], g["dlq"]) for g in groups] == [("GID_FAIL", 5, 5)]
+    # --format prometheus: the DLQ's lag as a gauge.
+    prom = console("inspect", "consumers", store_path, NOW, "--format", "prometheus")
+    assert prom.returncode == 0, prom.stderr
+    from prometheus_client.parser import text_string_to_metric_families
+
+    lag = {(s.labels["group"], s.labels["topic"], s.labels["queue"]): s.value
+           for f in text_string_to_metric_families(prom.stdout) if f.name == "rmqdelay_consumer_lag_messages"
+           for s in f.samples}
+    assert lag[("GID_FAIL", "%DLQ%GID_FAIL", "0")] == 5 and sum(lag.values()) == 5
+    # --verify: every unit against its message.
+    verify = console("inspect", "commitlog", store_path, "--verify")
+    assert verify.returncode == 0 and "480 unit(s): no problems" in verify.stdout, verify.stdout + verify.stderr

@@ -46,7 +46,8 @@ class RocksConfigs:
     def has_database(self, name: str) -> bool:
         return is_rocksdb(self.database_path(name))
 
-    def facts(self) -> list:
+    def databases(self) -> list:
+        """What `inspect store` says of each database (rocksdatabase.DatabaseFacts)."""
         return [database_facts(self.database_path(n)) for n in ROCKSDB_CONFIG_DIRS if self.has_database(n)]
 
     def describe(self, name: str) -> str:

@@ -47,8 +47,9 @@ class DatabaseFacts:
     column_families: list[str]
     files: dict[str, int] = field(default_factory=dict)  # name -> bytes
 
-    def as_json(self) -> dict:
-        return {"path": str(self.path), "rocksdbVersion": self.rocksdb_version,
+    def as_json(self, root: Path | None = None) -> dict:
+        path = self.path.relative_to(root) if root is not None and self.path.is_relative_to(root) else self.path
+        return {"directory": path.as_posix(), "rocksdbVersion": self.rocksdb_version,
                 "columnFamilies": self.column_families,
                 "sstFiles": sum(1 for n in self.files if n.endswith(".sst")),
                 "bytes": sum(self.files.values())}

@@ -60,8 +60,9 @@ class RocksQueues:
     def describe(self) -> str:
         return f"{self.directory.name}/ (a RocksDB database)"
 
-    def facts(self):
-        return database_facts(self.directory)
+    def databases(self) -> list:
+        """What `inspect store` says of the database (rocksdatabase.DatabaseFacts)."""
+        return [database_facts(self.directory)]
 
     def topics(self) -> dict[str, list[int]]:
         """{topic: queue ids}: every queue with a "max" entry or a unit."""
