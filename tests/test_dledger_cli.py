@@ -58,7 +58,7 @@ def test_inspect_store_names_the_layout_and_its_facts(clean):
     for q in expected["queue"]:
         if (q["topic"], q["queueId"]) in queues:
             got = queues[(q["topic"], q["queueId"])]
-            assert (got["minOffset"], got["maxOffset"], got["maxPhysicOffset"]) == \
+            assert (got["minOffset"], got["maxOffset"], got["maxPhysicalOffset"]) == \
                 (q["minOffset"], q["maxOffset"], q["maxPhysicOffset"])
     screen = console("inspect", "store", path).stdout
     assert "layout: DLedger (enableDLegerCommitLog): node n0" in screen and "committed index 499" in screen
