@@ -166,9 +166,10 @@ def inspect_dlq(
     store_name: Optional[str] = store_name_option(),
     wide: bool = options.wide(),
 ) -> None:
-    """Every dead-lettered message: its group, original topic (RETRY_TOPIC), keys, tags,
-    reconsumeTimes, the first send and the last attempt, how long it has sat in the DLQ, body
-    size. Read-only: putting them back belongs to the consumers.
+    """Every dead-lettered message: its group, original topic (RETRY_TOPIC), keys, UNIQ_KEY, why
+    it died (the group's retryMaxTimes, the consumer's own maxReconsumeTimes, or sent straight
+    to the DLQ), reconsumeTimes, tags, the first send and the last attempt, how long it has sat
+    in the DLQ, body size. Read-only: `dlq resend` puts them back, `dlq export` writes them out.
 
     Example: `rmqdelay inspect dlq /data/broker-a/store --group GID_ORDER --fail-if-dlq 0`
     """
@@ -195,6 +196,14 @@ def inspect_dlq(
                 + ", ".join(f"%DLQ%{g} {n}" for g, n in sorted(counts.items(), key=lambda kv: -kv[1])))
 
 
+def _reason_text(d) -> str:
+    if d.reason == "retryMaxTimes":
+        return f"group limit {d.maxReconsumeTimes}"
+    if d.reason == "maxReconsumeTimes":
+        return f"client limit {d.maxReconsumeTimes}"
+    return "sent to DLQ"
+
+
 def _print_dlq(letters, store_dir: Path, now_ms: int, limit: int | None, wide: bool) -> None:
     from rich.text import Text
 
@@ -203,20 +212,25 @@ def _print_dlq(letters, store_dir: Path, now_ms: int, limit: int | None, wide: b
                        style="bold"))
     if not letters:
         return
-    rows = [[Text(d.group), Text(d.originalTopic or "-"), Text(d.keys or "-"), Text(d.tags or "-"),
-             str(d.reconsumeTimes), format_time_ms(d.firstStoreTimestamp or d.bornTimestamp),
-             format_time_ms(d.lastAttemptTimestamp) if d.lastAttemptTimestamp else "-",
-             format_duration_ms(d.inDlqMs), str(d.bodySize), d.uniqKey or "-"]
+    rows = [[Text(d.group), Text(d.originalTopic or "-"), Text(d.keys or "-"), d.uniqKey or "-",
+             Text(_reason_text(d)), str(d.reconsumeTimes), Text(d.tags or "-"), str(d.bodySize),
+             format_duration_ms(d.inDlqMs), format_time_ms(d.firstStoreTimestamp or d.bornTimestamp),
+             format_time_ms(d.lastAttemptTimestamp) if d.lastAttemptTimestamp else "-"]
             for d in letters[:limit]]
-    hidden = print_table(console, [Column("group", "left", fold=True), Column("original topic", "left", fold=True),
-                                   Column("keys", "left", fold=True, drop=2), Column("tags", "left", drop=4),
-                                   Column("reconsume"), Column("first sent", drop=3), Column("last attempt", drop=5),
-                                   Column("in DLQ"), Column("body", drop=6), Column("uniq key", "left", drop=1)],
+    # At 80 columns the ids an operator acts on (keys, UNIQ_KEY) stay; the times go first.
+    hidden = print_table(console, [Column("group", "left", fold=True), Column("topic", "left", fold=True),
+                                   Column("keys", "left", fold=True), Column("uniq key", "left"),
+                                   Column("why", "left", fold=True, drop=3, floor=8), Column("reconsume", drop=4),
+                                   Column("tags", "left", drop=5), Column("body", drop=6),
+                                   Column("in DLQ", drop=7), Column("first sent", drop=8),
+                                   Column("last attempt", drop=9)],
                          rows, wide=wide)
     if limit is not None and len(letters) > limit:
         console.print(Text(f"{len(letters) - limit} more (--limit, --json)", style="dim"))
-    console.print(Text("first sent: the first copy's store time (its born time when the log no longer holds it); "
-                       "last attempt: the last %RETRY% delivery the consumer failed", style="dim"))
+    console.print(Text("topic: the one it was sent to (RETRY_TOPIC); why: the group's limit (retryMaxTimes) reached (subscriptionGroup.json), the consumer's own "
+                       "maxReconsumeTimes (the most retries the group's dead letters made), or sent straight to "
+                       "the DLQ; first sent: the first copy's store time (its born time when the log no longer "
+                       "holds it); last attempt: the last %RETRY% delivery the consumer failed", style="dim"))
     note = hidden_note(hidden)
     if note:
         console.print(Text(note, style="dim"))

@@ -208,3 +208,37 @@ def test_consumers_total_per_group_sort_by_lag_and_the_worst_group_named(store_c
     assert "more queue(s) (--limit, --json)" in table.out
     bad = run_cli(capsys, "inspect", "consumers", store, "--sort", "age")
     assert bad.code == 2 and "--sort" in bad.err
+
+
+@pytest.mark.parametrize("name", BROKERS)
+def test_dlq_says_why_each_died_and_retries_does_not_call_the_clients_limit_early(name, sample_store, capsys,
+                                                                                 monkeypatch):
+    from clirun import run_cli
+
+    store = sample_store(name)
+    letters = run_cli(capsys, "inspect", "dlq", store, "--json").json_lines()
+    # GID_FAIL's consumer set maxReconsumeTimes 2: deliveries 0, 1, 2, then the DLQ (its copy says 3).
+    assert len(letters) == 8
+    assert {(d["reason"], d["maxReconsumeTimes"], d["reconsumeTimes"]) for d in letters} == {("maxReconsumeTimes", 2, 3)}
+    rows = run_cli(capsys, "analyze", "retries", store, "--json").json_lines()
+    assert not [r for r in rows if r.get("table") == "anomalies" and "early" in str(r.get("kind")).lower()]
+    # At 80 columns the keys and UNIQ_KEY stay and the times go.
+    from rmqdelay.commands import common
+
+    monkeypatch.setattr(common.console.made(), "width", 80)
+    table = run_cli(capsys, "inspect", "dlq", store, "--now", "2026-11-27T12:00:00Z").out
+    assert "uniq key" in table and letters[0]["uniqKey"] in table and letters[0]["keys"] in table
+    assert "client" in table and "last attempt (--wide" in " ".join(table.split())
+
+
+def test_dlq_reasons_from_the_groups_limit_and_sent_straight():
+    from rmqdelay.store.deadletter import DeadLetter, give_reasons
+
+    def letter(group, times):
+        return DeadLetter(group, 0, 0, 0, "id", None, None, "T", None, None, times, 0, None, None, 0, 0, 0)
+
+    letters = [letter("a", 17), letter("a", 1), letter("b", 6), letter("b", 4), letter("c", 1)]
+    give_reasons(letters, {"b": 5})
+    assert [(d.reason, d.maxReconsumeTimes) for d in letters] == [
+        ("retryMaxTimes", 16), ("sentToDlq", None), ("retryMaxTimes", 5), ("maxReconsumeTimes", 3),
+        ("sentToDlq", None)]

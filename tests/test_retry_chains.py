@@ -60,6 +60,24 @@ def _walk(rows: pa.Table) -> tuple[list[dict], list[dict]]:
     return out, anomalies
 
 
+def _beyond_the_groups_limit(out: list[dict], anomalies: list[dict]) -> list[dict]:
+    """The anomalies without the earlyDlq of chains that made as many attempts as their group's
+    furthest chain in the DLQ (the group's own limit)."""
+    limits: dict[tuple, int] = {}
+    for c in out:
+        if c["in_dlq"]:
+            limits[(c["store"], c["group"])] = max(limits.get((c["store"], c["group"]), 0), c["attempts"])
+    kept = []
+    for a in anomalies:
+        if a["kind"] == "earlyDlq":
+            tries, limit = int(a["detail"].split("=")[1]), limits[(a["store"], a["group"])]
+            if tries >= limit:
+                continue
+            a = {**a, "detail": f"attempts={tries} limit={limit}"}
+        kept.append(a)
+    return kept
+
+
 def _rows(rng: np.random.Generator, n: int) -> pa.Table:
     """Retry-path rows as the scan selects them, drawn from few stores, groups and ids."""
     kinds = rng.choice(["send_back", "dlq", "delivery"], size=n, p=[0.5, 0.15, 0.35])
@@ -91,6 +109,27 @@ def test_chains_and_anomalies_are_those_of_following_each_chain(seed):
     order = [*KEYS, "kind", "detail"]
     assert sort_table(anomalies, order).to_pylist() == sort_table(
         pa.Table.from_pylist(expected_anomalies, schema=retries.ANOMALIES_SCHEMA), order).to_pylist()
+    # The result's anomalies: earlyDlq only below the group's own limit.
+    found = retries.tables_of({name: [table] for name, table in retries.partials(chains, anomalies).items()})
+    assert found["anomalies"].to_pylist() == sort_table(pa.Table.from_pylist(
+        _beyond_the_groups_limit(expected_chains, expected_anomalies), schema=retries.ANOMALIES_SCHEMA),
+        order).to_pylist()
+
+
+def test_a_chain_that_ended_at_the_consumers_own_limit_is_not_early():
+    """maxReconsumeTimes 2 (the broker-e2e sample's GID_FAIL): every chain in the DLQ after 2
+    retries; one sent straight to the DLQ at its first failure is still early."""
+    rows = []
+    for chain in ("m1", "m2", "m3"):
+        for t in ((1, 2) if chain != "m3" else ()):
+            rows.append({"store": "s", "topic": RMQ_SYS_SCHEDULE_TOPIC, "store_timestamp": 10 * t, "reconsume_times": t,
+                         "delay_level": 2 + t, "real_topic": "%RETRY%g", "uniq_key": chain, "origin_message_id": chain})
+        rows.append({"store": "s", "topic": "%DLQ%g", "store_timestamp": 99, "reconsume_times": 3 if chain != "m3" else 1,
+                     "delay_level": None, "real_topic": None, "uniq_key": chain, "origin_message_id": chain})
+    chains, anomalies = retries.follow_chains(pa.Table.from_pylist(rows, schema=retries.ROWS_SCHEMA))
+    found = retries.tables_of({name: [table] for name, table in retries.partials(chains, anomalies).items()})
+    assert found["anomalies"].select(["chain", "kind", "detail"]).to_pylist() == \
+        [{"chain": "m3", "kind": "earlyDlq", "detail": "attempts=0 limit=2"}]
 
 
 def test_a_chain_sent_back_through_every_attempt_into_the_dlq_has_no_anomaly():

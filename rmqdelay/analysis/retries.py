@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,6 +24,7 @@ from .spill import KeyedRows, Messages, memory_budget
 
 # SubscriptionGroupConfig.retryMaxTimes / the client's maxReconsumeTimes default.
 MAX_RECONSUME_TIMES = 16
+EARLY_DLQ = "earlyDlq"  # the anomaly of a chain in the DLQ before its group's limit
 
 MESSAGES_SCHEMA = pa.schema([
     ("store", pa.string()), ("group", pa.string()), ("chain", pa.string()), ("attempts", pa.int32()),
@@ -62,6 +65,7 @@ PARTIALS = {
     "counts": (["store", "group"], COUNTS_SCHEMA),
     "spans": (["store", "group", "kind", "span"], SPANS_SCHEMA),
     "attempts": (["store", "group", "attempts"], ATTEMPTS_SCHEMA),
+    "dlq_attempts": (["store", "group", "attempts"], ATTEMPTS_SCHEMA),  # the chains in the DLQ alone
 }
 
 
@@ -107,19 +111,54 @@ def partials(chains: pa.Table, anomalies: pa.Table) -> dict[str, pa.Table]:
     if not chains.num_rows:
         return {}
     return {"counts": group_counts(chains), "spans": span_histogram(chains), "attempts": attempts(chains),
-            "anomalies": anomalies}
+            "dlq_attempts": attempts(chains.filter(chains.column("in_dlq"))), "anomalies": anomalies}
 
 
 def tables_of(found: dict[str, list[pa.Table]]) -> dict[str, pa.Table]:
     """The result tables from the partial results of every part of the chains (``partials``)."""
     folded = {name: sort_table(fold(pa.concat_tables(found.get(name) or [schema.empty_table()]), keys, schema), keys)
               for name, (keys, schema) in PARTIALS.items()}
-    anomalies = pa.concat_tables(found.get("anomalies") or [ANOMALIES_SCHEMA.empty_table()])
+    anomalies = not_the_groups_own_limit(pa.concat_tables(found.get("anomalies") or [ANOMALIES_SCHEMA.empty_table()]),
+                                         folded["dlq_attempts"])
     return {
         "groups": groups_table(folded["counts"], folded["spans"]),
         "attempts": folded["attempts"],
         "anomalies": sort_table(anomalies, ["store", "group", "chain", "kind", "detail"]),
     }
+
+
+def group_limits(dlq_attempts: pa.Table) -> dict[tuple[str, str], int]:
+    """Per (store, group): the most attempts a chain of it made before the DLQ - the limit its
+    consumers gave themselves (their maxReconsumeTimes, or the group's retryMaxTimes), as their
+    attempts show."""
+    limits: dict[tuple[str, str], int] = {}
+    for store, group, tries in zip(*(dlq_attempts.column(c).to_pylist() for c in ("store", "group", "attempts"))):
+        limits[(store, group)] = max(limits.get((store, group), 0), tries)
+    return limits
+
+
+def not_the_groups_own_limit(anomalies: pa.Table, dlq_attempts: pa.Table) -> pa.Table:
+    """The anomalies without the ``earlyDlq`` of chains that made as many attempts as their
+    group's own limit (``group_limits``): a consumer with maxReconsumeTimes 2 sends every
+    message to the DLQ after 2 retries, and that is no anomaly. What stays went to the DLQ
+    before its group's others did (the consumer asked for it: a delay level below 0)."""
+    if not anomalies.num_rows:
+        return anomalies
+    limits = group_limits(dlq_attempts)
+    keep, details = [], []
+    for store, group, kind, detail in zip(*(anomalies.column(c).to_pylist()
+                                            for c in ("store", "group", "kind", "detail"))):
+        if kind != EARLY_DLQ:
+            keep.append(True)
+            details.append(detail)
+            continue
+        tries = int(re.search(r"\d+", detail).group())
+        limit = limits.get((store, group), MAX_RECONSUME_TIMES)
+        keep.append(tries < limit)
+        details.append(f"attempts={tries} limit={limit}")
+    out = anomalies.set_column(anomalies.schema.get_field_index("detail"), "detail",
+                               pa.array(details, type=pa.string()))
+    return out.filter(pa.array(keep))
 
 
 def follow_chains(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
@@ -196,7 +235,8 @@ def _anomalies(rows: pa.Table, key: np.ndarray, first_row: np.ndarray, send_back
                attempts: np.ndarray, in_dlq: np.ndarray, send_backs: _SendBacks, gap: np.ndarray) -> pa.Table:
     """The anomalies of the chains: a send-back whose level is not the broker's for its
     reconsume times (3 + the times before it: 2 + its own), reconsume times that are not
-    1..attempts each once, and a chain in the DLQ before MAX_RECONSUME_TIMES attempts."""
+    1..attempts each once, and a chain in the DLQ before MAX_RECONSUME_TIMES attempts (kept by
+    ``not_the_groups_own_limit`` only when its group's other chains went further)."""
     found = []
     levels = rows.column("delay_level")
     expected = pc.add(pa.array(times, type=pa.int64()), 2)
@@ -207,7 +247,7 @@ def _anomalies(rows: pa.Table, key: np.ndarray, first_row: np.ndarray, send_back
     for k in np.flatnonzero(gap).tolist():
         found.append((k, "gap", "reconsume_times=" + ",".join(str(t) for t in send_backs.of(k))))
     for k in np.flatnonzero(in_dlq & (attempts < MAX_RECONSUME_TIMES)).tolist():
-        found.append((k, "earlyDlq", f"attempts={attempts[k]}"))
+        found.append((k, EARLY_DLQ, f"attempts={attempts[k]}"))
     names = rows.select(["store", "group", "chain"]).take(pa.array(first_row[[k for k, _, _ in found]],
                                                                    type=pa.int64()))
     return pa.table({"store": names.column("store"), "group": names.column("group"), "chain": names.column("chain"),

@@ -7,6 +7,14 @@ fewer) or the consumer asked for it (a delay level below 0). The DLQ copy keeps 
 message's properties, its UNIQ_KEY and born time; ``ORIGIN_MESSAGE_ID`` is the offset msgId of
 the first copy, ``RETRY_TOPIC`` the topic it was first sent to, and its reconsumeTimes field
 counts the failed attempts (the first delivery and every retry).
+
+Why each died (``reason``), from what the broker decided on: its last delivery's reconsumeTimes
+(the DLQ copy's minus one) against the limit. ``retryMaxTimes``: it reached the group's
+retryMaxTimes (subscriptionGroup.json; 16 when the group is not there). ``maxReconsumeTimes``:
+it reached the consumer's own maxReconsumeTimes, which no file keeps: the most retries any dead
+letter of the group made, below retryMaxTimes, is that limit, as the attempts show.
+``sentToDlq``: fewer retries than that (and none at all): the consumer sent it straight to the
+DLQ (a delay level below 0), or a message of a client that had a lower limit then.
 """
 
 from __future__ import annotations
@@ -24,10 +32,12 @@ from rmqdelay.formats.constants import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     RETRY_GROUP_TOPIC_PREFIX,
 )
+from rmqdelay.store.configs import SUBSCRIPTION_GROUPS
 from rmqdelay.store.directory import Store
 from rmqdelay.store.keylookup import by_offset_msg_id
 
 _PRE_BLANK_SIZE = 0x7FFFFFFF
+DEFAULT_RETRY_MAX_TIMES = 16  # SubscriptionGroupConfig.retryMaxTimes
 
 
 @dataclass(slots=True)
@@ -49,6 +59,13 @@ class DeadLetter:
     dlqTimestamp: int  # when it was put into the DLQ
     inDlqMs: int
     bodySize: int
+    reason: str = "sentToDlq"  # retryMaxTimes | maxReconsumeTimes | sentToDlq
+    maxReconsumeTimes: int | None = None  # the limit it reached (None: sent before any)
+
+    @property
+    def retries(self) -> int:
+        """The reconsumeTimes of its last delivery: the retries it had."""
+        return max(self.reconsumeTimes - 1, 0)
 
     def as_json(self) -> dict:
         return {"group": self.group, "topic": DLQ_GROUP_TOPIC_PREFIX + self.group, "queueId": self.queueId,
@@ -57,7 +74,8 @@ class DeadLetter:
                 "keys": self.keys, "tags": self.tags, "reconsumeTimes": self.reconsumeTimes,
                 "bornTimestamp": self.bornTimestamp, "firstStoreTimestamp": self.firstStoreTimestamp,
                 "lastAttemptTimestamp": self.lastAttemptTimestamp, "dlqTimestamp": self.dlqTimestamp,
-                "inDlqMs": self.inDlqMs, "bodySize": self.bodySize}
+                "inDlqMs": self.inDlqMs, "bodySize": self.bodySize, "reason": self.reason,
+                "maxReconsumeTimes": self.maxReconsumeTimes}
 
 
 def _store_time(msg: Message | None) -> int | None:
@@ -88,7 +106,43 @@ def dead_letters(store: Store, now_ms: int, group: str | None = None) -> list[De
                     continue
                 msg = store.commitlog.read_message(int(unit["commitLogOffset"]), int(unit["size"]))
                 out.append(_dead_letter(store, g, qid, first + n, msg, now_ms, retry_times.get(g, {})))
+    give_reasons(out, retry_max_times(store))
     return out
+
+
+def retry_max_times(store: Store) -> dict[str, int]:
+    """Each group's retryMaxTimes from subscriptionGroup.json (or the store's config source)."""
+    def build(doc: dict) -> dict[str, int]:
+        table = doc.get("subscriptionGroupTable", {})
+        out = {}
+        if isinstance(table, dict):
+            for name, config in table.items():
+                value = config.get("retryMaxTimes") if isinstance(config, dict) else None
+                if isinstance(value, int) and not isinstance(value, bool):
+                    out[str(name)] = value
+        return out
+
+    try:
+        return store.configs.load(SUBSCRIPTION_GROUPS, build) or {}
+    except StoreError:
+        return {}  # an unreadable file: the broker's default for every group
+
+
+def give_reasons(letters: list[DeadLetter], group_max: dict[str, int]) -> None:
+    """Set each dead letter's ``reason`` and ``maxReconsumeTimes`` (the module's docstring)."""
+    client: dict[str, int] = {}
+    for d in letters:
+        limit = group_max.get(d.group, DEFAULT_RETRY_MAX_TIMES)
+        if d.retries < limit:
+            client[d.group] = max(client.get(d.group, 0), d.retries)
+    for d in letters:
+        limit = group_max.get(d.group, DEFAULT_RETRY_MAX_TIMES)
+        if d.retries >= limit:
+            d.reason, d.maxReconsumeTimes = "retryMaxTimes", limit
+        elif d.retries and d.retries == client.get(d.group):
+            d.reason, d.maxReconsumeTimes = "maxReconsumeTimes", d.retries
+        else:
+            d.reason, d.maxReconsumeTimes = "sentToDlq", None
 
 
 def _dead_letter(store: Store, group: str, qid: int, offset: int, msg: Message, now_ms: int,
