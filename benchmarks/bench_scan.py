@@ -7,13 +7,18 @@
 - construct path (``parse_message_construct``) on a sample of records: msgs/s;
 - the ratios against the aims (fast path >= 1 GB/s per core, i.e. >= 5% of the raw read and
   >= 10x decode_message; >= 20x the construct path), and a profile of where the fast path
-  spends its time.
+  spends its time;
+- RocksDB consume queues (5.x storeType=defaultRocksDB): ``--rocksdb-units`` units in a
+  database written with rocksdict in the broker's key and value encoding (LZ4 blocks, as the
+  broker's), read through the store's queue source (``cq.units()``): units/s (aim >= 1 M/s),
+  and the time the private snapshot and open take.
 
 The machine may be shared: raw read, fast path and decode_message run in alternating rounds
 (``--rounds``) and each figure is the best of its rounds, so every ratio compares figures
 taken side by side in one run.
 
     python3 benchmarks/bench_scan.py [--messages 400000] [--store DIR] [--rounds 3] [--profile]
+                                     [--rocksdb-units 2000000]
 
 Without ``--store`` it writes a store of ~500-byte messages with StoreWriter (a mix of
 normal, delayed, retry and DLQ-shaped messages) into a temporary directory.
@@ -131,6 +136,78 @@ def construct_sample(store: Path, sample: int) -> tuple[float, int]:
     return elapsed, len(spots)
 
 
+def build_rocksdb_queues(store: Path, units: int, queues: int = 4, unit_size: int = 500) -> None:
+    """A RocksDB store's consume queue database at ``store/consumequeue``: ``units`` units over
+    ``queues`` queues of TopicBench, their "max" and "min" entries and the dispatch checkpoint,
+    in RocksDBConsumeQueueTable's encoding; an empty commit log beside it."""
+    import rocksdict
+
+    from rmqdelay.formats.rocksqueue import (
+        CHECKPOINT_TOPIC,
+        MAX,
+        MIN,
+        OFFSET_CF,
+        bound_key,
+        encode_bound,
+        encode_unit_value,
+        unit_key,
+    )
+
+    (store / "commitlog").mkdir(parents=True)
+    opts = rocksdict.Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.create_missing_column_families(True)
+    opts.set_compression_type(rocksdict.DBCompressionType.lz4())
+    db = rocksdict.Rdict(str(store / "consumequeue"), opts,
+                         column_families={OFFSET_CF: rocksdict.Options(raw_mode=True)})
+    offset_cf = db.get_column_family_handle(OFFSET_CF)
+    topic = b"TopicBench"
+    batch = rocksdict.WriteBatch(raw_mode=True)
+    last = {}
+    for i in range(units):
+        qid, cq_offset = i % queues, i // queues
+        phy = i * unit_size
+        batch.put(unit_key(topic, qid, cq_offset), encode_unit_value(phy, unit_size, 2598919, BORN_MS + i))
+        last[qid] = (phy, cq_offset)
+        if len(batch) >= 100_000:
+            db.write(batch)
+            batch = rocksdict.WriteBatch(raw_mode=True)
+    for qid, (phy, cq_offset) in last.items():
+        batch.put(bound_key(topic, qid, MAX), encode_bound(phy, cq_offset), offset_cf)
+        batch.put(bound_key(topic, qid, MIN), encode_bound(qid * unit_size, 0), offset_cf)
+    batch.put(bound_key(CHECKPOINT_TOPIC.encode(), 0, MAX), (units * unit_size).to_bytes(8, "big"), offset_cf)
+    db.write(batch)
+    db.flush()
+    db.close()
+    (store / "consumequeue" / "rocksdict-config.json").unlink(missing_ok=True)
+
+
+def rocksdb_case(units: int, rounds: int) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="bench-scan-rocksdb-"))
+    try:
+        store = tmp / "store"
+        started = time.perf_counter()
+        build_rocksdb_queues(store, units)
+        size = sum(p.stat().st_size for p in (store / "consumequeue").iterdir())
+        print(f"wrote {units:,} RocksDB consume queue units in {time.perf_counter() - started:.1f} s "
+              f"({size / (1 << 20):,.1f} MiB database)")
+        best = open_best = float("inf")
+        for _ in range(rounds):
+            started = time.perf_counter()
+            with Store(store) as s:
+                queues = [s.consume_queue(t, q) for t, ids in s.topics().items() for q in ids]
+                opened = time.perf_counter()
+                read = sum(len(cq.units()) for cq in queues)
+                done = time.perf_counter()
+            assert read == units, read
+            best = min(best, done - opened)
+            open_best = min(open_best, opened - started)
+        print(f"RocksDB units       {units / best:10,.0f} units/s (aim >= 1,000,000)  "
+              f"snapshot + open + topics {open_best * 1000:,.0f} ms")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=400_000)
@@ -138,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--construct-sample", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; the best of each is kept")
     parser.add_argument("--profile", action="store_true", help="print where the fast path spends its time")
+    parser.add_argument("--rocksdb-units", type=int, default=2_000_000,
+                        help="units of the RocksDB consume queue case (0: skip it)")
     args = parser.parse_args(argv)
 
     tmp = None
@@ -178,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fast path / raw read MB/s:      {scan_mbs / raw_mbs:6.1%}   (aim >= 5%)")
         print(f"fast path / decode_message:     {scan_rate / rec_rate:6.1f}x  (aim >= 10x)")
         print(f"fast path / construct msgs/s:   {scan_rate / con_rate:6.1f}x  (aim >= 20x)")
+        if args.rocksdb_units:
+            rocksdb_case(args.rocksdb_units, args.rounds)
         print("load average (1, 5, 15 min) at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
         if args.profile:
             profiler = cProfile.Profile()
