@@ -222,7 +222,10 @@ def _write_report(report: Path, results: dict[str, AnalysisResult], refs: list[S
 
         lateness_values = read(output / "lateness_messages.parquet", ["store", "level", "latenessMs"])
         timer_values = read(output / "lateness_timer_messages.parquet", ["store", "realTopic", "latenessMs"])
-    page = render_report(results, [r.name for r in refs], at_ms, lateness_values, timer_values)
+    from rmqdelay.analysis.findings import inspect_findings
+
+    page = render_report(results, [r.name for r in refs], at_ms, lateness_values, timer_values,
+                         inspect_findings(refs, at_ms))
     try:
         report.write_text(page, encoding="utf-8")
     except OSError as exc:

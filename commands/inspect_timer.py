@@ -180,6 +180,15 @@ def _print_status(s: TimerStatus, wide: bool) -> None:
     line(f"pending: {total} timer message(s): {due} due now, {soon} in the next minute, {p.beyondRollWindow} rolling "
          f"(due beyond the roll window); {p.cancelMarkers + p.notEnqueuedCancels} cancellation marker(s)"
          + (f", which drop {dropped} of them when their slot is read" if dropped else ""), "bold")
+    h = s.horizon
+    # What changes what an operator does leads the screen (docs/cli.md, "One story per screen").
+    if h["skipped"]:
+        line(f"warning: a broker starting now reads from {format_time_ms(h['readFromMs'])} and SKIPS "
+             f"{h['skipped']} pending message(s) in older slots (the wheel spans "
+             f"{format_duration_ms(h['wheelSpanMs'])}): they are never delivered", "bold red")
+    if s.precisionInFiles is not None and s.precisionInFiles != cfg["timerPrecisionMs"]:
+        line(f"warning: the wheel was written with a precision of {s.precisionInFiles} ms, not "
+             f"{cfg['timerPrecisionMs']} ms (--broker-config reads the broker's timerPrecisionMs)", "bold red")
     d, e, log = s.dequeue, s.enqueue, s.timerLog
     read = "-" if d["lastReadTimeMs"] is None else format_date_ms(d["lastReadTimeMs"])
     line(f"dequeue: read up to {read}, {format_duration_ms(d['behindMs'])} behind; enqueue: "
@@ -195,9 +204,6 @@ def _print_status(s: TimerStatus, wide: bool) -> None:
     if s.rollWindowInFiles is not None and s.rollWindowInFiles != cfg["rollWindowSlots"]:
         line(f"note: the roll units were written with a roll window of {s.rollWindowInFiles} slots "
              f"(timerRollWindowSlot; --broker-config reads the broker's)", "yellow")
-    if s.precisionInFiles is not None and s.precisionInFiles != cfg["timerPrecisionMs"]:
-        warnings.append(f"warning: the wheel was written with a precision of {s.precisionInFiles} ms, not "
-                        f"{cfg['timerPrecisionMs']} ms")
     cp = s.checkpoint
     if cp is None:
         line("checkpoint: none (config/timercheck absent): the broker starts reading at now - 7 days", "dim")
@@ -249,12 +255,7 @@ def _print_status(s: TimerStatus, wide: bool) -> None:
                  "-" if m.drift is None else f"{m.drift:+d}"] for m in s.metrics]
         hidden += print_table(console, [Column("topic", "left", fold=True), Column("timermetrics"),
                                         Column("true count"), Column("drift")], rows, wide=wide)
-    h = s.horizon
-    if h["skipped"]:
-        warnings.append(f"warning: a broker starting now reads from {format_time_ms(h['readFromMs'])} and SKIPS "
-                        f"{h['skipped']} pending message(s) in older slots (the wheel spans "
-                        f"{format_duration_ms(h['wheelSpanMs'])}): they are never delivered")
-    else:
+    if not h["skipped"]:
         line(f"restart: a broker starting now reads from {format_date_ms(h['readFromMs'])}; nothing pending is skipped")
     note = hidden_note(hidden)
     if note:

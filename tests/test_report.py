@@ -236,3 +236,21 @@ def test_timer_charts_count_every_delivered_timer_message_and_every_cancellation
     assert outcomes["cancel honoured"] == 15  # timer-partial's 15 recalls that fell due in its run
     shown = texts(found["timer-outcomes"])
     assert list(zip(shown[0::2], map(int, shown[1::2]))) == list(outcomes.items())
+
+
+def test_the_band_says_what_inspect_warns_of_first_a_restart_that_would_skip(timer_results, sample_store):
+    from rmqdelay.analysis.findings import inspect_findings
+
+    results, at_ms = timer_results
+    later = at_ms + 10 * 86_400_000  # the wheel's read clock more than 7 days behind: a restart skips
+    findings = inspect_findings([StoreRef(name, sample_store(name)) for name in TIMER_SAMPLES], later)
+    skipped = findings["timer-partial"]["restartSkipped"]
+    assert skipped == 828
+    s = store_summary(results, "timer-partial", at_ms, None, findings["timer-partial"])
+    assert s["restartSkipped"] == skipped and s["problems"] >= skipped
+    card = re.search(r'<div class="card" data-store="timer-partial">(.*?)</div></div></div>',
+                     render_report(results, list(TIMER_SAMPLES), at_ms, findings=findings), re.S).group(1)
+    first = re.search(r'<div class="fig ([a-z]*)" data-figure="([A-Za-z]+)"><div class="k">[^<]*</div>'
+                      r'<div class="v">([^<]*)</div>', card)
+    assert first.groups() == ("bad", "restartSkipped", str(skipped))  # it leads the card
+    assert f"{skipped} skipped by a restart now" in card and "none found" not in card

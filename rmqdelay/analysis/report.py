@@ -40,6 +40,7 @@ THRESHOLDS = {
     "dlqRate": (0.01, 0.05),  # retried chains that ended in the DLQ: 1 %, 5 %
     "timerBehindMs": (10_000, 60_000),  # the timer's read position behind the analysis time: 10 s, 1 min
     "problems": (1, 1),  # any problem found is red
+    "restartSkipped": (1, 1),  # a restart now would skip timer messages: red
 }
 
 _STYLE = """
@@ -141,9 +142,10 @@ def _p99(values: np.ndarray) -> int | None:
 
 
 def store_summary(results: dict[str, AnalysisResult], store: str, at_ms: int,
-                  lateness_values: pa.Table | None) -> dict:
+                  lateness_values: pa.Table | None, findings: dict[str, int] | None = None) -> dict:
     """The band's figures of one store, under the names docs/analyze.md gives them (None: the
-    analysis that has it did not run, or the store has none)."""
+    analysis that has it did not run, or the store has none); ``findings``: what `inspect
+    timer` warns of there (analysis/findings.py), counted among the problems."""
     backlog, lateness, retries = results.get("backlog"), results.get("lateness"), results.get("retries")
     out: dict = {"store": store}
     if backlog is not None:
@@ -170,8 +172,22 @@ def store_summary(results: dict[str, AnalysisResult], store: str, at_ms: int,
         out["anomalies"] = _of(retries.tables["anomalies"], store).num_rows
     skipped = {s.file for r in results.values() for s in r.skipped if s.store == store}
     out["skippedFiles"] = len(skipped)
-    out["problems"] = sum(out.get(k) or 0 for k in ("skippedFiles", "anomalies", "duplicates", "missedCancellations"))
+    if findings is not None:
+        out["restartSkipped"] = findings["restartSkipped"]
+        out["unmatchedCancellations"] = findings["unmatchedCancellations"]
+        out["precisionMismatch"] = findings["precisionMismatch"]
+        if out.get("missedCancellations") is None:
+            out["missedCancellations"] = findings["missedCancellations"]
+    out["problems"] = sum(out.get(k) or 0 for k in PROBLEMS)
     return out
+
+
+# What the problems figure adds up, with the words its line gives each.
+PROBLEMS = {"restartSkipped": "skipped by a restart now", "skippedFiles": "file(s) skipped",
+            "anomalies": "retry anomalies", "duplicates": "duplicate deliveries",
+            "missedCancellations": "missed cancellations",
+            "unmatchedCancellations": "cancellations with no target in their slot",
+            "precisionMismatch": "wheel written with another timerPrecisionMs"}
 
 
 def _level(key: str, value) -> str:
@@ -192,6 +208,10 @@ def _fig(label: str, value: str, key: str | None = None, raw=None, sub: str = ""
 
 def _card(s: dict) -> str:
     figs = []
+    if s.get("restartSkipped") is not None:  # what changes what an operator does comes first
+        skipped = s["restartSkipped"]
+        figs.append(_fig("restart", str(skipped), "restartSkipped", skipped,
+                         "timer messages a restart now would skip" if skipped else "a restart now skips nothing"))
     if "pending" in s:
         figs.append(_fig("pending", str(s["pending"]), sub=f"{s['timerPending']} in the timer wheel"
                          if s.get("timerPending") else "delay levels"))
@@ -209,9 +229,7 @@ def _card(s: dict) -> str:
     if s.get("timerBehindMs") is not None:
         figs.append(_fig("timer backlog", str(s["timerPending"]), "timerBehindMs", s["timerBehindMs"],
                          f"read {format_duration_ms(s['timerBehindMs'])} behind"))
-    what = [f"{s[k]} {w}" for k, w in (("skippedFiles", "file(s) skipped"), ("anomalies", "retry anomalies"),
-                                      ("duplicates", "duplicate deliveries"),
-                                      ("missedCancellations", "missed cancellations")) if s.get(k)]
+    what = [f"{s[k]} {w}" for k, w in PROBLEMS.items() if s.get(k)]
     figs.append(_fig("problems", str(s["problems"]), "problems", s["problems"], "; ".join(what) or "none found"))
     name = html.escape(s["store"])
     return f'<div class="card" data-store="{name}"><h3>{name}</h3><div class="figs">{"".join(figs)}</div></div>'
@@ -328,12 +346,14 @@ def _timer_section(result: AnalysisResult, store: str | None, key: str, timer_va
 
 
 def render_report(results: dict[str, AnalysisResult], stores: list[str], at_ms: int,
-                  lateness_values: pa.Table | None = None, timer_values: pa.Table | None = None) -> str:
+                  lateness_values: pa.Table | None = None, timer_values: pa.Table | None = None,
+                  findings: dict[str, dict[str, int]] | None = None) -> str:
     """The page for the analyses that ran. ``lateness_values`` (store, level, lateness_ms) and
     ``timer_values`` (store, real_topic, lateness_ms) stand in for the lateness per-message
     tables when those were written elsewhere."""
     names = sorted(stores)
-    band = ('<div class="band">' + "".join(_card(store_summary(results, s, at_ms, lateness_values)) for s in names)
+    band = ('<div class="band">' + "".join(_card(store_summary(results, s, at_ms, lateness_values, (findings or {}).get(s)))
+                                     for s in names)
             + "</div>")
     body = [band]
     if len(names) > 1:

@@ -148,6 +148,16 @@ class TimerStatus:
             counts[c.state] += 1
         return counts
 
+    def findings(self) -> dict[str, int]:
+        """What `inspect timer` warns of, by count: messages a restart now would skip, markers
+        that missed or have no target (their targets are delivered), a wheel written with
+        another precision (1). The report's problems figure and headlines count these."""
+        counts = self.cancellation_counts()
+        mismatch = self.precisionInFiles is not None and self.precisionInFiles != self.config["timerPrecisionMs"]
+        return {"restartSkipped": self.horizon["skipped"], "missedCancellations": counts[MISSED],
+                "unmatchedCancellations": counts[NOT_IN_SLOT] + counts[QUEUED_NO_TARGET],
+                "precisionMismatch": int(mismatch)}
+
     def as_json(self) -> dict:
         return {
             "store": self.store, "nowMs": self.nowMs, "config": self.config,
