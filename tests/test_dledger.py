@@ -218,3 +218,47 @@ def test_a_damaged_entry_header_is_one_problem_naming_file_and_byte(tmp_path, sa
     first = problems[0]
     assert (first.kind, first.file, first.offset) == ("dledgerEntry", str(data), e["filePos"])
     assert "pos" in first.expected
+
+
+@pytest.fixture(scope="module")
+def migrated(tmp_path_factory):
+    """A store migrated to DLedger, made from the real plain delay-partial store
+    (rmqdelay.samples.dledger.convert_to_dledger): its first three commit log files stay in
+    commitlog/, below dividedCommitlogOffset; the records of the rest sit in DLedger entries
+    from there on, their consume queue units moved with them."""
+    from rmqdelay.samples.dledger import convert_to_dledger
+
+    path = tmp_path_factory.mktemp("migrated") / "store"
+    made = convert_to_dledger(SAMPLES / "delay-partial" / "store", path, divide_files=3)
+    return path, made
+
+
+def test_a_migrated_store_reads_as_one_log(migrated):
+    path, made = migrated
+    plain = SAMPLES / "delay-partial" / "store"
+    with Store(plain) as before, Store(path) as after:
+        old = list(before.commitlog.records())
+        new = list(after.commitlog.records())
+        assert new == list(after.commitlog.records(reference=True))
+        log = after.commitlog
+        assert log.divided == made["dividedCommitlogOffset"] == 3 * 262144
+        assert [f.framing for f in log.files[:3]] == ["plain"] * 3 and \
+            {f.framing for f in log.files[3:]} == {DLEDGER_FRAMING}
+        assert (log.min_offset, after.end_offset()) == (0, made["committedPosition"])
+        assert len(new) == len(old)
+        below = [m for m in old if m.commitLogOffset < log.divided]
+        assert new[:len(below)] == below  # the old log byte for byte
+        for a, b in zip(old[len(below):], new[len(below):]):
+            assert (a.topic, a.queueId, a.queueOffset, a.body, a.properties, a.storeTimestamp) == \
+                (b.topic, b.queueId, b.queueOffset, b.body, b.properties, b.storeTimestamp)
+        assert new[len(below)].commitLogOffset == log.divided + 48
+        # Every unit finds its message across the divide.
+        for topic, ids in after.topics().items():
+            for qid in ids:
+                for i, u in enumerate(after.consume_queue(topic, qid).units()):
+                    msg = after.commitlog.read_message(int(u["commitLogOffset"]), int(u["size"]))
+                    assert (msg.topic, msg.queueId, msg.queueOffset) == (topic, qid, i)
+        rows = sum(b.num_rows for f in log.files for b in scan_commitlog_file(f, "m"))
+        assert rows == len(old)
+    with Store(path, lenient=True) as store:
+        assert verify_store(store) == []
