@@ -5,6 +5,9 @@
   analyses need; msgs/s and MB/s of file bytes;
 - ``decode_message`` per record (``CommitLog.records``): msgs/s;
 - construct path (``parse_message_construct``) on a sample of records: msgs/s;
+- the same scan of the same records laid into DLedger entries (``--dledger``, on by default:
+  ``rmqdelay.samples.dledger.convert_to_dledger`` of the store): msgs/s and its ratio to the
+  plain log's (aim: within 10%);
 - the ratios against the aims (fast path >= 1 GB/s per core, i.e. >= 5% of the raw read and
   >= 10x decode_message; >= 20x the construct path), and a profile of where the fast path
   spends its time;
@@ -18,7 +21,7 @@ The machine may be shared: raw read, fast path and decode_message run in alterna
 taken side by side in one run.
 
     python3 benchmarks/bench_scan.py [--messages 400000] [--store DIR] [--rounds 3] [--profile]
-                                     [--rocksdb-units 2000000]
+                                     [--rocksdb-units 2000000] [--no-dledger]
 
 Without ``--store`` it writes a store of ~500-byte messages with StoreWriter (a mix of
 normal, delayed, retry and DLQ-shaped messages) into a temporary directory.
@@ -40,6 +43,7 @@ from pathlib import Path
 
 from rmqdelay.formats.commitlog import parse_message_construct
 
+from rmqdelay.samples.dledger import convert_to_dledger
 from rmqdelay.store import Store
 from rmqdelay.store.commitlog import CommitLog
 from rmqdelay.store.scan import scan_commitlog_file
@@ -99,7 +103,13 @@ def data_bytes(store: Path) -> int:
         return s.end_offset() - s.commitlog.min_offset
 
 
-def fast_scan(files: list[Path]) -> tuple[float, int]:
+def dledger_files(store: Path) -> list:
+    """The LogFiles of a DLedger store's log (its framing and the bytes it serves)."""
+    with Store(store) as s:
+        return list(s.commitlog.files)
+
+
+def fast_scan(files: list) -> tuple[float, int]:
     started = time.perf_counter()
     rows = 0
     for path in files:
@@ -217,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="print where the fast path spends its time")
     parser.add_argument("--rocksdb-units", type=int, default=2_000_000,
                         help="units of the RocksDB consume queue case (0: skip it)")
+    parser.add_argument("--no-dledger", dest="dledger", action="store_false",
+                        help="skip the scan of the same records in a DLedger log")
     args = parser.parse_args(argv)
 
     tmp = None
@@ -227,17 +239,31 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         build_store(store, args.messages)
         print(f"wrote {args.messages:,} messages in {time.perf_counter() - started:.1f} s -> {store}")
+    dl_tmp = None
     try:
         files = commitlog_files(store)
+        dl_files = []
+        if args.dledger:
+            dl_tmp = Path(tempfile.mkdtemp(prefix="bench-scan-dledger-"))
+            started = time.perf_counter()
+            made = convert_to_dledger(store, dl_tmp / "store")
+            print(f"laid {made['entries']:,} records into DLedger entries in {time.perf_counter() - started:.1f} s")
+            dl_files = dledger_files(dl_tmp / "store")
+            raw_read([f.path for f in dl_files])
+            fast_scan(dl_files)
         raw_read(files)  # warm the page cache
         fast_scan(files)  # the compiled loops: loaded (or compiled) once per process
         data = data_bytes(store)
-        raw_s = scan_s = rec_s = float("inf")
+        raw_s = scan_s = rec_s = dl_s = float("inf")
+        dl_rows = 0
         for _ in range(args.rounds):
             elapsed, raw_total = raw_read(files)
             raw_s = min(raw_s, elapsed)
             elapsed, rows = fast_scan(files)
             scan_s = min(scan_s, elapsed)
+            if dl_files:
+                elapsed, dl_rows = fast_scan(dl_files)
+                dl_s = min(dl_s, elapsed)
             elapsed, rec_rows = per_record(store)
             rec_s = min(rec_s, elapsed)
         con_s, con_rows = construct_sample(store, args.construct_sample)
@@ -253,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"scan fast path      {scan_rate:10,.0f} msgs/s  {scan_mbs:8,.0f} MB/s")
         print(f"decode_message      {rec_rate:10,.0f} msgs/s  {data / mb / rec_s:8,.0f} MB/s")
         print(f"construct (sample)  {con_rate:10,.0f} msgs/s  ({con_rows:,} records)")
+        if dl_files:
+            dl_rate = dl_rows / dl_s
+            print(f"scan DLedger log    {dl_rate:10,.0f} msgs/s  ({dl_rows:,} records in {len(dl_files)} data files)")
+            print(f"DLedger / plain scan msgs/s:    {dl_rate / scan_rate:6.1%}   (aim >= 90%)")
         print(f"fast path MB/s per core:        {scan_mbs:6,.0f}   (aim >= 1,000)")
         print(f"fast path / raw read MB/s:      {scan_mbs / raw_mbs:6.1%}   (aim >= 5%)")
         print(f"fast path / decode_message:     {scan_rate / rec_rate:6.1f}x  (aim >= 10x)")
@@ -271,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+        if dl_tmp is not None:
+            shutil.rmtree(dl_tmp, ignore_errors=True)
     return 0
 
 
