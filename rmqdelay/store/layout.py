@@ -26,7 +26,7 @@ offset space, whatever the framing; every reader above uses only this:
   framing: nothing above looks at ``commitlog/`` paths or at record framing of its own.
 
 ``store.queues`` -- the queue source. ``FileQueues`` (queues.py) over ``consumequeue/``, or
-the RocksDB queue table. ``topics()`` -> {topic: [queue ids]}; ``queue(topic, qid)``;
+``RocksQueues`` (rocksqueues.py) over the RocksDB queue table. ``topics()`` -> {topic: [queue ids]}; ``queue(topic, qid)``;
 ``has_queue(topic, qid)``; ``close()``. A queue (``ConsumeQueue`` is the file one) offers
 ``topic``, ``queue_id``, ``min_offset``, ``max_offset``, ``max_physic_offset``,
 ``units(start, stop)`` (a numpy array of ``formats.consumequeue`` units), ``unit(offset)``,
@@ -41,7 +41,9 @@ follow each other, and ``byte_size`` (what a verify's progress counts). ``store.
 ``CONSUMER_OFFSETS``, ``TOPICS`` or ``SUBSCRIPTION_GROUPS`` and the document is what the JSON
 file holds (``{"offsetTable": ...}``, ``{"topicConfigTable": ...}``,
 ``{"subscriptionGroupTable": ...}``, and ``dataVersion`` where there is one); ``describe(name)``
-names where it is read from, for the screen. ``config/delayOffset.json`` is a file in every
+names where it is read from, for the screen; ``close()``. ``RocksConfigs`` (rocksconfigs.py)
+reads the RocksDB databases. A RocksDB source opens each database from a private snapshot
+(rocksdatabase.py), never where the broker keeps it, and names its databases (``databases()``). ``config/delayOffset.json`` is a file in every
 layout (``store.delay_offsets()``).
 
 Writers append to a plain log and files of units only: ``refuse_unwritable`` is called at
