@@ -13,6 +13,7 @@ from clirun import assert_one_line, console
 from test_bad_input import snapshot
 
 from rmqdelay.schedule.audit import check_store
+from rmqdelay.store import Store
 from rmqdelay.timer.audit import check_timer_store
 
 pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
@@ -72,6 +73,36 @@ def test_a_lost_last_commit_log_file_is_refused_before_a_unit_is_dropped_and_a_r
         check = check_timer_store(store)
         assert check.lost == [] and check.duplicated == [] and check.delivered == 1112
         assert check.delay_delivered == check.delay_parked
+    else:
+        check = check_store(store)
+        assert check.lost == 0 and check.duplicated == 0 and check.pending == 0 and check.problems == []
+
+
+@pytest.mark.parametrize("sample", ["timer-partial", "delay-partial"])
+def test_a_broken_record_the_brokers_recovery_would_cut_at_is_refused_before_a_delivery_is_appended(
+        store_copy, tmp_path, sample):
+    # A zeroed size field in the middle of the log (the file before the last, which the broker's
+    # recoverNormally checks): a broker starting after the run would cut the log there and lose
+    # every delivery appended after it.
+    store = store_copy(sample)
+    with Store(store) as s:
+        mf = s.commitlog.files[-2]
+        offsets = [r.commitLogOffset for r in s.commitlog.records(mf.start) if r.commitLogOffset < mf.end]
+    at = offsets[len(offsets) // 2] - mf.start
+    saved = mf.path.read_bytes()
+    with open(mf.path, "r+b") as fh:
+        fh.seek(at)
+        fh.write(bytes(4))
+    before = snapshot(store)
+    result = console("run", store, "--until-empty", "--now", FAR)
+    assert_one_line(result, 2, f"rmqdelay: {mf.path} at byte {at}: ", "a broker starting now would cut the log there",
+                    f"restore {mf.path.name} from a replica or backup")
+    assert snapshot(store) == before
+    mf.path.write_bytes(saved)  # the way out: the file restored
+    assert console("run", store, "--until-empty", "--now", FAR).returncode == 0
+    if sample == "timer-partial":
+        check = check_timer_store(store)
+        assert check.lost == [] and check.duplicated == [] and check.delivered == 1112
     else:
         check = check_store(store)
         assert check.lost == 0 and check.duplicated == 0 and check.pending == 0 and check.problems == []

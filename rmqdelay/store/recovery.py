@@ -43,6 +43,7 @@ from rmqdelay.formats.constants import (
 )
 from rmqdelay.formats.javanum import java_parse_int
 from rmqdelay.store import Store
+from rmqdelay.store.brokercut import broker_cut
 from rmqdelay.store.commitlog import Blank, End, first_nonzero
 from rmqdelay.store.mappedfiles import MappedFile
 
@@ -130,9 +131,17 @@ def plan_recovery(store: Store) -> RecoveryPlan:
             raise _refuse(store.consumequeue_dir / q.topic / str(q.queueId), None,
                           f"units into a commit log, but {store.commitlog_dir} holds no file")
         return RecoveryPlan(0, None, [], queue_offsets, 0)
-    _refuse_missing_file(store, infos, files[-1])
     walk_from = _checked_top(store, infos, files[-1])
     end, torn, notices = _walk_last_file(store, files[-1], walk_from)
+    if end == files[-1].end:
+        _refuse_missing_file(store, infos, files[-1])
+    cut = broker_cut(store, end)
+    if cut is not None:
+        raise StoreError(cut.path, cut.byte,
+                         f"{cut.why} (damage, not a torn tail): a broker starting now would cut the log there and "
+                         f"drop {cut.dropped} records, and deliveries appended after it with them; rmqdelay does not "
+                         f"write to this store, and changed nothing: restore {cut.path.name} from a replica or "
+                         f"backup, or start the broker once to let its recovery cut the log first")
     cuts = _units_past(store, infos, end)
     for cut in cuts:
         queue_offsets[(cut.topic, cut.queueId)] = cut.first
@@ -145,10 +154,12 @@ def plan_recovery(store: Store) -> RecoveryPlan:
 
 
 def _refuse_missing_file(store: Store, infos, last: MappedFile) -> None:
-    """Units past the end of the last commit log file: a file after it held their records (a
-    file is begun only when a record is appended to it), and it is gone or not a file. That is
-    no torn tail: cutting the units (as the broker's recovery would) loses what the file held,
-    and a rerun with the file back would deliver again. Refused before anything changes."""
+    """Units past the end of the last commit log file, closed by its BLANK: a file after it held
+    their records (a file is begun only when a record is appended to it), and it is gone or not
+    a file. That is no torn tail (a last file whose data ends in zeros is: units past it describe
+    records a power loss took, dropped as the broker drops them): cutting the units loses what
+    the file held, and a rerun with the file back would deliver again. Refused before anything
+    changes."""
     beyond = [i for i in infos if i.maxOffset > i.minOffset and i.maxPhysicOffset > last.end]
     if not beyond:
         return
