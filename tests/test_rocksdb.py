@@ -271,3 +271,75 @@ def test_every_read_command_works_on_the_rocksdb_store(store_path, dump):
     # --verify: every unit against its message.
     verify = console("inspect", "commitlog", store_path, "--verify")
     assert verify.returncode == 0 and "480 unit(s): no problems" in verify.stdout, verify.stdout + verify.stderr
+
+
+def test_every_offset_entry_decodes_as_the_real_code_read_it(store_path, dump):
+    from rmqdelay.formats.rocksqueue import CHECKPOINT_TOPIC, OFFSET_CF, bound_key, parse_bound, parse_bound_key, \
+        parse_checkpoint
+
+    with Store(store_path) as store:
+        entries = list(store.queues.database.items(OFFSET_CF))
+    assert [k.hex() for k, _ in entries] == [e["keyHex"] for e in dump["cqOffsetEntry"]]
+    for (key, value), exp in zip(entries, dump["cqOffsetEntry"]):
+        parsed = parse_bound_key(key)
+        assert (parsed.topic, parsed.which, parsed.queueId) == (exp["topic"], exp["which"], exp["queueId"])
+        assert bound_key(parsed.topic.encode(), parsed.queueId, parsed.which.encode()) == key
+        if parsed.topic == CHECKPOINT_TOPIC:
+            assert exp["cqOffset"] is None and parse_checkpoint(value) == exp["phyOffset"]
+        else:
+            assert (parse_bound(value).phyOffset, parse_bound(value).cqOffset) == (exp["phyOffset"], exp["cqOffset"])
+
+
+def _queue_database(path: Path, units: list[tuple[int, int]], bounds: dict[bytes, tuple[int, int]]) -> None:
+    """A consume queue database of TopicX/0 in the broker's encoding: units (cqOffset, phyOffset)."""
+    import rocksdict
+
+    from rmqdelay.formats.rocksqueue import OFFSET_CF, bound_key, encode_bound, encode_unit_value, unit_key
+
+    opts = rocksdict.Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.create_missing_column_families(True)
+    db = rocksdict.Rdict(str(path), opts, column_families={OFFSET_CF: rocksdict.Options(raw_mode=True)})
+    cf = db.get_column_family(OFFSET_CF)
+    for cq_offset, phy in units:
+        db[unit_key(b"TopicX", 0, cq_offset)] = encode_unit_value(phy, 100, 0, 1_700_000_000_000 + cq_offset)
+    for which, (phy, cq_offset) in bounds.items():
+        cf[bound_key(b"TopicX", 0, which)] = encode_bound(phy, cq_offset)
+    db.close()
+
+
+@pytest.mark.parametrize("log_min, min_entry, expected", [
+    (0, None, 2),  # no "min" yet: the first unit at or after the log's start (here the first one)
+    (0, (0, 0), 0),  # zeros, the log starting at 0: the broker answers 0
+    (450, (0, 0), 5),  # zeros below the log's start: searched, the first unit at or after it
+    (500, (200, 2), 5),  # a "min" whose unit the log no longer holds: searched
+    (0, (300, 3), 3),  # a "min" still in the log: taken as it is
+    (10_000, (200, 2), 10),  # every unit below the log's start: after the last one
+])
+def test_a_queue_s_min_offset_is_the_broker_s(tmp_path, log_min, min_entry, expected):
+    from rmqdelay.formats.rocksqueue import MAX, MIN
+
+    units = [(i, i * 100) for i in range(2, 10)]  # cqOffsets 2..9 at phy 200..900
+    _queue_database(tmp_path / "cq", units, {MAX: (900, 9), **({MIN: min_entry} if min_entry else {})})
+    queues = RocksQueues(tmp_path / "cq", lambda: log_min)
+    try:
+        cq = queues.queue("TopicX", 0)
+        assert (cq.min_offset, cq.max_offset) == (expected, 10)
+        assert queues.topics() == {"TopicX": [0]} and cq.runs() == [(2, 10)]
+        assert [int(u) for u in cq.units(0, 4)["commitLogOffset"]] == [200, 300]
+    finally:
+        queues.close()
+
+
+def test_a_json_file_with_a_higher_data_version_wins_as_the_broker_merges_it(tmp_path, store_path):
+    store = copy_store(store_path, tmp_path / "store")
+    newer = ('{"dataVersion":{"counter":5,"stateVersion":0,"timestamp":1},'
+             '"offsetTable":{"TopicDelay@GID_DELAY":{0:3}}}')
+    (store / "config" / "consumerOffset.json").write_text(newer)
+    with Store(store) as s:
+        offsets = read_consumer_offsets(s)
+    assert offsets.table == {("TopicDelay", "GID_DELAY"): {0: 3}} and offsets.source == "config/consumerOffset.json"
+    (store / "config" / "consumerOffset.json").write_text(newer.replace('"counter":5', '"counter":0'))
+    with Store(store) as s:
+        offsets = read_consumer_offsets(s)
+    assert offsets.table[("TopicDelay", "GID_DELAY")] == {0: 24, 1: 25, 2: 26, 3: 25} and "RocksDB" in offsets.source
