@@ -55,6 +55,7 @@ COMMANDS = {
     "offsets": LazyCommand("offsets", "app", "Read and move the delay offsets (config/delayOffset.json)."),
     "consumers": LazyCommand("consumers", "app",
                              "Read and move a consumer group's offsets (config/consumerOffset.json)."),
+    "dlq": LazyCommand("dlq", "app", "A consumer group's dead letters (%DLQ%GROUP): export them, put them back."),
     "samples": LazyCommand("samples", "app", "Sample stores."),
     "timer": LazyCommand("timer", "app", "The 5.x timer store: repair it offline."),
 }

@@ -137,6 +137,8 @@ def test_inspect_json_fields_are_the_contracts(capsys, sample_store, store_copy)
     check("inspect delay", jsons(capsys, "inspect", "delay", DELAY, "--json"))
     check("offsets show", jsons(capsys, "offsets", "show", DELAY, "--json"))
     check("offsets reset", jsons(capsys, "offsets", "reset", DELAY, "--levels", "4", "--to-latest", "--json"))
+    check("dlq export", jsons(capsys, "dlq", "export", sample_store("broker-e2e"), "--output", "-"))
+    check("dlq resend", jsons(capsys, "dlq", "resend", sample_store("broker-e2e"), "--group", "GID_FAIL", "--json"))
     check("consumers reset", jsons(capsys, "consumers", "reset", sample_store("broker-e2e"), "--group", "GID_FAIL",
                                    "--all-topics", "--include-retry", "--to-earliest", "--json"))
     check("inspect index", jsons(capsys, "inspect", "index", DELAY, "--json"))
@@ -208,7 +210,7 @@ def test_analyze_json_and_parquet_fields_are_the_contracts(capsys, sample_store,
 EVERY_COMMAND = [[]] + [[name] for name in COMMANDS] + [
     ["inspect", c] for c in ("store", "cq", "commitlog", "message", "delay", "index", "timer",
                                     "consumers", "dlq")] + [
-    ["offsets", "show"], ["offsets", "reset"], ["consumers", "show"], ["consumers", "reset"], ["samples", "generate"], ["samples", "unpack"], ["timer", "repair"]]
+    ["offsets", "show"], ["offsets", "reset"], ["consumers", "show"], ["consumers", "reset"], ["dlq", "export"], ["dlq", "resend"], ["samples", "generate"], ["samples", "unpack"], ["timer", "repair"]]
 
 
 @pytest.mark.parametrize("width", [80, 120])
@@ -221,7 +223,7 @@ def test_help_reads_the_same_way_everywhere(capsys, monkeypatch, command, width)
     assert "Example: rmqdelay" in " ".join(text.split()), text
     assert not re.search(r"<(str|int|integer|float|path|bool|text)>|list\[|\{[A-Za-z_]+\}", text), text
     assert max(len(line.rstrip()) for line in text.splitlines()) <= width
-    if command and command[-1] not in ("inspect", "offsets", "consumers", "samples", "timer"):
+    if command and command[-1] not in ("inspect", "offsets", "consumers", "dlq", "samples", "timer"):
         usage = next(line for line in text.splitlines() if "Usage:" in line)
         assert "[OPTIONS]" in usage and "{" not in usage
         # Every option that takes a value names it; a default is shown, or said in words.
@@ -245,6 +247,7 @@ TABLE_COMMANDS = [
     ("trace", "{retry}", "C0000202331C5FFD2B276EC837D60012", "--now", FAR),
     ("offsets", "show", "{delay}", "--now", FAR),
     ("offsets", "reset", "{delay}", "--levels", "1-18", "--to-latest"),
+    ("dlq", "resend", "{be}", "--group", "GID_FAIL"),
     ("consumers", "reset", "{be}", "--group", "GID_FAIL", "--all-topics", "--include-retry", "--to-earliest"),
     ("run", "{delay}", "--dry-run", "--now", FAR),
     ("timer", "repair", "{tp}", "--now", TIMER_AT),

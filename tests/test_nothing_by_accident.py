@@ -40,6 +40,7 @@ def not_a_store(request, tmp_path) -> Path:
     ("run", "{}", "--once"),
     ("offsets", "reset", "{}", "--all-levels", "--to-latest", "--execute"),
     ("consumers", "reset", "{}", "--group", "G", "--all-topics", "--to-latest", "--execute"),
+    ("dlq", "resend", "{}", "--group", "G", "--execute"),
     ("send", "{}", "--topic", "TopicTest", "--delay-level", "3", "--body", "hi"),
     ("timer", "repair", "{}", "--execute"),
 ])
@@ -50,7 +51,7 @@ def test_a_writing_command_on_a_directory_without_a_store_creates_nothing(not_a_
     assert str(not_a_store) in line
     # Says what is missing and how a new store is made.
     assert "commitlog/" in line or "timer store" in line
-    if args[0] in ("run", "offsets", "consumers", "send"):
+    if args[0] in ("run", "offsets", "consumers", "dlq", "send"):
         assert "--create" in line
     assert snapshot(not_a_store) == before  # no commitlog/, config/, lock, ...
 
