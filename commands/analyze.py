@@ -69,9 +69,8 @@ def analyze(
         from rmqdelay.spark.errors import check_master_url
 
         check_master_url(master)
-    import pyarrow.parquet as pq
-
     from rmqdelay.analysis import KINDS, check_stores, checked_request, store_ref
+    from rmqdelay.analysis.arrowfiles import write_parquet
     from rmqdelay.analysis.names import public_table
 
     refs = [store_ref(s) for s in stores]
@@ -82,6 +81,10 @@ def analyze(
     checked_request(kinds[0], refs, levels)  # two stores of one name are refused before any work
     # Where the results go is checked before any work, not after it.
     if output is not None:
+        if spark and not _utf8(output):
+            # Spark's own writer names files through the JVM, which takes text paths only.
+            raise UsageError(f"--output {output}: a directory Spark can write into; its path is not UTF-8 "
+                             f"(give one that is, or leave out --spark)")
         writable_directory(output, "--output")
     if report is not None:
         writable_directory(report.parent, "--report")
@@ -94,7 +97,7 @@ def analyze(
     if output is not None:
         for name, result in results.items():
             for table_name, table in result.tables.items():
-                pq.write_table(public_table(table), output / f"{name}_{table_name}.parquet")
+                write_parquet(public_table(table), output / f"{name}_{table_name}.parquet")
 
     if json_out:
         for name, result in results.items():
@@ -119,6 +122,14 @@ def analyze(
             err_console.print(f"  {s.file} at byte {s.offset}: {s.reason} ({s.bytes} bytes skipped)",
                               markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_PROBLEMS)
+
+
+def _utf8(path: Path) -> bool:
+    try:
+        str(path).encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
 
 
 def _embedded(kinds: list[str], refs: list[StoreRef], at_ms: int, levels: dict[int, int], keep_going: bool,
@@ -207,8 +218,7 @@ def _show(results: dict[str, AnalysisResult], at_ms: int, rows: int | None, wide
 
 def _write_report(report: Path, results: dict[str, AnalysisResult], refs: list[StoreRef], at_ms: int,
                   output: Path | None) -> None:
-    import pyarrow.parquet as pq
-
+    from rmqdelay.analysis.arrowfiles import read_parquet
     from rmqdelay.analysis.names import internal_names
     from rmqdelay.analysis.report import render_report
 
@@ -217,7 +227,7 @@ def _write_report(report: Path, results: dict[str, AnalysisResult], refs: list[S
         # The per-message tables went to --output (from Spark's executors, or as the embedded
         # engine made them): read back what the charts need.
         def read(path: Path, columns: list[str]):
-            table = pq.read_table(path, columns=columns)
+            table = read_parquet(path, columns)
             return table.rename_columns(list(internal_names(columns).values()))
 
         lateness_values = read(output / "lateness_messages.parquet", ["store", "level", "latenessMs"])

@@ -28,6 +28,7 @@ from rmqdelay.analysis import backlog as embedded_backlog
 from rmqdelay.analysis import lateness as embedded_lateness
 from rmqdelay.analysis import retries as embedded_retries
 from rmqdelay.analysis import timer as embedded_timer
+from rmqdelay.analysis.arrowfiles import write_parquet
 from rmqdelay.analysis.common import fold, sort_table
 from rmqdelay.analysis.names import public_name, public_table
 from rmqdelay.store import Store
@@ -142,11 +143,9 @@ def _messages_part(partition: int, messages: pa.Table, messages_to: Path | None,
     if messages_to is None:
         yield _MESSAGES, blocks.block(messages)
         return
-    import pyarrow.parquet as pq
-
     final = messages_to / f"part-{partition:05d}.parquet"
     temporary = messages_to / f".{final.name}.{os.getpid()}-{uuid.uuid4().hex}.tmp"
-    pq.write_table(public_table(sort_table(messages.cast(schema), order)), temporary)
+    write_parquet(public_table(sort_table(messages.cast(schema), order)), temporary)
     os.replace(temporary, final)
 
 
@@ -180,9 +179,7 @@ def _fold_blocks(parts: list[bytes], schema: pa.Schema, keys: list[str]) -> pa.T
 def _no_messages(schema: pa.Schema, messages_to: Path | None) -> pa.Table:
     """An empty per-message table; written where one was asked for, so it is always there."""
     if messages_to not in (None, _NO_MESSAGES):
-        import pyarrow.parquet as pq
-
-        pq.write_table(public_table(schema.empty_table()), messages_to)
+        write_parquet(public_table(schema.empty_table()), messages_to)
     return schema.empty_table()
 
 
@@ -237,7 +234,7 @@ def _timer_backlog(spark: SparkSession, stores: list[StoreRef], at_ms: int,
         hist = embedded_timer.PENDING_HIST_SCHEMA.empty_table()
         return embedded_timer.backlog_tables(hist, pos, at_ms), _no_messages(embedded_timer.PENDING_SCHEMA, messages_to)
     frame = spark.sparkContext.parallelize(parts, len(parts)).toDF(
-        "store string, path string, source string, index int, read_ms bigint, master_offset bigint")
+        "store string, path binary, source string, index int, read_ms bigint, master_offset bigint")
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:

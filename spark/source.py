@@ -11,6 +11,7 @@ first one (file and byte), or keep going and report what was skipped.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from rmqdelay.analysis.lateness import UNIT_COLUMNS, file_units
 from rmqdelay.errors import StoreError
 from rmqdelay.store import Store
 from rmqdelay.store.logfile import LogFile
+from rmqdelay.store.ref import path_bytes
 from rmqdelay.store.scan import (
     SCHEDULE_UNIT_SCHEMA,
     Skipped,
@@ -84,16 +86,16 @@ def commitlog_tasks(stores: list[StoreRef]) -> list[tuple[str, LogFile]]:
     return [(ref.name, file) for ref in stores for file in commitlog_files(ref.path)]
 
 
-_TASK_COLUMNS = "store string, path string, start bigint, size bigint, framing string, served bigint"
+_TASK_COLUMNS = "store string, path binary, start bigint, size bigint, framing string, served bigint"
 
 
 def _task_row(store: str, file: LogFile) -> tuple:
-    return store, str(file.path), file.start, file.size, file.framing, file.served
+    return store, path_bytes(file.path), file.start, file.size, file.framing, file.served
 
 
 def _task_files(batch: pa.RecordBatch) -> Iterator[tuple[str, LogFile]]:
     for store, path, start, size, framing, served in zip(*(batch.column(i).to_pylist() for i in range(6))):
-        yield store, LogFile(Path(path), start, size, framing, served)
+        yield store, LogFile(Path(os.fsdecode(path)), start, size, framing, served)
 
 
 def messages(spark: SparkSession, stores: list[StoreRef], columns: list[str],
@@ -208,13 +210,13 @@ def _file_work(stores: list[StoreRef], with_units: bool) -> list[tuple]:
 
 def schedule_unit_rows(spark: SparkSession, stores: list[StoreRef]) -> DataFrame:
     """Every unit of SCHEDULE_TOPIC_XXXX of every store: one task per store."""
-    names = [(ref.name, str(ref.path)) for ref in stores]
-    frame = spark.sparkContext.parallelize(names, max(len(names), 1)).toDF("store string, path string")
+    names = [(ref.name, path_bytes(ref.path)) for ref in stores]
+    frame = spark.sparkContext.parallelize(names, max(len(names), 1)).toDF("store string, path binary")
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for name, path in zip(batch.column("store").to_pylist(), batch.column("path").to_pylist()):
-                with Store(path) as store:
+                with Store(os.fsdecode(path)) as store:
                     yield from schedule_units(store, name).to_batches()
 
     return frame.mapInArrow(read, spark_schema(SCHEDULE_UNIT_SCHEMA))

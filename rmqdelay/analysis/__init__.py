@@ -103,11 +103,10 @@ def analyze(kind: str, stores: list[StoreRef], at_ms: int, *, delay_levels: dict
     if ordered[0].timer_messages is not None:
         timer = pa.concat_tables([part.timer_messages for part in ordered])
         if messages_to is not None and with_messages:
-            import pyarrow.parquet as pq
-
+            from .arrowfiles import write_parquet
             from .names import public_table
 
-            pq.write_table(public_table(timer), messages_to.with_name(f"{kind}_timer_messages.parquet"))
+            write_parquet(public_table(timer), messages_to.with_name(f"{kind}_timer_messages.parquet"))
             timer = timer.schema.empty_table()
     skipped = [s for ref in stores for s in parts[ref.name].skipped]
     return AnalysisResult(kind, tables, messages, skipped, timer)

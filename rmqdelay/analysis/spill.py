@@ -28,10 +28,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from rmqdelay.errors import UsageError
 
+from .arrowfiles import ParquetParts, arrow_file
 from .common import sort_table
 from .names import public_table
 
@@ -99,7 +99,7 @@ class KeyedRows:
     def _spill_to(self, partitions: int) -> None:
         self._dir = Path(tempfile.mkdtemp(prefix="rmqdelay-analyze-"))
         for i in range(partitions):
-            sink = pa.OSFile(str(self._dir / f"{i:05d}.arrows"), "wb")
+            sink = arrow_file(self._dir / f"{i:05d}.arrows", "wb")
             self._writers.append(pa.ipc.new_stream(sink, self.schema))
         held, self._held, self._held_bytes = self._held, [], 0
         for rows in held:
@@ -125,7 +125,7 @@ class KeyedRows:
             writer.close()
         for i in range(len(self._writers)):
             path = self._dir / f"{i:05d}.arrows"
-            with pa.OSFile(str(path), "rb") as source:
+            with arrow_file(path, "rb") as source:
                 table = pa.ipc.open_stream(source).read_all()
             path.unlink()
             yield table
@@ -153,7 +153,7 @@ class Messages:
         self._to = to if wanted else None
         self._wanted = wanted
         self._parts: list[pa.Table] = []
-        self._writer: pq.ParquetWriter | None = None
+        self._writer: ParquetParts | None = None
 
     def add(self, table: pa.Table) -> None:
         if not self._wanted:
@@ -163,7 +163,7 @@ class Messages:
             return
         part = public_table(sort_table(table.cast(self.schema), self.order))
         if self._writer is None:
-            self._writer = pq.ParquetWriter(str(self._to), part.schema)
+            self._writer = ParquetParts(self._to, part.schema)
         self._writer.write_table(part)
 
     def discard(self) -> None:
@@ -183,7 +183,7 @@ class Messages:
         closes the file (written, with no rows, when none came)."""
         if self._to is not None:
             if self._writer is None:
-                self._writer = pq.ParquetWriter(str(self._to), public_table(self.schema.empty_table()).schema)
+                self._writer = ParquetParts(self._to, public_table(self.schema.empty_table()).schema)
             self._writer.close()
             return self.schema.empty_table()
         if not self._parts:

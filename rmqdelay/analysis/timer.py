@@ -9,6 +9,7 @@ folded the same way (``fold``), so the two give the same tables.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,7 @@ from rmqdelay.formats.timerprops import (
 )
 from rmqdelay.store import Store
 from rmqdelay.store.kind import timer_files_present
+from rmqdelay.store.ref import path_bytes
 from rmqdelay.timer.status import cancelled_targets, restart_read_ms
 from rmqdelay.timer.store import TimerStore, unit_slot_times
 
@@ -57,7 +59,7 @@ def timer_stores(stores: list[StoreRef]) -> list[StoreRef]:
 # -- backlog -----------------------------------------------------------------------------------
 # What each store's timer says before any part is read: where dequeue reads next
 # (lastReadTimeMs) and where enqueue reads next in the queue (masterTimerQueueOffset).
-POSITIONS_SCHEMA = pa.schema([("store", pa.string()), ("path", pa.string()), ("read_ms", pa.int64()),
+POSITIONS_SCHEMA = pa.schema([("store", pa.string()), ("path", pa.binary()), ("read_ms", pa.int64()),
                               ("checkpoint", pa.bool_()), ("master_offset", pa.int64()),
                               ("log_files", pa.int32())])
 # The per-message table behind the timer backlog: one row per pending unit of the wheel
@@ -91,7 +93,7 @@ def positions(stores: list[StoreRef], at_ms: int) -> pa.Table:
         with Store(ref.path) as store, TimerStore(store) as ts:
             cp = ts.checkpoint()
             read_ms = cp.lastReadTimeMs if cp is not None else restart_read_ms(0, at_ms, ts)
-            rows.append({"store": ref.name, "path": str(ref.path), "read_ms": read_ms, "checkpoint": cp is not None,
+            rows.append({"store": ref.name, "path": path_bytes(ref.path), "read_ms": read_ms, "checkpoint": cp is not None,
                          "master_offset": cp.masterTimerQueueOffset if cp is not None else 0,
                          "log_files": len(ts.log.files)})
     return pa.Table.from_pylist(rows, schema=POSITIONS_SCHEMA)
@@ -102,7 +104,7 @@ def cancelled_units(pos: pa.Table) -> dict[str, frozenset[int]]:
     will drop (rmqdelay.timer.status.cancelled_targets): they are not delivered."""
     found = {}
     for row in pos.to_pylist():
-        with Store(Path(row["path"])) as store, TimerStore(store) as ts:
+        with Store(Path(os.fsdecode(row["path"]))) as store, TimerStore(store) as ts:
             found[row["store"]] = frozenset(cancelled_targets(ts, row["read_ms"]))
     return found
 
@@ -119,14 +121,14 @@ def pending_parts(pos: pa.Table) -> list[tuple[str, str, str, int, int, int]]:
     return parts
 
 
-def pending_part(store_name: str, path: str, source: str, index: int, read_ms: int, master_offset: int,
+def pending_part(store_name: str, path: bytes, source: str, index: int, read_ms: int, master_offset: int,
                  cancelled: frozenset[int] = frozenset()) -> pa.Table:
     """PENDING_SCHEMA rows of one part. A wheel unit is pending when its slot is at or after
     the read position; its due time is its slot time, or for a roll unit the TIMER_OUT_MS of
     its record (the roll re-puts it; it is delivered at that time). A record of the queue is
     pending from the enqueue position on, due at its TIMER_OUT_MS. ``cancelled``: the store's
-    ``cancelled_units``."""
-    with Store(Path(path)) as store, TimerStore(store) as ts:
+    ``cancelled_units``. ``path``: the store's, as ``path_bytes`` gives it."""
+    with Store(Path(os.fsdecode(path))) as store, TimerStore(store) as ts:
         if source == WHEEL:
             return _wheel_part(ts, store_name, index, read_ms, cancelled)
         return _queue_part(ts, store_name, master_offset)

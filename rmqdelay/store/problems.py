@@ -22,8 +22,9 @@ class Problem:
     physicalOffset: int | None = None  # where in the whole commit log, when it is about a record
 
     def as_json(self) -> dict:
-        return {"kind": self.kind, "file": self.file, "offset": self.offset,
-                "expected": self.expected, "physicalOffset": self.physicalOffset}
+        # Offsets found by numpy may come as its integers: JSON takes Python's.
+        return {"kind": self.kind, "file": self.file, "offset": _int(self.offset),
+                "expected": self.expected, "physicalOffset": _int(self.physicalOffset)}
 
     def __str__(self) -> str:
         where = self.file if self.offset is None else f"{self.file} at byte {self.offset}"
@@ -31,6 +32,10 @@ class Problem:
 
     def error(self) -> StoreError:
         return StoreError(self.file, self.offset, self.expected)
+
+
+def _int(value: int | None) -> int | None:
+    return None if value is None else int(value)
 
 
 class Problems(list):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rmqdelay.errors import StoreError, StoreWriteError
+from rmqdelay.errors import StoreError
 from rmqdelay.formats.timerlog import (
     MIN_BLANK_LEN,
     UNIT_SIZE,
@@ -56,26 +56,26 @@ class TimerLogFiles:
         existing = list_mapped_files(self.directory) if self.directory.is_dir() else []
         self.file_size = existing[0].size if existing else file_size
         self.end = end
-        self._fds: dict[int, int] = {}
+        self._fds: dict[int, int] = {}  # opened to write (and read)
+        self._read_fds: dict[int, int] = {}  # opened to read only: a read (a dry run's) writes nothing
         self._dirty: set[int] = set()
         self._pending = bytearray()  # appended units (and BLANKs) not written yet, from _pending_at
         self._pending_at = end
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        for fds in (self._fds, self._read_fds):
+            for fd in fds.values():
+                os.close(fd)
+            fds.clear()
 
     def _path(self, file_start: int) -> Path:
         return self.directory / f"{file_start:020d}"
 
-    def _fd(self, file_start: int, *, create: bool) -> int:
+    def _fd(self, file_start: int) -> int:
         fd = self._fds.get(file_start)
         if fd is not None:
             return fd
         path = self._path(file_start)
-        if not create and not path.exists():
-            raise StoreError(path, None, "a timer log file holding this offset")
         fileio.make_dirs(self.directory)
         fd, created = fileio.open_for_write(path)
         try:
@@ -91,7 +91,7 @@ class TimerLogFiles:
 
     def _write(self, offset: int, data: bytes, *, appending: bool = False) -> None:
         file_start = offset - offset % self.file_size
-        fd = self._fd(file_start, create=True)
+        fd = self._fd(file_start)
         self._dirty.add(file_start)
         # An append goes into zeros: what a failed one wrote is zeroed again (no torn unit).
         fileio.write_all(fd, data, offset - file_start, self._path(file_start), zero_on_failure=appending)
@@ -154,11 +154,15 @@ class TimerLogFiles:
         return TimerLogUnit(offset, prev, magic, cwt, delayed, offset_py, size_py, topic_hash, reserved)
 
     def _read_written(self, file_start: int, offset: int) -> bytes:
+        path = self._path(file_start)
         try:
-            fd = self._fd(file_start, create=False)
+            fd = self._fds.get(file_start) or self._read_fds.get(file_start)
+            if fd is None:
+                fd = fileio.open_for_read(path)
+                if fd is None:
+                    raise StoreError(path, None, "a timer log file holding this offset")
+                self._read_fds[file_start] = fd
             return os.pread(fd, UNIT_SIZE, offset - file_start)
-        except StoreWriteError as exc:
-            raise StoreError(self._path(file_start), offset - file_start, exc.what) from None
         except OSError as exc:
             raise StoreError(self._path(file_start), offset - file_start,
                              f"a readable timer log ({exc.strerror})") from None
