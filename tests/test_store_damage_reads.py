@@ -153,3 +153,54 @@ def test_a_dry_run_on_a_read_only_bind_mount(tmp_path, sample_store):
         pytest.skip(f"cannot bind mount here: {proc.stderr.strip()}")
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     assert [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+# -- special files where the timer store's files belong ----------------------------------------
+
+def _fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _dangling(path: Path) -> None:
+    path.unlink()
+    path.symlink_to(path.parent / "nowhere" / path.name)
+
+
+def _events(proc) -> list[dict]:
+    """What a run delivers, drops and says of it (its notices name the wall clock: left out)."""
+    return [e for e in map(json.loads, proc.stdout.splitlines()) if e["event"] != "timerNotice"]
+
+
+def test_a_fifo_or_a_symlink_to_nothing_as_the_wheel_has_a_way_out_that_takes_it(tmp_path, sample_store):
+    # Never opened (a FIFO would block the reader); run refuses in one line naming the repair,
+    # and the repair takes the file's place (keeping it as the .bak): then run goes on as on the
+    # intact store.
+    reference = tmp_path / "intact"
+    shutil.copytree(sample_store("timer-partial"), reference)
+    now = ["--now", "2026-11-23T17:00:00Z"]
+    want = console("run", reference, "--dry-run", "--json", *now)
+    assert want.returncode == 0
+    for damage, name, kind in ((_fifo, "timerwheel", "a FIFO"), (_dangling, "timerwheel", "a symlink to nothing"),
+                               (_fifo, "config/timercheck", "a FIFO")):
+        store = tmp_path / f"{damage.__name__}-{name.replace('/', '-')}"
+        shutil.copytree(reference, store)
+        damage(store / name)
+        before = snapshot(store)
+        for args in (["run", store, "--dry-run"], ["run", store, "--once"], ["inspect", "timer", store]):
+            assert_one_line(console(*args, *now), 2, f"{store / name}: ", f"found {kind}",
+                            f"run `rmqdelay timer repair {store} --execute`")
+        assert snapshot(store) == before
+        assert console("timer", "repair", store, *now).returncode == 1  # the dry run lists the changes
+        assert console("timer", "repair", store, "--execute", *now).returncode == 0
+        assert (store / name).is_file() and os.path.lexists(store / f"{name}.bak")
+        got = console("run", store, "--dry-run", "--json", *now)
+        assert got.returncode == 0 and _events(got) == _events(want), name
+    # A directory cannot be renamed over: both say to move it first.
+    store = tmp_path / "dir"
+    shutil.copytree(reference, store)
+    (store / "timerwheel").unlink()
+    (store / "timerwheel").mkdir()
+    assert_one_line(console("run", store, "--dry-run", *now), 2, "found a directory: move it out of the store, then run")
+    assert_one_line(console("timer", "repair", store, "--execute", *now), 2,
+                    "found a directory: move it out of the store, then run")

@@ -25,6 +25,10 @@ def write_parquet(table: pa.Table, path: Path | str) -> None:
 
 
 def read_parquet(path: Path | str, columns: list[str] | None = None) -> pa.Table:
+    """One Parquet file, or a directory of parts (as Spark's writer leaves them: its paths are
+    UTF-8, as Spark takes no other)."""
+    if os.path.isdir(path):
+        return pq.read_table(os.fsdecode(path), columns=columns)
     with arrow_file(path, "rb") as source:
         return pq.read_table(source, columns=columns)
 

@@ -37,6 +37,21 @@ def file_kind(mode: int) -> str:
     return "not a regular file"
 
 
+def not_regular(path: Path | str) -> str | None:
+    """What stands where a regular file belongs, found without opening it (a FIFO would block
+    an open for reading): None for a regular file, a symlink to one, or nothing at all; else
+    "a FIFO", "a directory", "a symlink to nothing (TARGET)", ..."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if not os.path.islink(path):
+            return None
+        return f"a symlink to nothing ({os.readlink(path)})"
+    except OSError as exc:
+        return f"an unreadable entry ({exc.strerror})"
+    return None if stat.S_ISREG(st.st_mode) else file_kind(st.st_mode)
+
+
 def _check_regular(fd: int, path: Path | str) -> os.stat_result:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
@@ -342,7 +357,7 @@ def unlink(path: Path) -> None:
 def link(src: Path, dst: Path) -> None:
     """A second name for a file (a backup that costs no copy and keeps its holes)."""
     try:
-        os.link(src, dst)
+        os.link(src, dst, follow_symlinks=False)  # a symlink's backup is the symlink
     except OSError as exc:
         raise _write_error(dst, None, f"link to {src.name}", exc) from None
 

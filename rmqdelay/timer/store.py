@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rmqdelay.errors import StoreError
+from rmqdelay.errors import NotRegularFileError, StoreError
 from rmqdelay.formats.commitlog import Message
 from rmqdelay.formats.constants import RMQ_SYS_WHEEL_TIMER_TOPIC
 from rmqdelay.formats.errors import FormatError
@@ -79,7 +79,19 @@ class TimerStore:
     def checkpoint(self) -> TimerCheckpoint | None:
         """config/timercheck, or None when there is none."""
         if self._checkpoint is False:
-            data = read_file(self.checkpoint_path)
+            try:
+                data = read_file(self.checkpoint_path)
+            except NotRegularFileError as exc:
+                # A FIFO, a directory, ... where the checkpoint belongs: the repair sets one
+                # from the data (a rename takes the place of anything but a directory).
+                how = "move it out of the store, then run" if "directory" in exc.expected else "run"
+                error = StoreError(exc.path, None, f"{exc.expected}: {how} `rmqdelay timer repair "
+                                                   f"{self.store.path} --execute`, which sets it from the data")
+                if not self.lenient:
+                    raise error from None
+                self.checkpoint_damage = error
+                self._checkpoint = None
+                return None
             if data is None:
                 self._checkpoint = None
                 return None

@@ -24,18 +24,36 @@ from rmqdelay.formats.timerwheel import (
     slot_from_row,
     slot_index,
 )
-from rmqdelay.store.fileio import map_for_read
+from rmqdelay.store.fileio import map_for_read, not_regular
+
+
+def way_out(path: Path, kind: str | None) -> str:
+    """What to run for a wheel the broker would refuse: the repair rebuilds it from the timer
+    log and keeps the old one as timerwheel.bak; a directory it cannot rename over goes first."""
+    repair = f"run `rmqdelay timer repair {path.parent} --execute`, which rebuilds the wheel from the timer log"
+    if kind == "a directory":
+        return f"move it out of the store, then {repair}"
+    return f"{repair} (keeping this one as {path.name}.bak)"
 
 
 class TimerWheel:
     def __init__(self, path: Path, precision_ms: int, *, lenient: bool = False) -> None:
-        """``lenient``: a file of the wrong size reads as no wheel (``wrong_size`` says its size)."""
+        """``lenient``: a file of the wrong size, or something not a file (a FIFO, a symlink to
+        nothing), reads as no wheel (``wrong_size`` says its size, ``not_regular`` what it is)."""
         self.path = Path(path)
         self.wrong_size: int | None = None
+        self.not_regular: str | None = None
         self.precision_ms = precision_ms
         self._view: memoryview | bytes = b""
+        # Never opened to find out: a FIFO would block a reader (and reads as 0 bytes).
+        kind = not_regular(self.path)
+        if kind is not None:
+            if not lenient:
+                raise StoreError(self.path, None, f"a timer wheel (a regular file), found {kind}: "
+                                                  f"{way_out(self.path, kind)}")
+            self.not_regular = kind
         try:
-            size = self.path.stat().st_size
+            size = 0 if kind is not None else self.path.stat().st_size
         except FileNotFoundError:
             size = 0
         except OSError as exc:
@@ -44,11 +62,18 @@ class TimerWheel:
             self.wrong_size, size = size, 0
         if size not in (0, WHEEL_FILE_SIZE):
             raise StoreError(self.path, size, f"a timer wheel of {WHEEL_FILE_SIZE} bytes ({WHEEL_SLOTS} slots of "
-                                              f"{SLOT_SIZE}; the broker refuses any other length), found {size} bytes")
+                                              f"{SLOT_SIZE}; the broker refuses any other length), found {size} bytes: "
+                                              f"{way_out(self.path, None)}")
         self.size = size
         if size:
             # The wheel is mostly holes: only its data extents are mapped from the file.
             self._view = map_for_read(self.path)
+
+    @property
+    def replaceable(self) -> bool:
+        """Whether `timer repair --execute` can put a wheel in this one's place (a rename
+        replaces anything but a directory)."""
+        return self.not_regular != "a directory"
 
     @property
     def exists(self) -> bool:

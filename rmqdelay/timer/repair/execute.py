@@ -108,8 +108,16 @@ def execute_repair(store_path: Path, plan: RepairPlan) -> None:
 
 
 def _check_target(path: Path) -> None:
-    """A file that cannot be replaced (immutable, a directory, ...) is found before any rename."""
+    """A file that cannot be replaced (immutable, a directory, ...) is found before any rename.
+    A FIFO, a socket or a symlink to nothing in a file's place is replaced (the rename takes
+    its name; the backup keeps it), never opened: a FIFO would block."""
     if not os.path.lexists(path):
+        return
+    kind = fileio.not_regular(path)
+    if kind == "a directory":
+        raise StoreWriteError(path, None, "a regular file to replace, found a directory: move it out of the store, "
+                                          "then run `rmqdelay timer repair --execute` again")
+    if kind is not None:
         return
     fd, _ = fileio.open_for_write(path, create=False)
     os.close(fd)

@@ -151,7 +151,7 @@ def rebuild_wheel(ts: TimerStore, groups: dict[int, tuple[int, int, int]], read_
     for index, (stored, (first, last, num)) in chosen.items():
         rows.append((index, stored, first, last, num, 0))
     new = np.array(sorted(rows), dtype=SLOTS_DTYPE)
-    if ts.wheel.wrong_size is None and len(new) == len(old) and \
+    if ts.wheel.wrong_size is None and ts.wheel.not_regular is None and len(new) == len(old) and \
             all(np.array_equal(new[n], old[n]) for n in SLOTS_DTYPE.names):
         return
     old_set = {tuple(int(r[n]) for n in SLOTS_DTYPE.names) for r in old}
@@ -159,6 +159,9 @@ def rebuild_wheel(ts: TimerStore, groups: dict[int, tuple[int, int, int]], read_
     plan.slotsChanged = len({r[0] for r in old_set ^ new_set})
     plan.wheel = new
     counts_fixed = _count_fixes(old, new)
+    if ts.wheel.not_regular is not None:
+        plan.changes.append(Change("timerwheel", "file", f"{ts.wheel.not_regular} (read as no wheel)",
+                                   f"a regular file of {WHEEL_FILE_SIZE} bytes"))
     if ts.wheel.wrong_size is not None:
         plan.changes.append(Change("timerwheel", "file size", f"{ts.wheel.wrong_size} bytes (read as no wheel)",
                                    f"{WHEEL_FILE_SIZE} bytes"))
