@@ -19,7 +19,7 @@ from rmqdelay.formats.javanum import java_parse_long
 from rmqdelay.errors import EXIT_PROBLEMS, StoreError, UsageError
 
 from . import options
-from .common import clock_ms, console, emit_json, err_console, progress
+from .common import clock_ms, console, emit_json, err_console, parse_time_ms, progress
 from .inspect_index import find_messages_by_key, parked_note
 from .inspect_timer import message_timer_info, message_units, timer_rows, unit_lines
 from .render import (
@@ -117,6 +117,8 @@ def inspect_commitlog(
     limit: Optional[str] = options.limit("messages"),
     topic: Optional[str] = typer.Option(None, "--topic", metavar="TOPIC", show_default=False,
                                         help="Only messages of this topic."),
+    since: Optional[str] = options.since("messages stored"),
+    until: Optional[str] = options.until("messages stored"),
     verify: bool = typer.Option(False, "--verify", help="Check the whole store instead of listing: body CRCs, "
                                                         "magic codes, sizes, and that every consume queue unit "
                                                         "points at a message of its topic, queue and queueOffset. "
@@ -125,9 +127,10 @@ def inspect_commitlog(
     json_out: bool = options.json_out(),
     wide: bool = options.wide(),
 ) -> None:
-    """Messages as the broker stored them, in commit log order.
+    """Messages as the broker stored them, in commit log order. --since/--until list a window
+    of store time, found by bisection over the files and the index (not a read from the start).
 
-    Example: `rmqdelay inspect commitlog STORE --topic TopicTest --limit 50`
+    Example: `rmqdelay inspect commitlog STORE --topic TopicTest --since 2026-11-22T12:00:00Z --limit 50`
     """
     from rich.text import Text
 
@@ -135,14 +138,19 @@ def inspect_commitlog(
     from rmqdelay.store.topics import validate_topic
 
     if verify:
-        if offset is not None or limit is not None or topic is not None:
-            raise UsageError("--verify checks the whole store; it takes no --offset, --limit or --topic")
+        if offset is not None or limit is not None or topic is not None or since is not None or until is not None:
+            raise UsageError("--verify checks the whole store; it takes no --offset, --limit, --topic, --since "
+                             "or --until")
         _verify(store_dir, json_out)
         return
     if topic is not None:
         validate_topic(topic)
     count = options.parse_count(limit, "--limit")
     start = options.parse_count(offset, "--offset")
+    since_ms = None if since is None else parse_time_ms(since, "--since")
+    until_ms = None if until is None else parse_time_ms(until, "--until")
+    if start is not None and since_ms is not None:
+        raise UsageError("--offset and --since: give one of them (both say where the listing starts)")
     with Store(store_dir) as store:
         log = store.commitlog
         first = log.min_offset if start is None else start
@@ -150,11 +158,18 @@ def inspect_commitlog(
             raise StoreError(log.directory, start, f"a physical offset inside the commit log "
                                                    f"[{log.min_offset}, {log.files[-1].end if log.files else 0})")
         end = log.files[-1].end if log.files else 0
+        if since_ms is not None:
+            from rmqdelay.store.timewindow import first_at_or_after
+
+            found = first_at_or_after(store, since_ms)
+            first = end if found is None else found
         shown: list = []
         n = 0
         with progress("reading commit log", max(end - first, 0)) as advance:
-            for msg in log.records(first) if count != 0 else ():
+            for msg in log.records(first) if count != 0 and first < end else ():
                 advance(msg.storeSize)
+                if until_ms is not None and msg.storeTimestamp >= until_ms:
+                    break  # store times rise along the log: the window ends here
                 if topic is not None and msg.topic != topic:
                     continue
                 n += 1
