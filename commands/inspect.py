@@ -8,6 +8,7 @@ command loads only what it reads (tests/test_startup.py)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -48,6 +49,7 @@ def inspect_store(store_dir: Path = options.store(), json_out: bool = options.js
     from rmqdelay.store import Store
     from rmqdelay.store.kind import store_features
     from rmqdelay.store.lock import describe_holder
+    from rmqdelay.store.problems import Problem
 
     with Store(store_dir, lenient=True) as store:
         problems = store.problems
@@ -75,6 +77,9 @@ def inspect_store(store_dir: Path = options.store(), json_out: bool = options.js
                                    "maxPhysicalOffset": info[2]})
         hint = max([q["maxPhysicalOffset"] for q in queues], default=store.commitlog.min_offset)
         max_offset = attempt("endOfData", lambda: store.commitlog.end_offset(hint=hint))
+        cut = _broker_cut(store) if max_offset is not None else None
+        if cut is not None:
+            problems.append(Problem("brokerCut", str(cut.path), cut.byte, cut.describe(), cut.offset))
         holder = store.lock_holder()
         checkpoint = attempt("checkpoint", store.checkpoint)
         offsets = attempt("delayOffsets", store.delay_offsets)
@@ -89,6 +94,7 @@ def inspect_store(store_dir: Path = options.store(), json_out: bool = options.js
             "commitLogFiles": files,
             "minPhysicalOffset": store.commitlog.min_offset,
             "maxPhysicalOffset": max_offset,
+            "brokerCut": None if cut is None else cut.as_json(),
             "queues": queues,
             "lockFilePresent": store.lock_path.exists(),
             "lockHolderPid": holder,
@@ -111,6 +117,21 @@ def inspect_store(store_dir: Path = options.store(), json_out: bool = options.js
         _print_store(info, wide)
     if problems:
         _exit_problems()
+
+
+def _broker_cut(store):
+    """Where a broker starting now would cut the log (store/brokercut.py), or None; a log whose
+    end cannot be told is left to the problems that say why."""
+    from rmqdelay.store.brokercut import broker_cut
+    from rmqdelay.store.layout import PLAIN
+    from rmqdelay.store.recovery import data_end
+
+    if store.layout.log != PLAIN:  # a DLedger log ends where its committed index says
+        return None
+    try:
+        return broker_cut(store, data_end(store))
+    except StoreError:
+        return None
 
 
 def _bytes(n: int) -> str:
@@ -247,10 +268,18 @@ def inspect_delay(
                         for s in read_for(fmt, problems, lambda: level_statuses(store, levels, now_ms, [level]), [])]
         else:
             statuses = level_statuses(store, levels, now_ms)
+        cut = _broker_cut(store)
     from .prometheus import delay_level_families
 
-    emit(fmt, statuses, lambda: delay_level_families(statuses, store_label(store_dir, store_name), now_ms, problems),
+    emit(fmt, statuses, lambda: delay_level_families(statuses, store_label(store_dir, store_name), now_ms, problems,
+                                                     cut),
          lambda: print_levels(f"SCHEDULE_TOPIC_XXXX of {store_dir}", statuses, now_ms, wide))
+    if cut is not None:
+        # The deliveries these levels wait for would go after a record the broker cuts the log at;
+        # --format prometheus says it in rmqdelay_broker_cut_records and exits 0.
+        sys.stderr.write(f"rmqdelay: {cut.describe()}\n")
+        if fmt is not Format.prometheus:
+            raise typer.Exit(EXIT_PROBLEMS)
     if overdue_ms is not None:
         over = [s for s in statuses if s.oldestDueTimestamp is not None and now_ms - s.oldestDueTimestamp > overdue_ms]
         worst = min(over, key=lambda s: s.oldestDueTimestamp, default=None)

@@ -54,7 +54,7 @@ def exposition(families: Iterable[Family]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def delay_level_families(statuses, store: str, now_ms: int, problems: list[str] = ()) -> list[Family]:
+def delay_level_families(statuses, store: str, now_ms: int, problems: list[str] = (), cut=None) -> list[Family]:
     """Per delay level of one store, labelled store and level: what `inspect delay` shows."""
     families = [
         Family("rmqdelay_delay_level_pending_messages",
@@ -79,7 +79,18 @@ def delay_level_families(statuses, store: str, now_ms: int, problems: list[str] 
         offset.add(labels, s.offset)
         max_offset.add(labels, s.maxOffset)
         delay.add(labels, s.delayMs / 1000)
-    return families + [problems_family(store, "delay", list(problems)), reading_family(store, now_ms, "delay")]
+    return families + [broker_cut_family(store, cut), problems_family(store, "delay", list(problems)),
+                       reading_family(store, now_ms, "delay")]
+
+
+def broker_cut_family(store: str, cut) -> Family:
+    """The records a broker starting now would drop, cutting its commit log at a record its
+    recovery stops at (store/brokercut.py): 0 on a log it keeps whole."""
+    family = Family("rmqdelay_broker_cut_records",
+                    "Records a broker starting now would drop: its recovery cuts the commit log at a broken record "
+                    "(inspect store names it) and every queue unit after it goes; 0 when it keeps the log whole.")
+    family.add({"store": store}, 0 if cut is None else cut.dropped)
+    return family
 
 
 def problems_family(store: str, source: str, problems: list[str]) -> Family:

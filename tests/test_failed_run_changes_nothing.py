@@ -6,6 +6,7 @@ back, a rerun delivers everything exactly once, no hand edit needed."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -14,6 +15,8 @@ from test_bad_input import snapshot
 
 from rmqdelay.schedule.audit import check_store
 from rmqdelay.store import Store
+from rmqdelay.store.brokercut import broker_cut
+from rmqdelay.store.recovery import data_end
 from rmqdelay.timer.audit import check_timer_store
 
 pytestmark = pytest.mark.clock  # the 5.x samples' times (tests/wallclock.py)
@@ -94,6 +97,21 @@ def test_a_broken_record_the_brokers_recovery_would_cut_at_is_refused_before_a_d
         fh.seek(at)
         fh.write(bytes(4))
     before = snapshot(store)
+    # The reads say it too: inspect store and inspect delay exit 1, the metric is printed, exit 0.
+    said = f"a broker starting now would cut the log at {mf.path}:{at} ("
+    with Store(store) as s:
+        slow, fast = broker_cut(s, data_end(s), fast=False), broker_cut(s, data_end(s), fast=True)
+    assert slow == fast and slow.describe().startswith(said) and slow.dropped > 0
+    shown = console("inspect", "store", store, "--json")
+    assert shown.returncode == 1 and json.loads(shown.stdout)["brokerCut"] == {
+        "file": str(mf.path), "offset": at, "physicalOffset": mf.start + at, "reason": slow.why,
+        "droppedRecords": slow.dropped}
+    assert "brokerCut" in [p["kind"] for p in json.loads(shown.stdout)["problems"]]
+    delay = console("inspect", "delay", store, "--now", FAR)
+    assert delay.returncode == 1 and delay.stderr.strip().splitlines() == [f"rmqdelay: {slow.describe()}"]
+    metrics = console("inspect", "delay", store, "--now", FAR, "--format", "prometheus")
+    assert metrics.returncode == 0 and \
+        f'rmqdelay_broker_cut_records{{store="{store.name}"}} {slow.dropped}' in metrics.stdout.splitlines()
     result = console("run", store, "--until-empty", "--now", FAR)
     assert_one_line(result, 2, f"rmqdelay: {mf.path} at byte {at}: ", "a broker starting now would cut the log there",
                     f"restore {mf.path.name} from a replica or backup")

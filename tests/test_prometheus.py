@@ -30,7 +30,9 @@ def test_per_level_metrics_match_the_json_view():
         "rmqdelay_delay_level_pending_messages", "rmqdelay_delay_level_due_messages",
         "rmqdelay_delay_level_oldest_due_age_seconds", "rmqdelay_delay_level_offset",
         "rmqdelay_delay_level_max_offset", "rmqdelay_delay_level_delay_seconds",
-        "rmqdelay_problems", "rmqdelay_reading_timestamp_seconds"])
+        "rmqdelay_broker_cut_records", "rmqdelay_problems", "rmqdelay_reading_timestamp_seconds"])
+    [cut] = families.pop("rmqdelay_broker_cut_records").samples
+    assert cut.value == 0 and cut.labels == {"store": "delay-partial"}
     [problems] = families.pop("rmqdelay_problems").samples
     assert problems.value == 0 and problems.labels == {"store": "delay-partial", "source": "delay"}
     [reading] = families.pop("rmqdelay_reading_timestamp_seconds").samples
