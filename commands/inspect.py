@@ -18,7 +18,7 @@ from rmqdelay.errors import EXIT_PROBLEMS, StoreError
 
 from . import options
 from .checks import crossed, fail_if_overdue_option, parse_duration_ms
-from .common import clock_ms, console, emit_json, format_date_ms, format_duration_ms, format_time_ms
+from .common import clock_ms, console, emit_json, format_date_ms, format_duration_ms, format_relative_ms, format_time_ms
 from .inspect_groups import inspect_consumers, inspect_dlq
 from .inspect_index import inspect_index
 from .outputs import Format, emit, format_option, output_format, read_for, store_label, store_name_option
@@ -38,11 +38,18 @@ def _exit_problems() -> None:
 # -- inspect store ---------------------------------------------------------------------------
 
 def inspect_store(store_dir: Path = options.store(), json_out: bool = options.json_out(),
-                  broker_config: Optional[Path] = options.broker_config("the timer settings"),
+                  broker_config: Optional[Path] = options.broker_config(
+                      "the timer settings and retention (fileReservedTime, deleteWhen, diskMaxUsedSpaceRatio)"),
+                  now: Optional[str] = options.now("retention is judged at"),
+                  output_format_: Format = format_option(),
+                  store_name: Optional[str] = store_name_option(),
                   wide: bool = options.wide()) -> None:
     """One screen: what kind of store (4.x or 5.x features), commit log files, offsets, queues,
-    lock and abort state, checkpoint, delay offsets. What cannot be read is listed under
-    problems (exit 1); the rest is still shown.
+    lock and abort state, checkpoint, delay offsets, and what retention deletes when: each
+    commit log file's deletion (fileReservedTime, deleteWhen, diskMaxUsedSpaceRatio from
+    --broker-config, else the broker's 72 h, "04", 75 %) and the messages not yet consumed by
+    each group, and the delay and timer messages not yet due, that go with it. What cannot be
+    read is listed under problems (exit 1); the rest is still shown.
 
     Example: `rmqdelay inspect store /data/broker-a/store`
     """
@@ -51,6 +58,8 @@ def inspect_store(store_dir: Path = options.store(), json_out: bool = options.js
     from rmqdelay.store.lock import describe_holder
     from rmqdelay.store.problems import Problem
 
+    fmt = output_format(json_out, output_format_)
+    now_ms = clock_ms(now)
     with Store(store_dir, lenient=True) as store:
         problems = store.problems
 
@@ -87,6 +96,9 @@ def inspect_store(store_dir: Path = options.store(), json_out: bool = options.js
         facts = getattr(store.commitlog, "facts", None)
         databases = [db.as_json(store.path) for source in (store.queues, store.configs)
                      for db in (getattr(source, "databases", list)())]
+        from rmqdelay.analysis.retention import retention
+
+        kept = attempt("retention", lambda: retention(store, broker_config, now_ms))
         info = {
             "store": str(store.path),
             "layout": {**store.layout.as_json(), **({"dledger": facts()} if facts is not None else {}),
@@ -109,12 +121,21 @@ def inspect_store(store_dir: Path = options.store(), json_out: bool = options.js
                     "confirmPhyOffset": checkpoint.confirmPhyOffset} if features.version == "5.x" else {})},
             "delayOffsets": None if offsets is None else {str(k): v for k, v in sorted(offsets.offsetTable.items())},
             "features": features.as_json(),
+            "retention": kept,
             "problems": [p.as_json() for p in problems],
         }
-    if json_out:
+    if fmt is Format.prometheus:
+        import sys
+
+        from .prometheus import exposition, retention_families
+
+        sys.stdout.write(exposition(retention_families(kept, store_label(store_dir, store_name))))
+        return
+    if fmt is Format.json:
         emit_json(info)
     else:
         _print_store(info, wide)
+        _print_retention(kept, now_ms, wide)
     if problems:
         _exit_problems()
 
@@ -200,6 +221,39 @@ def _print_store(info: dict, wide: bool) -> None:
         for p in info["problems"]:
             where = p["file"] if p["offset"] is None else f"{p['file']} at byte {p['offset']}"
             console.print(Text(f"{p['kind']}: {where}: {p['expected']}"), soft_wrap=True)
+
+
+def _print_retention(kept: dict | None, now_ms: int, wide: bool) -> None:
+    from rich.text import Text
+
+    if kept is None:
+        return
+    st = kept["settings"]
+    used = "?" if kept["diskUsedRatio"] is None else f"{kept['diskUsedRatio'] * 100:.0f} %"
+    files = kept["files"]
+    going = [f for f in files if f["deleteTimestamp"] is not None]
+    risky = [g for g in kept["consumers"] if g["messages"]]
+    lost = sum(g["messages"] for g in risky) + kept["delay"]["messages"] + \
+        (kept["timer"]["messages"] if kept["timer"] else 0)
+    _say(f"retention: fileReservedTime {st['fileReservedTime']} h, deleteWhen {st['deleteWhen']}, "
+         f"diskMaxUsedSpaceRatio {st['diskMaxUsedSpaceRatio']} % (disk {used} used): {len(going)} of {len(files)} "
+         f"commit log file(s) deleted, {lost} message(s) not yet read or due go with them", "bold")
+    rows = [[f["file"], format_time_ms(f["lastModifiedTimestamp"]),
+             "never (the current file)" if f["deleteTimestamp"] is None else format_relative_ms(f["deleteTimestamp"], now_ms),
+             f["why"]] for f in files]
+    hidden = print_table(console, [Column("file", "left"), Column("last modified", drop=1), Column("deleted", "left"),
+                                   Column("why", "left", drop=2)], rows, wide=wide)
+    for g in risky:
+        _say(f"group {g['group']}: {g['messages']} message(s) not consumed yet in files deleted from "
+             f"{format_relative_ms(g['firstDeleteTimestamp'], now_ms)}", "yellow")
+    for kind, name in (("delay", "delay-level"), ("timer", "timer")):
+        r = kept[kind]
+        if r and r["messages"]:
+            _say(f"{r['messages']} {name} message(s) waiting in files deleted before they are due (from "
+                 f"{format_relative_ms(r['firstDeleteTimestamp'], now_ms)})", "yellow")
+    note = hidden_note(hidden)
+    if note:
+        _say(note, "dim")
 
 
 def _print_layout(layout: dict) -> None:

@@ -208,3 +208,25 @@ def dlq_families(letters, store: str, now_ms: int, problems: list[str] = ()) -> 
         oldest.add(labels, max(d.inDlqMs for d in items) / 1000)
         newest.add(labels, max(d.dlqTimestamp for d in items) / 1000)
     return [count, oldest, newest, problems_family(store, "dlq", list(problems)), reading_family(store, now_ms, "dlq")]
+
+
+def retention_families(kept: dict | None, store: str) -> list[Family]:
+    """What `inspect store` says of retention: when each commit log file is deleted, and the
+    messages not yet read or due that go with them."""
+    if kept is None:
+        return []
+    files = Family("rmqdelay_retention_file_delete_timestamp_seconds",
+                   "When the broker's retention deletes the commit log file (epoch seconds); the current file has none.")
+    for f in kept["files"]:
+        if f["deleteTimestamp"] is not None:
+            files.add({"store": store, "file": f["file"]}, f["deleteTimestamp"] / 1000)
+    groups = Family("rmqdelay_retention_unconsumed_messages",
+                    "Messages a consumer group has not consumed yet that live in commit log files retention deletes.")
+    for g in kept["consumers"]:
+        groups.add({"store": store, "group": g["group"]}, g["messages"])
+    parked = Family("rmqdelay_retention_parked_messages",
+                    "Delay-level and timer messages waiting in commit log files deleted before they are due.")
+    for kind in ("delay", "timer"):
+        if kept.get(kind) is not None:
+            parked.add({"store": store, "kind": kind}, kept[kind]["messages"])
+    return [files, groups, parked]
