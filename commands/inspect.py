@@ -96,7 +96,7 @@ def inspect_store(store_dir: Path = options.store(), json_out: bool = options.js
         facts = getattr(store.commitlog, "facts", None)
         databases = [db.as_json(store.path) for source in (store.queues, store.configs)
                      for db in (getattr(source, "databases", list)())]
-        from rmqdelay.analysis.retention import retention
+        from rmqdelay.groups.retention import retention
 
         kept = attempt("retention", lambda: retention(store, broker_config, now_ms))
         info = {

@@ -11,7 +11,7 @@ import pytest
 from clirun import run_cli
 from prometheus_client.parser import text_string_to_metric_families
 
-from rmqdelay.analysis import retention as retention_module
+from rmqdelay.groups import retention as retention_module
 
 pytestmark = pytest.mark.clock
 HOUR = 3_600_000

@@ -1,2 +1,3 @@
-"""The consumer groups' incident actions offline: move a group's committed offsets
-(reset.py), and its dead letters: why each died, export them, put them back."""
+"""What an operator does next in an incident, offline: move a consumer group's committed
+offsets (reset.py), its dead letters - why each died, export them, put them back
+(deadletters.py) - and what the broker's retention will take before it is read (retention.py)."""

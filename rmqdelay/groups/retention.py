@@ -235,12 +235,13 @@ def delay_at_risk(store: Store, fates: list[FileFate]) -> AtRisk:
 
 def timer_at_risk(store: Store, fates: list[FileFate], broker_config: Path | None) -> AtRisk | None:
     """5.x timer messages waiting whose parked record's file is deleted before their slot time."""
-    from rmqdelay.formats.timerlog import TIMER_MAGIC_DELETE
     from rmqdelay.store.kind import timer_files_present
-    from rmqdelay.timer.store import TimerStore
 
     if not timer_files_present(store.path):
         return None
+    from rmqdelay.formats.constants import TIMER_MAGIC_DELETE
+    from rmqdelay.timer.store import TimerStore
+
     deaths = _Deaths(fates)
     parts, due = [], []
     try:
