@@ -51,6 +51,11 @@ COMMANDS = {
                         "rewrite into SCHEDULE_TOPIC_XXXX, on a 5.x store the timer rewrite into "
                         "rmq_sys_wheel_timer); adds the topic to config/topics.json; a new store only with "
                         "--create. Refused while a broker holds STORE/lock."),
+    "serve": LazyCommand("serve", "serve",
+                         "Serve the metrics of `--format prometheus` for each STORE over HTTP at /metrics, for "
+                         "Prometheus to scrape: read-only and without the lock (safe beside the running broker), "
+                         "each scrape bounded by --scrape-timeout, a reading reused for --cache. Runs until SIGTERM "
+                         "or Ctrl-C, then exits 0."),
     "inspect": LazyCommand("inspect", "app", "Read-only views of a broker store."),
     "offsets": LazyCommand("offsets", "app", "Read and move the delay offsets (config/delayOffset.json)."),
     "consumers": LazyCommand("consumers", "app",

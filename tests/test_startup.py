@@ -34,7 +34,7 @@ NOT_FOR_A_READ = ("numba", "llvmlite", "pyarrow", "pyspark", "pandas", "rmqdelay
                   # The timer store's modules (their structs built at import): STORE is 4.x.
                   "rmqdelay.timer", "rmqdelay.formats.timerlog", "rmqdelay.formats.timerwheel")
 
-EVERY_COMMAND = ["run", "analyze", "send", "trace",
+EVERY_COMMAND = ["run", "analyze", "send", "trace", "serve",
                  "inspect", "inspect store", "inspect cq", "inspect commitlog", "inspect message",
                  "inspect delay", "inspect index", "inspect timer", "inspect consumers", "inspect dlq",
                  "offsets", "offsets show", "offsets reset",
