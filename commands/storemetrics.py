@@ -1,6 +1,6 @@
 """Every metric `--format prometheus` gives of one store, in one reading: what `inspect delay`,
-`inspect timer` (a 5.x store with a timer store), `inspect consumers` and `inspect dlq` print
-under it, each source read as those commands read it (a damaged file is a problem of that
+`inspect timer` (a 5.x store with a timer store), `inspect consumers`, `inspect dlq` and
+`inspect store` (retention) print under it, each source read as those commands read it (a damaged file is a problem of that
 source, counted in rmqdelay_problems, and the rest is read). `rmqdelay serve` serves it.
 
 Nothing is printed here: the problems are returned, the caller says them. The store and
@@ -44,6 +44,7 @@ def read_store(path: Path, label: str, now_ms: int, levels: dict[int, int],
     """One reading of the store at ``path``: every family, labelled ``store=label``, merged by
     name (rmqdelay_problems and rmqdelay_reading_timestamp_seconds once, a sample per source)."""
     from rmqdelay.errors import StoreError
+    from rmqdelay.groups.retention import retention
     from rmqdelay.schedule.status import level_statuses
     from rmqdelay.store import Store
     from rmqdelay.store.consumers import consumer_lag, read_consumer_offsets
@@ -51,7 +52,8 @@ def read_store(path: Path, label: str, now_ms: int, levels: dict[int, int],
     from rmqdelay.store.kind import timer_files_present
 
     from .inspect import _broker_cut as broker_cut
-    from .prometheus import consumer_families, delay_level_families, dlq_families, problems_family, timer_families
+    from .prometheus import (consumer_families, delay_level_families, dlq_families, problems_family,
+                             retention_families, timer_families)
 
     problems: list[str] = []
     try:
@@ -82,6 +84,11 @@ def read_store(path: Path, label: str, now_ms: int, levels: dict[int, int],
 
         mine = []
         families += dlq_families(_collect(mine, lambda: dead_letters(store, now_ms), []), label, now_ms, mine)
+        problems += mine
+
+        mine = []  # inspect store's retention; its problems (and the store's) are source="store"
+        families += retention_families(_collect(mine, lambda: retention(store, broker_config, now_ms), None), label)
+        families.append(problems_family(label, "store", mine))
         problems += mine
     return Reading(merged(families), problems)
 

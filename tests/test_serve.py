@@ -77,13 +77,17 @@ def test_the_metrics_of_format_prometheus_served_and_a_reading_shared(served, ca
     # Every family has its HELP; the figures are those of inspect's --format prometheus, store by store.
     assert all(f.documentation for f in text_string_to_metric_families(first))
     expected = set()
-    for store, path, sources in (("a", DELAY_STORE, ("delay", "consumers", "dlq")),
-                                 ("t", timer_store, ("delay", "timer", "consumers", "dlq"))):
+    for store, path, sources in (("a", DELAY_STORE, ("delay", "consumers", "dlq", "store")),
+                                 ("t", timer_store, ("delay", "timer", "consumers", "dlq", "store"))):
         for source in sources:
             proc = console("inspect", source, path, "--format", "prometheus", "--now", PINNED_MS, "--store-name", store)
             assert proc.returncode == 0, proc.stderr
             expected |= samples(proc.stdout)
-    assert samples(first, skip=OWN) == expected
+    # rmqdelay_problems{source="store"}: what the store's opening and retention found (inspect store
+    # lists it under problems).
+    store_problems = {s for s in samples(first) if s[0] == "rmqdelay_problems" and ("source", "store") in s[1]}
+    assert {(s[1], s[2]) for s in store_problems} == {((("source", "store"), ("store", n)), 0) for n in "at"}
+    assert samples(first, skip=OWN) - store_problems == expected
     assert value(first, "rmqdelay_timer_pending_messages", store="t", due="roll") > 0
     assert tree(DELAY_STORE, timer_store) == before  # read-only
     assert capsys.readouterr().err == ""
