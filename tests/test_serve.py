@@ -5,13 +5,17 @@ a reading shared within --cache; a slow store served from its last reading withi
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import threading
 import urllib.request
 
 import pytest
+import yaml
 from clirun import CONSOLE_SCRIPT, console
 from conftest import SAMPLES
 from prometheus_client.parser import text_string_to_metric_families
@@ -165,3 +169,91 @@ def test_the_command_serves_says_what_it_cannot_read_and_ends_on_sigterm(tmp_pat
     rest = child.stderr.read().splitlines()
     assert rest == [f"rmqdelay: serve: store lost: {missing}: a broker store directory (it does not exist)"]
     assert child.stdout.read() == ""
+
+
+# -- docs/grafana-dashboard.json and docs/prometheus-rules.yml ------------------------------------
+DOCS = SAMPLES.parent / "docs"
+PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool",
+                "offset", "inf", "nan"}
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression reads: its identifiers, less functions (a name
+    before '('), keywords, label matchers, grouping clauses, ranges and strings."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    text = re.sub(r"\{[^}]*\}", "", text)
+    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
+    text = re.sub(r"\[[^\]]*\]", "", text)
+    names = set()
+    for match in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", text):
+        word, rest = match.group(0), text[match.end():].lstrip()
+        if rest.startswith("(") or word.lower() in PROMQL_WORDS or re.fullmatch(r"\d+[smhdwy]", word):
+            continue
+        if match.start() and text[match.start() - 1] in "0123456789.$":
+            continue  # 1e3, 5m, $store
+        names.add(word)
+    return names
+
+
+def test_metric_names_of_an_expression():
+    assert metric_names('max by (store, level) (rmqdelay_x{store=~"$store",kind!="dlq"}) > 600') == {"rmqdelay_x"}
+    assert metric_names("time() - max by (store) (a_b) and on (store) deriv(c[5m]) > 1e3") == {"a_b", "c"}
+    assert metric_names("up == 0") == {"up"}
+
+
+def test_the_dashboard_and_the_rules_use_only_what_the_exporter_serves(served):
+    _, port, _ = served
+    body = scrape(port)
+    served_names = {f.name for f in text_string_to_metric_families(body)} | \
+        {s.name for f in text_string_to_metric_families(body) for s in f.samples}
+
+    dashboard = json.loads((DOCS / "grafana-dashboard.json").read_text(encoding="utf-8"))
+    # Grafana's dashboard model, as an import takes it: the fields it needs, the data source an input.
+    assert isinstance(dashboard["title"], str) and dashboard["title"]
+    assert isinstance(dashboard["schemaVersion"], int) and dashboard["schemaVersion"] >= 36
+    assert [i["name"] for i in dashboard["__inputs"]] == ["DS_PROMETHEUS"]
+    assert dashboard["__inputs"][0]["pluginId"] == "prometheus" and dashboard["__inputs"][0]["type"] == "datasource"
+    [store_var] = dashboard["templating"]["list"]
+    assert store_var["name"] == "store" and store_var["type"] == "query"
+    assert store_var["datasource"]["uid"] == "${DS_PROMETHEUS}"
+    exprs = {store_var["query"]["query"].removeprefix("label_values(").split(",")[0]}
+    ids, shown = set(), 0
+    for panel in dashboard["panels"]:
+        assert panel["id"] not in ids and isinstance(panel["title"], str) and panel["title"]
+        ids.add(panel["id"])
+        grid = panel["gridPos"]
+        assert {"h", "w", "x", "y"} <= set(grid) and grid["x"] + grid["w"] <= 24
+        if panel["type"] == "row":
+            continue
+        assert panel["type"] in ("stat", "timeseries") and panel["datasource"]["uid"] == "${DS_PROMETHEUS}"
+        assert panel["targets"] and all(t["expr"] and t["refId"] for t in panel["targets"])
+        exprs |= {t["expr"] for t in panel["targets"]}
+        shown += 1
+    assert shown >= 6
+    used = set().union(*map(metric_names, exprs))
+    assert used and used <= served_names, used - served_names
+    for wanted in ("rmqdelay_delay_level_pending_messages", "rmqdelay_delay_level_oldest_due_age_seconds",
+                   "rmqdelay_timer_pending_messages", "rmqdelay_timer_skipped_messages", "rmqdelay_problems",
+                   "rmqdelay_consumer_lag_messages", "rmqdelay_dlq_messages"):
+        assert wanted in used
+
+    text = (DOCS / "prometheus-rules.yml").read_text(encoding="utf-8")
+    rules = yaml.safe_load(text)
+    alerts = [rule for group in rules["groups"] for rule in group["rules"]]
+    assert all(g["name"] and g["rules"] for g in rules["groups"])
+    for rule in alerts:
+        assert set(rule) <= {"alert", "expr", "for", "labels", "annotations"}, rule
+        assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", rule["alert"])
+        assert re.fullmatch(r"(\d+[smhdwy])+", rule["for"])
+        assert rule["labels"]["severity"] in ("critical", "warning")
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+        names = metric_names(rule["expr"])
+        assert names and names <= served_names, (rule["alert"], names - served_names)
+    paged = {metric_names(r["expr"]).pop() for r in alerts}
+    assert {"rmqdelay_problems", "rmqdelay_timer_skipped_messages", "rmqdelay_delay_level_oldest_due_age_seconds",
+            "rmqdelay_timer_oldest_due_age_seconds", "rmqdelay_dlq_messages", "rmqdelay_consumer_lag_seconds"} <= paged
+    promtool = shutil.which("promtool")
+    if promtool:  # Debian's prometheus package; absent, the structure and the names above are the check
+        proc = subprocess.run([promtool, "check", "rules", str(DOCS / "prometheus-rules.yml")], capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
