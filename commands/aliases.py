@@ -28,7 +28,8 @@ DEPRECATED: dict[str, dict[str, str]] = {
 def rewrite(command: str, args: list[str]) -> tuple[list[str], dict[str, str]]:
     """``args`` with the old spellings of ``command`` replaced (``--old V`` and ``--old=V``
     alike, never after ``--``), and {new: old} for each one used."""
-    table = DEPRECATED.get(command)
+    # A group's entry holds for each of its commands (`analyze` for `analyze backlog`).
+    table = DEPRECATED.get(command) or DEPRECATED.get(command.partition(" ")[0])
     if not table:
         return args, {}
     out: list[str] = []

@@ -6,6 +6,7 @@ must not load them (tests/test_startup.py)."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 import shutil
 from enum import Enum
 from pathlib import Path
@@ -16,6 +17,7 @@ import typer
 from rmqdelay.errors import EXIT_PROBLEMS, RmqDelayError, UsageError
 
 from . import options
+from .group import typer_app
 from .common import clock_ms, emit_json, err_console, progress, writable_directory
 
 if TYPE_CHECKING:
@@ -31,9 +33,33 @@ class Kind(str, Enum):
     all = "all"
 
 
+app = typer_app("Backlog (what waits, when it falls due), lateness (delivered vs due) and retries (the "
+                "16-retry path into the DLQ) over one store or many.\n\n"
+                "Each KIND has its own -h (rmqdelay analyze lateness -h); every KIND takes the same options.\n\n"
+                "Example: rmqdelay analyze all broker-a=/data/a/store broker-b=/data/b/store --report fleet.html")
+
+# What each kind's own --help says first (docs/analyze.md has every figure).
+_KIND_HELP = {
+    Kind.backlog: "What waits and when it falls due: per delay level and the timer wheel, pending, due now, "
+                  "overdue (1s, 1m, 1h), the oldest due; the drain by minute; the retry queues' lag.",
+    Kind.lateness: "Delivered against due: per level, topic and timer topic the lateness percentiles (p50 to "
+                   "p999, min, max), early and duplicate deliveries, what is overdue and not delivered; the timer's "
+                   "rolls and cancellations.",
+    Kind.retries: "The 16-retry path into the DLQ: per consumer group the chains, how many reached the DLQ and "
+                  "how fast, the attempts they took, and the anomalies (a send-back at the wrong level, a gap, an "
+                  "early DLQ).",
+    Kind.all: "Backlog, lateness and retries in one pass over the stores.",
+}
+_KIND_EXAMPLE = {
+    Kind.backlog: "rmqdelay analyze backlog /data/broker-a/store --now 2026-11-23T16:00:00Z",
+    Kind.lateness: "rmqdelay analyze lateness broker-a=/data/a/store broker-b=/data/b/store --output out/",
+    Kind.retries: "rmqdelay analyze retries /data/broker-a/store --json",
+    Kind.all: "rmqdelay analyze all broker-a=/data/a/store broker-b=/data/b/store --report fleet.html",
+}
+
+
 def analyze(
-    kind: Kind = typer.Argument(..., metavar="KIND", show_default=False,
-                                help="backlog, lateness, retries, or all three."),
+    kind: Kind,
     stores: list[str] = typer.Argument(..., metavar="STORE...", show_default=False,
                                        help="Store directories: PATH or NAME=PATH (the name labels the store's rows)."),
     now: str = options.now("the figures hold for"),
@@ -55,14 +81,7 @@ def analyze(
                                help="With --spark: local[N], local-cluster[W,C,MB] or spark://HOST:PORT. Default: "
                                     "local[*], or spark-submit's."),
 ) -> None:
-    """Backlog (what waits, when it falls due), lateness (delivered vs due) and retries (the
-    16-retry path into the DLQ) over one store or many.
-
-    Without --spark, the rows held and their matching take about RMQDELAY_ANALYZE_MEMORY
-    (default 256M), whatever the stores' size; the rest waits in a temporary directory.
-
-    Example: `rmqdelay analyze all broker-a=/data/a/store broker-b=/data/b/store --report fleet.html`
-    """
+    """One analysis (or all three) over the stores; each KIND's command calls it."""
     if master is not None and not spark:
         raise UsageError("--master goes with --spark")
     if spark:
@@ -259,3 +278,22 @@ def _unique_skips(results: dict[str, AnalysisResult]) -> list[Skipped]:
                 seen.add((s.file, s.offset))
                 unique.append(s)
     return unique
+
+
+def _kind_command(kind: Kind):
+    """`analyze KIND`: analyze() with its kind given, its own help page."""
+
+    def command(**given) -> None:
+        analyze(kind, **given)
+
+    signature = inspect.signature(analyze)
+    command.__signature__ = signature.replace(parameters=[p for n, p in signature.parameters.items() if n != "kind"])
+    command.__annotations__ = {n: a for n, a in analyze.__annotations__.items() if n != "kind"}
+    command.__doc__ = (f"{_KIND_HELP[kind]}\n\nWithout --spark, the rows held and their matching take about "
+                       "RMQDELAY_ANALYZE_MEMORY (default 256M), whatever the stores' size; the rest waits in a "
+                       f"temporary directory.\n\nExample: {_KIND_EXAMPLE[kind]}")
+    return command
+
+
+for _kind in Kind:
+    app.command(_kind.value)(_kind_command(_kind))

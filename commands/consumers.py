@@ -12,18 +12,18 @@ import typer
 
 from rmqdelay.errors import UsageError
 
+from .group import typer_app
 from . import options
 from .common import clock_ms, console, emit_json, err_console, require_store
 from .inspect_groups import inspect_consumers
 from .tables import Column, hidden_note, print_table
 
-app = typer.Typer(help="Read and move a consumer group's offsets (config/consumerOffset.json).\n\n"
-                       "Example: `rmqdelay consumers reset STORE --group GID_ORDERS --all-topics --to-latest`",
-                  no_args_is_help=True)
+app = typer_app("Read and move a consumer group's offsets (config/consumerOffset.json).\n\n"
+                       "Example: rmqdelay consumers reset STORE --group GID_ORDERS --all-topics --to-latest")
 
 app.command("show", help="The same as `inspect consumers`: per consumer group, topic and queue, the committed "
                          "offset, the queue's max offset and the lag in messages and in time.\n\n"
-                         "Example: `rmqdelay consumers show /data/broker-a/store --group GID_ORDER`")(inspect_consumers)
+                         "Example: rmqdelay consumers show /data/broker-a/store --group GID_ORDER")(inspect_consumers)
 
 
 @app.command("reset")
@@ -61,7 +61,7 @@ def reset(
     broker does (temp file, fsync, rename, .bak) under the store lock. The broker, restarted,
     gives the group's consumers exactly that.
 
-    Example: `rmqdelay consumers reset STORE --group GID_ORDERS --topic TopicOrders --to-datetime 2026-11-22T12:30:00Z --execute`
+    Example: rmqdelay consumers reset STORE --group GID_ORDERS --topic TopicOrders --to-datetime 2026-11-22T12:30:00Z --execute
     """
     from rmqdelay.groups.reset import (
         apply_reset,

@@ -12,13 +12,13 @@ import typer
 
 from rmqdelay.errors import UsageError
 
+from .group import typer_app
 from . import options
 from .common import clock_ms, console, emit_json, format_time_ms, parse_time_ms, require_store
 from .tables import Column, hidden_note, print_table
 
-app = typer.Typer(help="A consumer group's dead letters (%DLQ%GROUP): export them, put them back.\n\n"
-                       "Example: `rmqdelay dlq resend STORE --group GID_ORDERS --since 2026-11-22T12:00:00Z`",
-                  no_args_is_help=True)
+app = typer_app("A consumer group's dead letters (%DLQ%GROUP): export them, put them back.\n\n"
+                       "Example: rmqdelay dlq resend STORE --group GID_ORDERS --since 2026-11-22T12:00:00Z")
 
 
 def _group_option(required: bool):
@@ -65,7 +65,7 @@ def export(
     record's fields, its properties and its body (base64 in JSON lines, bytes in Parquet).
     Read-only: the store is not changed.
 
-    Example: `rmqdelay dlq export /data/broker-a/store --group GID_ORDERS --output dead.parquet`
+    Example: rmqdelay dlq export /data/broker-a/store --group GID_ORDERS --output dead.parquet
     """
     from rmqdelay.groups.deadletters import export_rows, json_row, write_parquet
     from rmqdelay.store import Store
@@ -136,7 +136,7 @@ def resend(
     so a second resend (or one after a kill) puts back only what is not back yet, unless
     --again. The broker, restarted, delivers them to the group's consumers.
 
-    Example: `rmqdelay dlq resend STORE --group GID_ORDERS --key ORDER-42 --execute`
+    Example: rmqdelay dlq resend STORE --group GID_ORDERS --key ORDER-42 --execute
     """
     from rmqdelay.groups.deadletters import resend as put_back
     from rmqdelay.groups.deadletters import resend_plan

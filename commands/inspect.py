@@ -16,6 +16,7 @@ import typer
 
 from rmqdelay.errors import EXIT_PROBLEMS, StoreError
 
+from .group import typer_app
 from . import options
 from .checks import crossed, fail_if_overdue_option, parse_duration_ms
 from .common import clock_ms, console, emit_json, format_date_ms, format_duration_ms, format_relative_ms, format_time_ms
@@ -27,8 +28,7 @@ from .inspect_timer import inspect_timer, print_features
 from .render import print_levels
 from .tables import Column, hidden_note, print_table
 
-app = typer.Typer(help="Read-only views of a broker store.\n\nExample: `rmqdelay inspect delay /data/broker-a/store`",
-                  no_args_is_help=True)
+app = typer_app("Read-only views of a broker store.\n\nExample: rmqdelay inspect delay /data/broker-a/store")
 
 
 def _exit_problems() -> None:
@@ -51,7 +51,7 @@ def inspect_store(store_dir: Path = options.store(), json_out: bool = options.js
     each group, and the delay and timer messages not yet due, that go with it. What cannot be
     read is listed under problems (exit 1); the rest is still shown.
 
-    Example: `rmqdelay inspect store /data/broker-a/store`
+    Example: rmqdelay inspect store /data/broker-a/store
     """
     from rmqdelay.store import Store
     from rmqdelay.store.kind import store_features
@@ -306,7 +306,7 @@ def inspect_delay(
 ) -> None:
     """Per delay level: delay, offset, max offset, pending, due now, when the next message is due.
 
-    Example: `rmqdelay inspect delay /data/broker-a/store --format prometheus`
+    Example: rmqdelay inspect delay /data/broker-a/store --format prometheus
     """
     from rmqdelay.schedule.status import level_statuses
     from rmqdelay.store import Store

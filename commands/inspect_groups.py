@@ -46,7 +46,7 @@ def inspect_consumers(
     its .bak as the broker falls back), the queue's max offset, the lag in messages and in
     time (the store time of the oldest unconsumed message); %RETRY% and %DLQ% topics marked.
 
-    Example: `rmqdelay inspect consumers /data/broker-a/store --group GID_ORDER --fail-if-lag 10m`
+    Example: rmqdelay inspect consumers /data/broker-a/store --group GID_ORDER --fail-if-lag 10m
     """
     from rmqdelay.store import Store
     from rmqdelay.store.consumers import consumer_lag, read_consumer_offsets
@@ -171,7 +171,7 @@ def inspect_dlq(
     to the DLQ), reconsumeTimes, tags, the first send and the last attempt, how long it has sat
     in the DLQ, body size. Read-only: `dlq resend` puts them back, `dlq export` writes them out.
 
-    Example: `rmqdelay inspect dlq /data/broker-a/store --group GID_ORDER --fail-if-dlq 0`
+    Example: rmqdelay inspect dlq /data/broker-a/store --group GID_ORDER --fail-if-dlq 0
     """
     from rmqdelay.store import Store
     from rmqdelay.store.deadletter import dead_letters

@@ -69,7 +69,7 @@ def inspect_index(
 ) -> None:
     """The index (index/): its files, or the messages a key finds through it, or --verify.
 
-    Example: `rmqdelay inspect index STORE --key ORDER_1999 --topic TopicTest`
+    Example: rmqdelay inspect index STORE --key ORDER_1999 --topic TopicTest
     """
     from rmqdelay.formats.index import LONG_MAX
     from rmqdelay.store import Store

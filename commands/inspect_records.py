@@ -60,7 +60,7 @@ def inspect_cq(
 ) -> None:
     """The units of one consume queue, decoded. For SCHEDULE_TOPIC_XXXX the tagsCode is the deliver time.
 
-    Example: `rmqdelay inspect cq STORE --topic SCHEDULE_TOPIC_XXXX --queue 3 --limit 20`
+    Example: rmqdelay inspect cq STORE --topic SCHEDULE_TOPIC_XXXX --queue 3 --limit 20
     """
     from rich.text import Text
 
@@ -130,7 +130,7 @@ def inspect_commitlog(
     """Messages as the broker stored them, in commit log order. --since/--until list a window
     of store time, found by bisection over the files and the index (not a read from the start).
 
-    Example: `rmqdelay inspect commitlog STORE --topic TopicTest --since 2026-11-22T12:00:00Z --limit 50`
+    Example: rmqdelay inspect commitlog STORE --topic TopicTest --since 2026-11-22T12:00:00Z --limit 50
     """
     from rich.text import Text
 
@@ -258,7 +258,7 @@ def inspect_message(
 ) -> None:
     """One message, every field: by physical offset, offset msgId, UNIQ_KEY or key.
 
-    Example: `rmqdelay inspect message STORE C0000202313A18B4AAC25A7C1E5F07CF`
+    Example: rmqdelay inspect message STORE C0000202313A18B4AAC25A7C1E5F07CF
     """
     from rich.text import Text
 

@@ -83,7 +83,7 @@ def inspect_timer(
     enqueue are behind, hot slots, rolls, cancellations, what a late restart would skip, and the
     metrics against the true counts. Exit 1 when a restart would skip pending messages.
 
-    Example: `rmqdelay inspect timer STORE --units --topic TimerTopic --since 2026-11-23T16:00:00Z --limit 20`
+    Example: rmqdelay inspect timer STORE --units --topic TimerTopic --since 2026-11-23T16:00:00Z --limit 20
     """
     from rmqdelay.store import Store
     from rmqdelay.store.kind import timer_files_present

@@ -1,38 +1,25 @@
-"""The `rmqdelay` command: one sub-app per command group.
+"""The `rmqdelay` command: one sub-app per command group, on Typer's public API only.
 
-The root answers at once: it knows each command's name and the line its --help lists
-without importing the command, and imports a command's module only when that command is
-given (to run it or show its own help). So `rmqdelay --version` and `rmqdelay --help` load
-no command module, and no command module loads the core at its top (tests/test_startup.py).
+The root knows each command's name and the line its --help lists; a command's module is
+imported when the command is asked for (group.py's LazyGroup), and no command module loads
+the core at its top (tests/test_startup.py). `rmqdelay --version` is answered in entry.py,
+before any of this is imported. The help pages are Typer's own (its plain page: no Markdown,
+no boxes; the option text flows at the terminal's width).
 """
 
 from __future__ import annotations
 
-import copy
-import importlib
-import inspect
+import re
 import sys
 import warnings
-from dataclasses import dataclass
 
 import typer
-from typer import _click
-from typer._click.exceptions import BadParameter, MissingParameter, NoArgsIsHelpError, NoSuchOption
-from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption, _TyperParameter
-from typer.models import CommandInfo
 
 from rmqdelay.errors import EXIT_BAD_INPUT, ConfigFallbackWarning, RmqDelayError, UsageError
 
 from .entry import print_version
+from .group import Invocation, LazyCommand, LazyGroup
 from .streams import configure_streams
-
-
-@dataclass(frozen=True, slots=True)
-class LazyCommand:
-    module: str  # in rmqdelay.commands
-    attr: str  # a command function, or the Typer app of a command group
-    help: str  # what the root's --help lists: the command's first paragraph (a test holds them equal)
-
 
 # In the order the root's --help lists them: the commands, then the command groups.
 COMMANDS = {
@@ -43,7 +30,7 @@ COMMANDS = {
     "trace": LazyCommand("trace", "trace",
                          "Follow one message through its whole life: sent, parked (delay level or timer), rolled, "
                          "cancelled, delivered, consumed or not, each send-back and redelivery, the DLQ."),
-    "analyze": LazyCommand("analyze", "analyze",
+    "analyze": LazyCommand("analyze", "app",
                            "Backlog (what waits, when it falls due), lateness (delivered vs due) and retries (the "
                            "16-retry path into the DLQ) over one store or many."),
     "send": LazyCommand("send", "send",
@@ -66,132 +53,21 @@ COMMANDS = {
 }
 
 
-class _Unloaded(TyperCommand):
-    """A command not imported yet: its name and help line, all that the root's --help and
-    the shell completion of command names read."""
 
-
-class _Unbuilt(TyperCommand):
-    """A command of a command group, imported but not built yet: its name, help and panel,
-    all that the group's --help and the completion of command names read. Building a
-    command (its parameters, from the function's signature) is most of a --help's own work:
-    only the one given is built."""
-
-    def __init__(self, info: CommandInfo, rich_markup_mode: str, pretty_exceptions_short: bool) -> None:
-        self.info = info
-        self.pretty_exceptions_short = pretty_exceptions_short
-        # What typer.main.get_command_from_info gives the built command.
-        given = info.help
-        super().__init__(info.name or typer.main.get_command_name(info.callback.__name__),
-                         help=inspect.getdoc(info.callback) if given is None else inspect.cleandoc(given),
-                         short_help=info.short_help, hidden=info.hidden, deprecated=info.deprecated,
-                         rich_markup_mode=rich_markup_mode, rich_help_panel=info.rich_help_panel)
-
-    def build(self) -> _click.Command:
-        return typer.main.get_command_from_info(self.info, pretty_exceptions_short=self.pretty_exceptions_short,
-                                                rich_markup_mode=self.rich_markup_mode)
-
-
-class _Invocation:
-    """What this run of the CLI was asked: the command's path (``inspect cq``) once resolved,
-    and the old option spellings it used ({new: old}), for the one-line messages of main()."""
-
-    command = ""
-    renamed: dict[str, str] = {}
-
-
-class Group(TyperGroup):
-    """A command group whose flags left unset are False, as a flag means. Typer (0.29) leaves
-    them None, and turns None into None only after building the flag's pydantic adapter:
-    importing pydantic for the --help and completion flags of the groups a command passes
-    through would be the slowest part of `rmqdelay inspect delay --help`.
-
-    It also resolves the command given: records its path, and rewrites the old spellings of
-    its options (aliases.py) with a note on stderr, before the command parses them."""
-
-    def get_params(self, ctx: _click.Context) -> list[_click.Parameter]:
-        params = super().get_params(ctx)
-        for param in params:
-            if getattr(param, "is_flag", False) and param.default is None:
-                param.default = False
-        return params
-
-    def resolve_command(self, ctx: _click.Context,
-                        args: list[str]) -> tuple[str | None, _click.Command | None, list[str]]:
-        unbuilt = self.commands.get(args[0]) if args else None
-        if isinstance(unbuilt, _Unbuilt):
-            self.commands[args[0]] = unbuilt.build()
-        name, command, rest = super().resolve_command(ctx, args)
-        if command is not None and not isinstance(command, TyperGroup) and not ctx.resilient_parsing:
-            from . import aliases
-
-            path = f"{ctx.command_path} {name}".partition(" ")[2]
-            _Invocation.command = path
-            rest, used = aliases.rewrite(path, rest)
-            for new, old in used.items():
-                if new not in _Invocation.renamed:
-                    _say(aliases.note(old, new))
-            _Invocation.renamed.update(used)
-        elif command is not None:
-            _Invocation.command = f"{ctx.command_path} {name}".partition(" ")[2]
-        return name, command, rest
-
-
-class LazyGroup(Group):
-    """The root group: every command of ``COMMANDS`` stands unloaded until it is resolved
-    (given on the command line, or completed past), then is imported and built exactly as
-    ``app.command`` / ``app.add_typer`` would have built it (a command group as a ``Group``)."""
-
-    def __init__(self, **attrs) -> None:
-        super().__init__(**attrs)
-        for name, lazy in COMMANDS.items():
-            self.commands[name] = _Unloaded(name, help=lazy.help)
-
-    def resolve_command(self, ctx: _click.Context,
-                        args: list[str]) -> tuple[str | None, _click.Command | None, list[str]]:
-        if args and isinstance(self.commands.get(args[0]), _Unloaded):
-            self.commands[args[0]] = self._load(args[0])
-        return super().resolve_command(ctx, args)
-
-    def _load(self, name: str) -> _click.Command:
-        lazy = COMMANDS[name]
-        target = getattr(importlib.import_module(f"{__package__}.{lazy.module}"), lazy.attr)
-        # A root of the same settings holding only this command: what typer builds under it
-        # is what it would have built under the real root.
-        holder = typer.Typer(rich_markup_mode=self.rich_markup_mode, pretty_exceptions_enable=False,
-                             add_completion=False)
-        holder.callback()(_no_options)  # a callback makes it a group, as the root is
-        if not isinstance(target, typer.Typer):
-            holder.command(name)(target)
-            return typer.main.get_command(holder).commands[name]
-        # The group without its commands, then each command unbuilt (built when given).
-        shell = copy.copy(target)
-        shell.registered_commands = []
-        holder.add_typer(shell, name=name, cls=Group)
-        group = typer.main.get_command(holder).commands[name]
-        for info in target.registered_commands:
-            unbuilt = _Unbuilt(info, self.rich_markup_mode, holder.pretty_exceptions_short)
-            group.commands[unbuilt.name] = unbuilt
-        return group
-
-
-def _no_options() -> None:
-    pass
-
+LazyGroup.commands_table = COMMANDS
 
 app = typer.Typer(
     name="rmqdelay",
     cls=LazyGroup,
     help="Inspect and operate the delay machinery of a RocketMQ broker store, offline.\n\n"
-         "Example: `rmqdelay inspect delay /data/broker-a/store`; every command has an example in its -h, and "
+         "Example: rmqdelay inspect delay /data/broker-a/store; every command has an example in its -h, and "
          "docs/cli.md is the contract they all follow.",
     no_args_is_help=True,
-    # -h as --help, in every command (a context inherits its parent's help option names).
-    context_settings={"help_option_names": ["-h", "--help"]},
+    # -h as --help, in every command (a context inherits its parent's help option names); the
+    # help text as wide as the terminal (click's formatter stops at 80 otherwise).
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 200},
     pretty_exceptions_enable=False,
-    # Markdown: a docstring's single line breaks join into one paragraph, so help text flows
-    # to the terminal's width instead of keeping the source's wrapping.
-    rich_markup_mode="markdown",
+    rich_markup_mode=None,
 )
 
 
@@ -207,64 +83,34 @@ def _root(version_flag: bool = typer.Option(
     """Inspect and operate the delay machinery of a RocketMQ broker store, offline."""
 
 
-_flag_type = TyperOption.display_type_rich
-
-# What an option's value is, in the help, when the option names no metavar of its own: words
-# an operator reads, never Python's type names.
-_VALUE_WORDS = {"<str>": "TEXT", "<int>": "N", "<integer>": "N", "<float>": "NUMBER", "<path>": "PATH",
-                "<bool>": None}
-
-
-def _option_value_hint(self: TyperOption, ctx) -> str | None:
-    # Typer shows a flag's type as "<bool>"; a flag takes no value, so it shows none.
-    if self.is_flag:
-        return None
-    if self.metavar is not None:
-        return self.metavar
-    shown = _flag_type(self, ctx)
-    if shown is None:
-        return None
-    repeat = shown.endswith("...")
-    shown = shown.removesuffix("...")
-    if shown.startswith("<list[") and shown.endswith("]>"):
-        shown, repeat = "<" + shown[6:-2] + ">", True
-    word = _VALUE_WORDS.get(shown, shown.strip("<>").upper().replace("|", "|"))
-    return None if word is None else word + ("..." if repeat else "")
-
-
-def _argument_usage(self: TyperArgument) -> str:
-    # Typer 0.29 writes a required argument as {STORE} in the usage line; the convention every
-    # other tool follows is STORE, and [STORE] when it may be left out.
-    name = self.metavar or self.name.upper()
-    name = name if self.required else f"[{name}]"
-    return name + ("..." if self.nargs != 1 else "")
-
-
-def _argument_type(self: TyperArgument, ctx) -> str | None:
-    return None  # an argument's metavar says what it is; its help says the rest
-
-
 def _one_line(message: str) -> str:
     return " ".join(message.split())
 
 
 def _typed(name: str) -> str:
     """An option's name as the user typed it (an old spelling when one was used)."""
-    return _Invocation.renamed.get(name, name)
+    return Invocation.renamed.get(name, name)
 
 
 def _usage_message(exc: Exception) -> str:
     """A usage error as rmqdelay says every one: ``OPTION: what it takes, found what was
-    given``, naming the option as typed; never a library's wording."""
-    if isinstance(exc, NoSuchOption):
-        maybe = sorted(exc.possibilities or ())
+    given``, naming the option as typed; never a library's wording. The kinds of error are
+    told by what they carry (Typer's exceptions are its click's)."""
+    kind = type(exc).__name__
+    ctx = getattr(exc, "ctx", None)
+    unknown = re.fullmatch(r"No such command '(.*)'\.", getattr(exc, "message", "") or "")
+    if unknown and ctx is not None and hasattr(ctx.command, "list_commands"):
+        return f"COMMAND: one of {'|'.join(ctx.command.list_commands(ctx))}, found {unknown.group(1)!r}"
+    if kind == "NoSuchOption":
+        maybe = sorted(getattr(exc, "possibilities", None) or ())
         return f"{exc.option_name}: no such option" + (f"; did you mean {' or '.join(maybe)}?" if maybe else "")
     param = getattr(exc, "param", None)
     if param is not None:
-        name = _typed(param.opts[0]) if isinstance(param, TyperOption) else (param.metavar or param.name.upper())
-        if isinstance(exc, MissingParameter):
+        is_option = getattr(param, "param_type_name", "") == "option"
+        name = _typed(param.opts[0]) if is_option else (param.metavar or param.name.upper())
+        if kind == "MissingParameter":
             return f"{name}: required"
-        if isinstance(exc, BadParameter):
+        if isinstance(exc, typer.BadParameter):
             cause = exc.__cause__
             errors = cause.errors() if hasattr(cause, "errors") else []
             if errors:
@@ -289,8 +135,7 @@ def _expected(error: dict, param) -> str:
 
 
 def _say(line: str) -> None:
-    """One line on stderr, through the console the commands write theirs with (rich: imported
-    here, when there is something to say, so that --version does without it)."""
+    """One line on stderr, through the console the commands write theirs with."""
     from .common import err_console
 
     err_console.print(line, markup=False, highlight=False, soft_wrap=True)
@@ -308,54 +153,25 @@ _default_show_warning = warnings.showwarning
 
 def _in_command(message: str, hint: bool = True) -> str:
     """An error of the command given: its path first, and (a usage error) where to read its help."""
-    command = _Invocation.command
-    for new, old in _Invocation.renamed.items():
+    command = Invocation.command
+    for new, old in Invocation.renamed.items():
         message = message.replace(f"{new}:", f"{old}:").replace(f"{new} ", f"{old} ")
     if not command:
         return f"rmqdelay: {message}"
     return f"rmqdelay: {command}: {message}" + (f" (see 'rmqdelay {command} --help')" if hint else "")
 
 
-def _format_help(self, ctx: _click.Context, formatter: _click.HelpFormatter) -> None:
-    """A command's or group's help page, drawn by helppage.py as Typer's rich help draws it."""
-    from .helppage import write_help
-
-    write_help(self, ctx, self.rich_markup_mode)
-
-
-def _runtime_param(self: _TyperParameter):
-    # Typer's coercion of this parameter's values, without importing pydantic for the values
-    # that need none of it (coercion.py).
-    if self._runtime_param is None:
-        from .coercion import runtime_param
-
-        self._runtime_param = runtime_param(self.type_descriptor)
-    return self._runtime_param
-
-
-def adapt_typer() -> None:
-    """What rmqdelay changes in Typer: coercion without pydantic where none is needed, the help
-    page drawn by helppage.py, and how options' values and arguments read in it."""
-    _TyperParameter.get_runtime_param = _runtime_param
-    TyperCommand.format_help = _format_help
-    TyperGroup.format_help = _format_help
-    TyperOption.display_type_rich = _option_value_hint
-    TyperArgument._usage_display_name = _argument_usage
-    TyperArgument.display_type_rich = _argument_type
-
-
 def main() -> None:
     configure_streams()
-    adapt_typer()
     warnings.showwarning = _show_warning
-    _Invocation.command, _Invocation.renamed = "", {}
+    Invocation.reset()
     try:
         code = app(prog_name="rmqdelay", standalone_mode=False)
-    except NoArgsIsHelpError:
-        code = EXIT_BAD_INPUT  # the help was shown; no command was given
-    except typer.TyperException as exc:  # a usage error: one line, and where to look
+    except typer.TyperException as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # the help was shown; no command was given
+            sys.exit(EXIT_BAD_INPUT)  # a usage error: one line, and where to look
         ctx = getattr(exc, "ctx", None)
-        command = ctx.command_path.partition(" ")[2] if ctx is not None else _Invocation.command
+        command = ctx.command_path.partition(" ")[2] if ctx is not None else Invocation.command
         hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
         _say(f"rmqdelay: {command + ': ' if command else ''}{_usage_message(exc)}{hint}")
         code = exc.exit_code

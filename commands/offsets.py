@@ -13,6 +13,7 @@ from rmqdelay.formats.javanum import java_parse_long
 
 from rmqdelay.errors import UsageError
 
+from .group import typer_app
 from . import options
 from .common import clock_ms, console, emit_json, err_console, format_time_ms, parse_time_ms, require_store
 from .render import print_levels
@@ -21,8 +22,8 @@ from .tables import Column, hidden_note, print_table
 if TYPE_CHECKING:
     from rmqdelay.schedule.reset import ResetTarget
 
-app = typer.Typer(help="Read and move the delay offsets (config/delayOffset.json).\n\n"
-                       "Example: `rmqdelay offsets reset STORE --levels 4 --to-latest`", no_args_is_help=True)
+app = typer_app("Read and move the delay offsets (config/delayOffset.json).\n\n"
+                       "Example: rmqdelay offsets reset STORE --levels 4 --to-latest")
 
 
 @app.command("show")
@@ -37,7 +38,7 @@ def show(
 ) -> None:
     """Per level: delay, offset, min and max offset, pending, due now, when the next message is due.
 
-    Example: `rmqdelay offsets show STORE --levels 1-3`
+    Example: rmqdelay offsets show STORE --levels 1-3
     """
     from rmqdelay.schedule.status import level_statuses
     from rmqdelay.store import Store
@@ -119,7 +120,7 @@ def reset(
     (temp file, fsync, rename, .bak) under the store lock. Targets outside a queue are
     clamped with a warning, as the broker's correctDelayOffset would.
 
-    Example: `rmqdelay offsets reset STORE --levels 4 --to-datetime 2026-11-22T12:30:00Z --execute`
+    Example: rmqdelay offsets reset STORE --levels 4 --to-datetime 2026-11-22T12:30:00Z --execute
     """
     from rich.text import Text
 

@@ -176,7 +176,7 @@ def run(
     ScheduleMessageService does, and on a 5.x store the timer wheel as its TimerMessageStore
     does (cancellations honoured, rolls re-put) - exactly once, even after kill -9.
 
-    Example: `rmqdelay run STORE --until-empty --levels 1-3`
+    Example: rmqdelay run STORE --until-empty --levels 1-3
     """
     from rich.live import Live
 

@@ -12,11 +12,11 @@ from rmqdelay.formats.constants import DEFAULT_COMMITLOG_FILE_SIZE, DEFAULT_CQ_F
 
 from rmqdelay.errors import UsageError
 
+from .group import typer_app
 from . import aliases, options
 from .common import camel_keys, console, err_console, emit_json, format_time_ms, int_option, progress
 
-app = typer.Typer(help="Sample stores.\n\nExample: `rmqdelay samples unpack timer-partial /tmp/timer-partial`",
-                  no_args_is_help=True)
+app = typer_app("Sample stores.\n\nExample: rmqdelay samples unpack timer-partial /tmp/timer-partial")
 
 
 def _positive(name: str, text: str) -> int:
@@ -51,7 +51,7 @@ def generate_command(
     delivered, some pending), consumer retry chains through %RETRY% to the DLQ, consumer
     offsets; and DIR/plan.json, the figures it holds by construction.
 
-    Example: `rmqdelay samples generate /tmp/broker-a --messages 150000 --seed 7 --timer`
+    Example: rmqdelay samples generate /tmp/broker-a --messages 150000 --seed 7 --timer
     """
     from rich.text import Text
 
@@ -113,7 +113,7 @@ def unpack_command(
     """Unpack a sample store kept compressed in samples/NAME/store.tar.xz (the 5.3.3 stores with
     their 38.7 MB timer wheel); zero runs become holes, so it takes little disk.
 
-    Example: `rmqdelay samples unpack timer-partial /tmp/timer-partial`
+    Example: rmqdelay samples unpack timer-partial /tmp/timer-partial
     """
     from rmqdelay.samples.pack import resolve_archive, unpack
 

@@ -180,7 +180,7 @@ def send(
     adds the topic to config/topics.json; a new store only with --create. Refused while a broker
     holds STORE/lock.
 
-    Example: `rmqdelay send STORE --topic TopicTest --tags TagA --delay-level 3 --count 10`
+    Example: rmqdelay send STORE --topic TopicTest --tags TagA --delay-level 3 --count 10
     """
     from rmqdelay.send import SendRequest, check_request, send_messages
 

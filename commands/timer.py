@@ -14,6 +14,7 @@ from rmqdelay.formats.constants import TIMER_MAGIC_DELETE
 
 from rmqdelay.errors import EXIT_PROBLEMS, StoreError
 
+from .group import typer_app
 from . import options
 from .common import console, emit_json, format_date_ms, parse_time_ms
 from .tables import Column, hidden_note, print_table
@@ -21,8 +22,7 @@ from .tables import Column, hidden_note, print_table
 if TYPE_CHECKING:
     from rmqdelay.timer.repair.plan import RepairPlan
 
-app = typer.Typer(help="The 5.x timer store: repair it offline.\n\nExample: `rmqdelay timer repair STORE`",
-                  no_args_is_help=True)
+app = typer_app("The 5.x timer store: repair it offline.\n\nExample: rmqdelay timer repair STORE")
 
 _MAX_ROWS = 50
 
@@ -44,7 +44,7 @@ def repair(
     consistent with the data and config/timermetrics to the true counts. A dry run unless
     --execute: it shows what would change, before and after.
 
-    Example: `rmqdelay timer repair STORE --execute`
+    Example: rmqdelay timer repair STORE --execute
     """
     from rmqdelay.store import Store
     from rmqdelay.store.kind import timer_files_present

@@ -43,7 +43,7 @@ def trace(
     ORIGIN_MESSAGE_ID (through the index where it covers the log, a scan elsewhere); whether a
     copy was consumed is each group's committed offset in config/consumerOffset.json.
 
-    Example: `rmqdelay trace /data/broker-a/store C0000202331C5FFD2B276EC837D60012`
+    Example: rmqdelay trace /data/broker-a/store C0000202331C5FFD2B276EC837D60012
     """
     from rich.text import Text
 

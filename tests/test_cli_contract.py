@@ -207,10 +207,26 @@ def test_analyze_json_and_parquet_fields_are_the_contracts(capsys, sample_store,
 
 
 # -- help ---------------------------------------------------------------------------------------
+GROUPS = ("inspect", "offsets", "consumers", "dlq", "samples", "timer", "analyze")
 EVERY_COMMAND = [[]] + [[name] for name in COMMANDS] + [
     ["inspect", c] for c in ("store", "cq", "commitlog", "message", "delay", "index", "timer",
                                     "consumers", "dlq")] + [
-    ["offsets", "show"], ["offsets", "reset"], ["consumers", "show"], ["consumers", "reset"], ["dlq", "export"], ["dlq", "resend"], ["samples", "generate"], ["samples", "unpack"], ["timer", "repair"]]
+    ["offsets", "show"], ["offsets", "reset"], ["consumers", "show"], ["consumers", "reset"],
+    ["dlq", "export"], ["dlq", "resend"], ["samples", "generate"], ["samples", "unpack"], ["timer", "repair"]] + [
+    ["analyze", kind] for kind in ("backlog", "lateness", "retries", "all")]
+
+
+def sections(text: str) -> dict[str, list[str]]:
+    """Typer's plain help page by section (Usage, the text, Arguments, Options, Commands)."""
+    found: dict[str, list[str]] = {"": []}
+    current = ""
+    for line in text.splitlines():
+        if line and not line.startswith(" ") and line.endswith(":"):
+            current = line[:-1]
+            found[current] = []
+        else:
+            found[current].append(line)
+    return found
 
 
 @pytest.mark.parametrize("width", [80, 120])
@@ -221,14 +237,27 @@ def test_help_reads_the_same_way_everywhere(capsys, monkeypatch, command, width)
     assert short.code == 0 and short.out == run_cli(capsys, *command, "--help").out
     text = short.out
     assert "Example: rmqdelay" in " ".join(text.split()), text
-    assert not re.search(r"<(str|int|integer|float|path|bool|text)>|list\[|\{[A-Za-z_]+\}", text), text
     assert max(len(line.rstrip()) for line in text.splitlines()) <= width
-    if command and command[-1] not in ("inspect", "offsets", "consumers", "dlq", "samples", "timer"):
-        usage = next(line for line in text.splitlines() if "Usage:" in line)
-        assert "[OPTIONS]" in usage and "{" not in usage
-        # Every option that takes a value names it; a default is shown, or said in words.
-        options = re.findall(r"│\s+(?:\*\s+)?(--[a-z-]+)\s+(?:-h\s+)?([A-Z][A-Z_|=.:A-Z0-9]*)?", text)
-        assert options, text
+    assert text.startswith(f"Usage: rmqdelay {' '.join(command)}".rstrip() + " [OPTIONS]"), text
+    parts = sections(text)
+    options = parts.get("Options", [])
+    # An option's value is named in words (its metavar), never a programming language's type.
+    assert not re.search(r"<(str|int|integer|float|path|bool|text)>|list\[", "\n".join(options)), text
+    # Its text is never squeezed: it starts within the first 40 columns, so at 80 it has 40.
+    starts = [len(line) - len(line.lstrip()) for line in options if line.startswith("      ")]
+    assert all(start <= 40 for start in starts), options
+    if command and command[-1] not in GROUPS:
+        named = re.findall(r"^  (?:-h, )?(--[a-z-]+)(?: ([A-Z][A-Za-z_|=.:0-9]*))?", "\n".join(options), re.M)
+        assert named, text
+
+
+def test_analyze_kind_help_is_the_kinds_own(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    pages = {kind: run_cli(capsys, "analyze", kind, "-h").out for kind in ("backlog", "lateness", "retries", "all")}
+    assert len(set(pages.values())) == 4
+    assert pages["lateness"].startswith("Usage: rmqdelay analyze lateness [OPTIONS]")
+    assert "lateness percentiles" in " ".join(pages["lateness"].split())
+    assert "Example: rmqdelay analyze lateness" in " ".join(pages["lateness"].split())
 
 
 # -- tables -------------------------------------------------------------------------------------

@@ -13,7 +13,6 @@ import sys
 import pytest
 import typer
 from conftest import SAMPLES
-from typer import _click
 
 from rmqdelay.commands.main import COMMANDS, app
 
@@ -23,14 +22,10 @@ STORE = SAMPLES / "delay-partial" / "store"
 # the analysis engine.
 CORE = ("numpy", "numba", "llvmlite", "pyarrow", "pyspark", "pandas", "construct",
         "rmqdelay.store", "rmqdelay.schedule", "rmqdelay.timer", "rmqdelay.analysis", "rmqdelay.spark")
-# Nor, to draw the help page, rich (commands/helppage.py draws it), a Markdown parser or
-# Pygments; nor, importing a command's module for its options, the console it prints with.
-NOT_FOR_HELP = ("rich", "markdown_it", "pygments")
+# Nor, to draw the help page (Typer's plain page), a Markdown parser or Pygments.
+NOT_FOR_HELP = ("markdown_it", "pygments")
 # What a store read that needs no compiled scan, no Arrow and no Spark must not load.
 NOT_FOR_A_READ = ("numba", "llvmlite", "pyarrow", "pyspark", "pandas", "rmqdelay.analysis", "rmqdelay.spark",
-                  # Typer's coercion of the arguments through pydantic, and pydantic's plugin
-                  # look-up in the installed distributions: commands/coercion.py does without.
-                  "pydantic", "pydantic_core", "importlib.metadata",
                   # The timer store's modules (their structs built at import): STORE is 4.x.
                   "rmqdelay.timer", "rmqdelay.formats.timerlog", "rmqdelay.formats.timerwheel")
 
@@ -92,9 +87,6 @@ def test_the_help_of_a_command_loads_none_of_the_core(command):
     code, modules, output = loaded_by(*command.split(), "--help")
     assert code == 0 and f"Usage: rmqdelay {command}" in output
     assert heavy(modules, CORE + NOT_FOR_HELP) == []
-    # Typer builds a parameter's pydantic adapter to coerce it; the root Group keeps the flags
-    # left unset from needing one: pydantic would be the slowest import of this --help.
-    assert "pydantic" not in modules
 
 
 @pytest.mark.parametrize("what", ["delay", "store"])
@@ -114,38 +106,9 @@ def test_the_root_lists_each_command_with_the_commands_own_help():
     # The root's --help shows COMMANDS' lines without importing a command: they must be the
     # commands' own (the first paragraph of a command's docstring, a group's help).
     root = typer.main.get_command(app)
-    assert root.list_commands(_click.Context(root)) == list(COMMANDS)
+    assert root.list_commands(typer.Context(root)) == list(COMMANDS)
     for name, lazy in COMMANDS.items():
-        _, command, _ = root.resolve_command(_click.Context(root), [name])
+        _, command, _ = root.resolve_command(typer.Context(root), [name])
         first = inspect.cleandoc(command.help).split("\n\n")[0]
         assert " ".join(first.split()) == lazy.help, name
         assert command.name == name
-
-
-@pytest.mark.parametrize("group", [name for name, lazy in COMMANDS.items() if lazy.attr == "app"])
-def test_a_group_builds_only_the_command_given_and_its_help_is_typers(group, capsys, monkeypatch):
-    from clirun import in_process
-
-    from rmqdelay.commands import main
-
-    root = typer.main.get_command(app)
-    loaded = root._load(group)
-    assert loaded.commands and all(isinstance(c, main._Unbuilt) for c in loaded.commands.values())
-    first, *rest = loaded.commands
-    loaded.resolve_command(_click.Context(loaded), [first])
-    assert not isinstance(loaded.commands[first], main._Unbuilt)
-    assert all(isinstance(loaded.commands[name], main._Unbuilt) for name in rest)
-    # What the group's --help and a command's --help show is what Typer shows having built
-    # every command at once.
-    monkeypatch.setenv("COLUMNS", "100")
-    lazy = [in_process([group, "--help"]), in_process([group, first, "--help"])]
-    load = main.LazyGroup._load
-
-    def every_command_built(self, name):
-        built = load(self, name)
-        built.commands = {sub: c.build() if isinstance(c, main._Unbuilt) else c for sub, c in built.commands.items()}
-        return built
-
-    monkeypatch.setattr(main.LazyGroup, "_load", every_command_built)
-    assert lazy == [in_process([group, "--help"]), in_process([group, first, "--help"])]
-    assert lazy[0][0] == 0 and all(f" {name} " in lazy[0][1] for name in loaded.commands)
