@@ -238,7 +238,7 @@ def serve(
     each scrape bounded by --scrape-timeout, a reading reused for --cache. Runs until SIGTERM
     or Ctrl-C, then exits 0.
 
-    Example: `rmqdelay serve /data/broker-a/store b=/data/broker-b/store --listen 0.0.0.0:9877`
+    Example: rmqdelay serve /data/broker-a/store b=/data/broker-b/store --listen 0.0.0.0:9877
     """
     import signal
 
