@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 import yaml
-from clirun import CONSOLE_SCRIPT, console
+from clirun import CONSOLE_SCRIPT, broker_holding_lock, console
 from conftest import SAMPLES
 from prometheus_client.parser import text_string_to_metric_families
 from rmqdelay.commands.serve import Exporter, make_server, parse_listen, store_reader
@@ -145,11 +145,20 @@ def test_the_listen_address():
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--cache" in proc.stderr
 
 
-def test_the_command_serves_says_what_it_cannot_read_and_ends_on_sigterm(tmp_path):
+def test_the_command_serves_says_what_it_cannot_read_and_ends_on_sigterm(tmp_path, store_copy):
     missing = tmp_path / "gone"
-    child = subprocess.Popen([CONSOLE_SCRIPT, "serve", DELAY_STORE, f"lost={missing}", "--listen", "127.0.0.1:0",
-                              "--cache", "0s", "--now", str(PINNED_MS)],
-                             stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    live = store_copy("delay-partial")  # a broker holds its lock: the exporter reads it all the same
+    with broker_holding_lock(live):
+        child = subprocess.Popen([CONSOLE_SCRIPT, "serve", live, f"lost={missing}", "--listen", "127.0.0.1:0",
+                                  "--cache", "0s", "--now", str(PINNED_MS)],
+                                 stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        served_and_stopped(child, missing)
+    rest = child.stderr.read().splitlines()
+    assert rest == [f"rmqdelay: serve: store lost: {missing}: a broker store directory (it does not exist)"]
+    assert child.stdout.read() == ""
+
+
+def served_and_stopped(child: subprocess.Popen, missing) -> None:
     try:
         line = child.stderr.readline()
         assert line.startswith("rmqdelay: serve: serving http://127.0.0.1:"), line
@@ -166,9 +175,6 @@ def test_the_command_serves_says_what_it_cannot_read_and_ends_on_sigterm(tmp_pat
         if child.poll() is None:
             child.kill()
             child.wait()
-    rest = child.stderr.read().splitlines()
-    assert rest == [f"rmqdelay: serve: store lost: {missing}: a broker store directory (it does not exist)"]
-    assert child.stdout.read() == ""
 
 
 # -- docs/grafana-dashboard.json and docs/prometheus-rules.yml ------------------------------------
