@@ -169,6 +169,11 @@ def reset(
     console.print(Text(f"reset {target.kind} of {len(plan)} level(s): {again} message(s) {verb} delivered again, "
                        f"{skipped} skipped " + ("(executed: delayOffset.json written)" if execute
                                                 else "(dry run: nothing written; add --execute)"), style="bold"))
+    moved = [r for r in plan if r.after != r.before]
+    if moved:
+        lead = "to undo it: " if execute else "to undo it once executed: "
+        for command in undo_commands(store, moved):
+            console.print(Text(lead + command))  # folds at spaces on a narrow terminal; one line in a pipe
     rows = [[str(r.level), str(r.before), str(r.after), str(r.minOffset), str(r.maxOffset), str(r.redelivered),
              str(r.skipped)] for r in plan]
     note = hidden_note(print_table(console, [Column("level"), Column("before"), Column("after"), Column("min", drop=2),
@@ -176,3 +181,27 @@ def reset(
                                    rows, wide=wide))
     if note:
         console.print(Text(note, style="dim"))
+
+
+def undo_commands(store: Path, moved) -> list[str]:
+    """The `offsets reset` lines that put every moved level back where it was: the levels of
+    one offset in one line, offset by offset."""
+    import shlex
+
+    by_offset: dict[int, list[int]] = {}
+    for r in moved:
+        by_offset.setdefault(r.before, []).append(r.level)
+    return [f"rmqdelay offsets reset {shlex.quote(str(store))} --levels {_level_list(levels)} --to-offset {offset} "
+            "--execute" for offset, levels in sorted(by_offset.items())]
+
+
+def _level_list(levels: list[int]) -> str:
+    """1,3,5 or 4-18: the levels as --levels takes them."""
+    levels = sorted(levels)
+    runs: list[list[int]] = []
+    for level in levels:
+        if runs and level == runs[-1][-1] + 1:
+            runs[-1].append(level)
+        else:
+            runs.append([level])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs)

@@ -1,6 +1,7 @@
 """`rmqdelay offsets show|reset`: read and move the delay offsets, safely."""
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -189,3 +190,22 @@ def test_one_duration_dialect_and_binary_search():
             parse_duration_ms(bad, "--by-duration")
     times = np.array([5, 5, 7, 9, 9, 12], dtype=">i8")
     assert [first_unit_at_or_after(times, t) for t in (0, 5, 6, 9, 12, 13)] == [0, 0, 2, 3, 5, 6]
+
+
+def test_a_reset_prints_the_command_that_undoes_it_and_counts_from_where_the_scheduler_resumes(store_copy, capsys):
+    from rmqdelay.schedule.reset import LevelReset
+
+    path = store_copy("delay-partial")
+    shown = run_cli(capsys, "offsets", "show", path, "--json").json_lines()
+    done = run_cli(capsys, "offsets", "reset", path, "--levels", "1-18", "--to-earliest", "--execute")
+    assert done.code == 0
+    undo = re.findall(r"to undo it: (rmqdelay .*? --execute)", " ".join(done.out.split()))
+    assert undo == [f"rmqdelay offsets reset {path} --levels 1-3 --to-offset 83 --execute"]
+    assert run_cli(capsys, *undo[0].split()[1:]).code == 0
+    assert [r["offset"] for r in run_cli(capsys, "offsets", "show", path, "--json").json_lines()] == \
+        [r["offset"] for r in shown]
+    # Units gone from below the queue's minimum are neither skipped nor delivered again.
+    gone = LevelReset(level=4, before=0, requested=83, after=83, minOffset=20, maxOffset=83, warning=None)
+    assert (gone.skipped, gone.redelivered) == (63, 0)
+    back = LevelReset(level=4, before=0, requested=20, after=20, minOffset=20, maxOffset=83, warning=None)
+    assert (back.skipped, back.redelivered) == (0, 0)

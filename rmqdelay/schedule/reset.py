@@ -37,14 +37,22 @@ class LevelReset:
     warning: str | None
 
     @property
+    def resumes(self) -> int:
+        """Where the scheduler resumes today: ``before`` as the broker's correctDelayOffset reads
+        it (an offset below the queue's units, gone with the files, is their first)."""
+        return corrected_offset(self.before, self.minOffset, self.maxOffset)
+
+    @property
     def redelivered(self) -> int:
-        """Messages delivered once already that the scheduler will deliver again."""
-        return max(self.before - self.after, 0)
+        """Messages delivered once already (units the queue still holds below where the
+        scheduler resumes) that the scheduler will deliver again."""
+        return max(self.resumes - self.after, 0)
 
     @property
     def skipped(self) -> int:
-        """Messages the scheduler will never deliver."""
-        return max(self.after - self.before, 0)
+        """Pending messages (from where the scheduler resumes) it will never deliver; units
+        gone from the queue below its minimum are neither."""
+        return max(self.after - self.resumes, 0)
 
     def as_json(self) -> dict:
         return {"level": self.level, "before": self.before, "after": self.after,
