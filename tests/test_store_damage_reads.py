@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -204,3 +205,43 @@ def test_a_fifo_or_a_symlink_to_nothing_as_the_wheel_has_a_way_out_that_takes_it
     assert_one_line(console("run", store, "--dry-run", *now), 2, "found a directory: move it out of the store, then run")
     assert_one_line(console("timer", "repair", store, "--execute", *now), 2,
                     "found a directory: move it out of the store, then run")
+
+
+# -- reads while a writer appends --------------------------------------------------------------
+
+_SLOT_WRITER = """
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+print("writing", flush=True)
+while True:  # what a run or a broker does to the wheel: slots rewritten in place, again and again
+    for index in range(int(sys.argv[2]), int(sys.argv[2]) + 4096, 64):
+        os.pwrite(fd, b"\\x02" * 32 * 32, index * 32)
+        os.pwrite(fd, bytes(32 * 32), index * 32)
+"""
+
+
+def test_the_wheel_read_while_a_writer_rewrites_its_slots(tmp_path, sample_store):
+    # numpy's nonzero over a shared map of the wheel counts, then fills: a slot written between
+    # the two was "RuntimeError: number of non-zero array elements changed". A reader now
+    # works on its own copy of the wheel's data: one state, whatever the writer does.
+    from rmqdelay.timer.wheel import TimerWheel
+
+    store = tmp_path / "s"
+    shutil.copytree(sample_store("timer-partial"), store)
+    wheel = store / "timerwheel"
+    with TimerWheel(wheel, 1000) as w:
+        before = {int(i) for i in w.non_empty()["index"]}
+    spare = max(before) + 8192  # slots the sample does not use
+    writer = subprocess.Popen([sys.executable, "-c", _SLOT_WRITER, str(wheel), str(spare)], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert writer.stdout.readline().strip() == "writing"
+        for _ in range(20):
+            with TimerWheel(wheel, 1000) as w:
+                seen = {int(i) for i in w.non_empty()["index"]}
+            assert before <= seen and all(spare <= i < spare + 4096 for i in seen - before)
+        proc = console("inspect", "timer", store, "--json", "--now", "2026-11-23T17:00:00Z")
+        assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
+    finally:
+        writer.kill()
+        writer.wait()

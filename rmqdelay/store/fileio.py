@@ -7,7 +7,10 @@
 - Read maps cover only the data extents of a file. Its holes read as zeros from an
   anonymous mapping: reading a sparse file on a full tmpfs cannot end in SIGBUS (a fault in
   a shared map of a tmpfs hole must allocate a page), and a map holds no file descriptor,
-  so the number of maps a reader keeps does not count against the fd limit.
+  so the number of maps a reader keeps does not count against the fd limit. A file of more
+  than a few dozen extents is read into private memory instead (one map over its holes is
+  what a full tmpfs answers with SIGBUS), and so is a file that writers rewrite in place
+  while it is read (``read_snapshot``: the timer wheel), so that a reader sees one state.
 """
 
 from __future__ import annotations
@@ -126,9 +129,10 @@ def data_extents(fd: int, size: int) -> list[tuple[int, int]]:
             pos = end
     except (OSError, AttributeError):
         return [(0, size)] if size else []
-    if len(found) > 64:
-        found = [(found[0][0], found[-1][1])]  # many small extents: one map over them all
     return found
+
+
+_MAX_MAPS = 64  # extents of one file mapped one by one; a file with more is read instead
 
 
 class _Libc:
@@ -162,14 +166,14 @@ def _libc() -> _Libc | None:
 _LIBC = _libc()
 
 
-def _map_extents(fd: int, size: int) -> memoryview:
+def _map_extents(fd: int, size: int, extents: list[tuple[int, int]]) -> memoryview:
     libc = _LIBC
     base = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | libc.MAP_NORESERVE, -1, 0)
     if base in (None, libc.failed):
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
     try:
-        for start, end in data_extents(fd, size):
+        for start, end in extents:
             got = libc.mmap(base + start, end - start, mmap.PROT_READ, mmap.MAP_SHARED | libc.MAP_FIXED, fd, start)
             if got != base + start:
                 err = ctypes.get_errno()
@@ -183,6 +187,37 @@ def _map_extents(fd: int, size: int) -> memoryview:
     array = np.frombuffer(owner, dtype=np.uint8)
     array.flags.writeable = False
     return memoryview(array)
+
+
+def _read_extents(fd: int, size: int) -> memoryview:
+    """The data extents of a file read into private memory (its holes stay zero pages that
+    were never touched): the bytes as they were when read, whatever a writer does next."""
+    buffer = np.zeros(size, dtype=np.uint8)
+    for start, end in data_extents(fd, size):
+        pos = start
+        while pos < end:
+            got = os.preadv(fd, [memoryview(buffer)[pos:end]], pos)
+            if got <= 0:
+                break  # the file shrank under us: the rest reads as zeros
+            pos += got
+    buffer.flags.writeable = False
+    return memoryview(buffer)
+
+
+def read_snapshot(path: Path | str) -> memoryview:
+    """A private copy of a whole regular file, its holes left as zeros (empty for an empty
+    file): for a file a writer rewrites in place while it is read (the timer wheel), so a
+    reader sees one state of it, and nothing of it is mapped."""
+    fd = open_for_read(path)
+    if fd is None:
+        raise StoreReadError(path, None, "a readable file (No such file or directory)")
+    try:
+        size = os.fstat(fd).st_size
+        return memoryview(b"") if size == 0 else _read_extents(fd, size)
+    except OSError as exc:
+        raise StoreReadError(path, None, f"a readable file ({exc.strerror})") from None
+    finally:
+        os.close(fd)
 
 
 def release_pages(view: memoryview, end: int) -> None:
@@ -209,7 +244,12 @@ def map_for_read(path: Path | str) -> memoryview:
         if size == 0:
             return memoryview(b"")
         if _LIBC is not None:
-            return _map_extents(fd, size)
+            extents = data_extents(fd, size)
+            if len(extents) > _MAX_MAPS:
+                # Many small extents: read, not mapped -- one map over them all would take
+                # in their holes, which a full tmpfs cannot fault in (SIGBUS).
+                return _read_extents(fd, size)
+            return _map_extents(fd, size, extents)
         return memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
     except OSError as exc:
         raise StoreReadError(path, None, f"a readable file ({exc.strerror})") from None

@@ -24,7 +24,7 @@ from rmqdelay.formats.timerwheel import (
     slot_from_row,
     slot_index,
 )
-from rmqdelay.store.fileio import map_for_read, not_regular
+from rmqdelay.store.fileio import not_regular, read_snapshot
 
 
 def way_out(path: Path, kind: str | None) -> str:
@@ -66,8 +66,9 @@ class TimerWheel:
                                               f"{way_out(self.path, None)}")
         self.size = size
         if size:
-            # The wheel is mostly holes: only its data extents are mapped from the file.
-            self._view = map_for_read(self.path)
+            # A copy of its data extents (the wheel is mostly holes): a run or a broker
+            # rewrites slots in place while this reads, and a reader must see one wheel.
+            self._view = read_snapshot(self.path)
 
     @property
     def replaceable(self) -> bool:
