@@ -142,15 +142,114 @@ def plan_recovery(store: Store) -> RecoveryPlan:
                          f"drop {cut.dropped} records, and deliveries appended after it with them; rmqdelay does not "
                          f"write to this store, and changed nothing: restore {cut.path.name} from a replica or "
                          f"backup, or start the broker once to let its recovery cut the log first")
-    cuts = _units_past(store, infos, end)
+    holes = _queue_holes(store, infos, end)
+    damaged = {(h.topic, h.queueId) for h in holes}
+    cuts = _units_past(store, [i for i in infos if (i.topic, i.queueId) not in damaged], end)
     for cut in cuts:
         queue_offsets[(cut.topic, cut.queueId)] = cut.first
     dispatch_from = _dispatch_start(store, infos, cuts, end)
+    for hole in holes:  # rebuilt from the log: its records carry their queue offsets
+        queue_offsets[(hole.topic, hole.queueId)] = hole.first
+        dispatch_from = min(dispatch_from, hole.since)
     plan = RecoveryPlan(end, torn, cuts, queue_offsets, dispatch_from, notices)
-    # Framing of everything to dispatch, checked before anything is changed.
-    for _ in _records(store, dispatch_from, end):
-        pass
+    # Framing of everything to dispatch, checked before anything is changed; and every unit
+    # of a hole found among the records.
+    found = {key: 0 for key in damaged}
+    for msg in _records(store, dispatch_from, end):
+        key = (msg.topic, msg.queueId)
+        if key in found and dispatchable(msg) and msg.queueOffset >= queue_offsets[key]:
+            found[key] += 1
+    for hole in holes:
+        have = found[(hole.topic, hole.queueId)]
+        if have < hole.last - hole.first:
+            raise _refuse(hole.path, hole.byte,
+                          f"units {hole.first}..{hole.last - 1} of {hole.topic}/{hole.queueId} are {hole.what}, and "
+                          f"the commit log from offset {hole.since} holds {have} of their records: the queue "
+                          f"cannot be rebuilt from it (restore the queue file, or the commit log, from a replica or "
+                          f"backup)")
+        plan.notices.append(f"{hole.path} at byte {hole.byte}: units {hole.first}..{hole.bad_end - 1} of "
+                            f"{hole.topic}/{hole.queueId} were {hole.what}, with written units after them; units "
+                            f"{hole.first}..{hole.last - 1} rebuilt from their records in the commit log (from "
+                            f"offset {hole.since}), as the broker wrote them")
     return plan
+
+
+@dataclass(slots=True)
+class QueueHole:
+    """Units [first, last) of a queue are zeroed or garbage while written units follow them:
+    the broker's ConsumeQueue.recover would end the queue at ``first`` and the units after it
+    would be lost (a SCHEDULE_TOPIC_XXXX level's parked messages never delivered, a topic's
+    queue offsets given out again). Rebuilt from the records in the log from ``since``."""
+
+    topic: str
+    queueId: int
+    first: int
+    last: int
+    since: int  # where the records of the queue's units from ``first`` begin (a record boundary)
+    path: object
+    byte: int
+    what: str
+    bad_end: int  # the first written unit after the bad ones
+
+
+def _queue_holes(store: Store, infos, end: int) -> list[QueueHole]:
+    """The queues whose last files hold written units after units that are not (zeros, or
+    units that do not follow the log: pointing back before the unit before them or past the
+    end of the data). A queue ends in zeros normally, and units past the end of the log after
+    a power loss are cut (``_units_past``): only a bad run with good units after it is a hole."""
+    holes = []
+    for info in infos:
+        cq = store.consume_queue(info.topic, info.queueId)
+        units, base = _last_units(cq, info.minOffset)
+        if units is None:
+            continue
+        offsets = units["commitLogOffset"].astype(np.int64)
+        ends = offsets + units["size"]
+        written = (offsets >= 0) & (units["size"] > 0)
+        # Garbage among the written units: not after the unit before it, or past the data.
+        follows = np.ones(len(units), dtype=bool)
+        follows[1:] = offsets[1:] >= ends[:-1]
+        bad_at = np.flatnonzero(~written | (ends > end) | ~follows)
+        first = base + int(bad_at[0]) if len(bad_at) else base + len(units)
+        if first <= max(info.minOffset, base):  # nothing before it to go by
+            continue
+        good_after = np.flatnonzero(written & (ends <= end) & (np.arange(len(units)) > first - base)
+                                    & (offsets >= ends[first - base - 1]))
+        if not len(good_after):
+            continue  # zeros after the end, or units past the log: not a hole
+        last = base + int(good_after[-1]) + 1
+        bad_end = base + int(good_after[0])
+        what = "zeroed" if not written[first - base] else "not units of the log (garbage)"
+        path, byte = _unit_place(cq, first)
+        holes.append(QueueHole(info.topic, info.queueId, first, last, int(ends[first - base - 1]), path, byte, what,
+                               bad_end))
+    return holes
+
+
+def _last_units(cq, min_offset: int):
+    """The units of a queue's last file with written units and of the two files before it (the
+    files ConsumeQueue.recover checks, stopping at the first unit that is not written), and the
+    logical offset of the first."""
+    files = cq.files
+    for index in range(len(files) - 1, -1, -1):
+        units = cq.file_units(index)
+        if ((units["commitLogOffset"] >= 0) & (units["size"] > 0)).any():
+            first = max(index - 2, 0)
+            parts = [cq.file_units(i) for i in range(first, index + 1)]
+            base = files[first].start // CQ_STORE_UNIT_SIZE
+            joined = np.concatenate(parts) if len(parts) > 1 else parts[0]
+            skip = max(min_offset - base, 0)
+            return joined[skip:], base + skip
+    return None, 0
+
+
+def _unit_place(cq, offset: int):
+    """The file holding a queue's unit ``offset`` and the unit's byte in it."""
+    at = offset * CQ_STORE_UNIT_SIZE
+    for mf in cq.files:
+        if mf.start <= at < mf.start + mf.size:
+            return mf.path, at - mf.start
+    return cq.files[-1].path, at - cq.files[-1].start
 
 
 def _refuse_missing_file(store: Store, infos, last: MappedFile) -> None:
