@@ -37,6 +37,8 @@ def repair(
     now: Optional[str] = options.now("the checkpoint's read time is judged by (the broker's clock)"),
     broker_config: Optional[Path] = options.broker_config("the timer settings"),
     json_out: bool = options.json_out("The plan as one JSON object (docs/cli.md lists the fields)."),
+    verbose: bool = typer.Option(False, "--verbose", help="List every unit dropped, set, cut or made (the summary "
+                                                          "counts them by kind; --json has them too)."),
     wide: bool = options.wide(),
 ) -> None:
     """Rebuild the timer wheel from the timer log (slot counts included), cut a torn timer log
@@ -75,12 +77,30 @@ def repair(
     if json_out:
         emit_json(plan.as_json() | {"executed": execute})
     else:
-        _print(plan, execute, wide)
+        _print(plan, execute, wide, verbose)
     if plan.leftAlone or (plan.changed and not execute):
         raise typer.Exit(EXIT_PROBLEMS)
 
 
-def _print(plan: RepairPlan, executed: bool, wide: bool) -> None:
+def _shown(item: str, value: str) -> str:
+    """A value of the changes table as people read it: an instant as a date (its epoch ms
+    beside it, what the file holds), a DataVersion's timestamp too."""
+    counter, at, stamp = value.partition("@")
+    if at and counter.isdigit() and stamp.isdigit():
+        return f"{counter} @ {format_date_ms(int(stamp))}"
+    if item.endswith(("TimeMs", "Timestamp")) and value.lstrip("-").isdigit():
+        return f"{format_date_ms(int(value))} ({value})"
+    return value
+
+
+def _counted(rows, key) -> str:
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[key(r)] = counts.get(key(r), 0) + 1
+    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def _print(plan: RepairPlan, executed: bool, wide: bool, verbose: bool = False) -> None:
     from rich.text import Text
 
     from rmqdelay.timer.repair.plan import BELOW_LOG, LOG_BACKUP_DIR, PAST_LOG, WHEEL_BACKUP
@@ -95,9 +115,12 @@ def _print(plan: RepairPlan, executed: bool, wide: bool) -> None:
     hidden: list[str] = []
     if plan.changes:
         hidden += print_table(console, [Column(name, "left", fold=True) for name in ("file", "what", "before", "after")],
-                              [[Text(c.file), Text(c.item), Text(c.before), Text(c.after)] for c in plan.changes],
+                              [[Text(c.file), Text(c.item), Text(_shown(c.item, c.before)),
+                                Text(_shown(c.item, c.after))] for c in plan.changes],
                               wide=wide)
-    if plan.dropped:
+    if not verbose:
+        _summary(plan, line)
+    if plan.dropped and verbose:
         line("units dropped (their old bytes stay in the backup)", "bold")
         columns = [Column("offset"), Column("slot time", "left"), Column("magic", drop=2), Column("message at"),
                    Column("message size", drop=1), Column("why", "left", fold=True), Column("it pointed at", "left", fold=True)]
@@ -105,25 +128,29 @@ def _print(plan: RepairPlan, executed: bool, wide: bool) -> None:
                                                   str(d.offsetPy), str(d.sizePy), d.kind, Text(d.pointedAt)]
                                                  for d in plan.dropped[:_MAX_ROWS]], wide=wide)
         _more(plan.dropped)
+    if plan.dropped:
         lost = sum(1 for d in plan.dropped if d.pending and not d.magic & TIMER_MAGIC_DELETE
                    and d.kind in (BELOW_LOG, PAST_LOG))
         if lost:
             line(f"{lost} of them were pending messages whose slot was not read yet: their records are not in "
                  "the commit log, so no broker can deliver them", "yellow")
-    if plan.fixed:
+    if plan.fixed and verbose:
         line("unit fields set from their message", "bold")
         columns = [Column("offset"), Column("field", "left"), Column("before"), Column("after"),
                    Column("why", "left", fold=True)]
         hidden += print_table(console, columns, [[str(f.offset), f.field, str(f.before), str(f.after), Text(f.why)]
                                                  for f in plan.fixed[:_MAX_ROWS]], wide=wide)
         _more(plan.fixed)
-    for s in plan.stray[:_MAX_ROWS]:
+    for s in plan.stray[:_MAX_ROWS] if verbose else ():
         line(f"not a unit: {s.file} at byte {s.offset}, {s.length} bytes ({s.head}...): cut")
-    _more(plan.stray)
-    for r in plan.remade[:_MAX_ROWS]:
+    if verbose:
+        _more(plan.stray)
+    for r in plan.remade[:_MAX_ROWS] if verbose else ():
         line(f"unit made: rmq_sys_wheel_timer queue offset {r.queueOffset} (commit log {r.offsetPy}, UNIQ_KEY "
-             f"{r.uniqKey}, due {r.timerOutMs}) was enqueued and has no unit left: without one it is never delivered")
-    _more(plan.remade)
+             f"{r.uniqKey}, due {format_date_ms(r.timerOutMs)}) was enqueued and has no unit left: without one it "
+             "is never delivered")
+    if verbose:
+        _more(plan.remade)
     if plan.metricsDriftOnly:
         line("config/timermetrics drifts from the true counts (5.3.3's own counts do): left as it is; "
              "--metrics rewrites it", "yellow")
@@ -139,6 +166,23 @@ def _print(plan: RepairPlan, executed: bool, wide: bool) -> None:
              f"files are in config/*.bak, {WHEEL_BACKUP}, {LOG_BACKUP_DIR}/", "bold green")
     else:
         line(f"{len(plan.changes)} change(s) to make: run again with --execute to apply them", "bold")
+
+
+def _summary(plan: RepairPlan, line) -> None:
+    """The units the repair touches, counted by kind (--verbose lists them)."""
+    said = []
+    if plan.dropped:
+        said.append(f"{len(plan.dropped)} unit(s) dropped ({_counted(plan.dropped, lambda d: d.kind)})")
+    if plan.fixed:
+        said.append(f"{len(plan.fixed)} field(s) set from their message ({_counted(plan.fixed, lambda f: f.field)})")
+    if plan.stray:
+        said.append(f"{len(plan.stray)} stretch(es) that are not units cut ({sum(s.length for s in plan.stray)} bytes)")
+    if plan.remade:
+        due = sorted(r.timerOutMs for r in plan.remade)
+        said.append(f"{len(plan.remade)} unit(s) made for enqueued messages without one (due "
+                    f"{format_date_ms(due[0])}" + (f" to {format_date_ms(due[-1])})" if len(due) > 1 else ")"))
+    if said:
+        line("; ".join(said) + " - --verbose lists them, --json too")
 
 
 def _more(rows: list) -> None:

@@ -391,4 +391,8 @@ def test_a_dropped_unit_is_called_lost_only_when_its_record_is_gone(capsys, stor
     assert result.code == 1, result.err
     said_lost = "so no broker can deliver them" in result.out
     assert said_lost == (fault == "retention"), result.out[-3000:]
-    assert ("unit made: rmq_sys_wheel_timer queue offset" in result.out) == (fault == "another-topic")
+    assert ("unit(s) made for enqueued messages without one" in result.out) == (fault == "another-topic")
+    # The summary counts the units by kind; --verbose lists them.
+    verbose = run_cli(capsys, "timer", "repair", store, "--now", str(NOW), "--verbose")
+    assert ("unit made: rmq_sys_wheel_timer queue offset" in verbose.out) == (fault == "another-topic")
+    assert "unit made:" not in result.out and "--verbose lists them" in result.out
