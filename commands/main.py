@@ -182,7 +182,10 @@ def main() -> None:
         code = exc.exit_code
     except RmqDelayError as exc:
         # A store's error names its file; one of the command's own setting (Spark's) the command.
-        _say(_in_command(str(exc), hint=False) if getattr(exc, "in_command", False) else f"rmqdelay: {exc}")
+        from .repairs import repair_hint
+
+        _say(_in_command(str(exc), hint=False) if getattr(exc, "in_command", False)
+             else f"rmqdelay: {exc}{repair_hint(exc)}")
         code = exc.exit_code
     except BrokenPipeError:
         sys.stderr.close()  # a pipe reader went away (| head): not an error

@@ -66,7 +66,9 @@ def read_for(fmt: Format, problems: list[str], compute: Callable[[], T], fallbac
 
 def note_problem(problems: list[str], exc: Exception) -> None:
     """One problem, once (a damaged file read for several levels is one problem)."""
-    line = " ".join(str(exc).split())
+    from .repairs import repair_hint
+
+    line = " ".join(str(exc).split()) + repair_hint(exc)
     if line in problems:
         return
     problems.append(line)

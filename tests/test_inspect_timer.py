@@ -268,3 +268,17 @@ def test_a_4x_store_has_no_timer_store_to_inspect(capsys, sample_store):
 def test_usage_errors_are_one_line(capsys, sample_store, args):
     result = run_cli(capsys, "inspect", "timer", sample_store("timer-fresh"), *args)
     assert result.code == 2 and len(result.err.strip().splitlines()) == 1, result.err
+
+
+def test_a_damaged_timer_store_is_refused_naming_the_command_that_repairs_it(capsys, store_copy):
+    path = store_copy("timer-partial")
+    (path / "config" / "timercheck").write_bytes(b"garbage\n")
+    hint = f"`rmqdelay timer repair {path}` shows how it would be repaired"
+    for args in (["inspect", "timer", path], ["run", path, "--once"]):
+        result = run_cli(capsys, *args, "--now", "1795450329969")
+        assert result.code == 2 and result.err.count("\n") == 1, result.err
+        assert "config/timercheck at byte 8" in result.err and hint in result.err, result.err
+    # The metrics say it too, and still reach the collector (exit 0).
+    metrics = run_cli(capsys, "inspect", "timer", path, "--format", "prometheus", "--now", "1795450329969")
+    assert metrics.code == 0 and hint in metrics.err and 'rmqdelay_problems{store=' in metrics.out
+    assert run_cli(capsys, "timer", "repair", path, "--now", "1795450329969").code == 1  # changes to make
