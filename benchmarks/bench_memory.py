@@ -1,10 +1,12 @@
-"""Peak memory of the embedded engine against the size of the store: `rmqdelay analyze KIND
-STORE --json` run as a child process per analysis, under ``/usr/bin/time`` (its maximum
-resident set size, and the wall time), on stores of growing size made by `rmqdelay samples
-generate`.
+"""Peak memory of the embedded engine and of the verifies against the size of the store:
+`rmqdelay analyze KIND STORE --json` (and `rmqdelay inspect commitlog|index STORE --verify
+--json` for the kinds ``commitlog-verify``, ``index-verify``) run as a child process each,
+under ``/usr/bin/time`` (its maximum resident set size, and the wall time), on stores of
+growing size made by `rmqdelay samples generate`.
 
     python3 benchmarks/bench_memory.py --messages 1100000 --messages 4400000 [--dir DIR] [--keep]
-                                       [--kinds backlog,lateness,retries] [--memory 256M]
+                                       [--kinds backlog,lateness,retries,commitlog-verify,index-verify]
+                                       [--memory 256M]
 
 ~1.1 M generated messages make ~1 GB of commit log, ~4.4 M ~4 GB. A store already in DIR
 (``DIR/m<messages>``, seeds 1, 2, ... in the order given) is reused, so a second run of another version measures the same files.
@@ -35,13 +37,25 @@ def make_store(path: Path, messages: int, seed: int) -> float:
     return time.perf_counter() - started
 
 
+# The verifies measured beside the analyses: kind -> `rmqdelay inspect WHAT STORE --verify --json`.
+VERIFIES = {"commitlog-verify": "commitlog", "index-verify": "index"}
+
+
+def command(kind: str, store: Path, at_ms: int) -> list[str]:
+    if kind in VERIFIES:
+        return ["inspect", VERIFIES[kind], str(store), "--verify", "--json"]
+    return ["analyze", kind, str(store), "--now", str(at_ms), "--json"]
+
+
 def measure(kind: str, store: Path, at_ms: int, env: dict[str, str]) -> tuple[int, float]:
-    """(peak RSS in kB, wall seconds) of one `analyze KIND STORE --json` child."""
+    """(peak RSS in kB, wall seconds) of one child running ``command(kind, ...)`` (a verify
+    that finds problems exits 1: measured all the same)."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as stats:
         started = time.perf_counter()
-        subprocess.run(["/usr/bin/time", "-f", "%M", "-o", stats.name, sys.executable, "-m", "rmqdelay", "analyze",
-                        kind, str(store), "--now", str(at_ms), "--json"],
-                       check=True, stdout=subprocess.DEVNULL, env=env)
+        done = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", stats.name, sys.executable, "-m", "rmqdelay",
+                               *command(kind, store, at_ms)], stdout=subprocess.DEVNULL, env=env)
+        if done.returncode not in (0, 1) or (done.returncode and kind not in VERIFIES):
+            raise SystemExit(f"{kind} on {store} exited {done.returncode}")
         seconds = time.perf_counter() - started
         return int(stats.read().split()[-1]), seconds
 
@@ -71,7 +85,7 @@ def main() -> None:
             for kind in args.kinds.split(","):
                 peak_kb, seconds = measure(kind, store, at_ms, env)
                 rows.append((kind, size, peak_kb, seconds))
-                print(f"{kind:9} {size / 1e9:5.2f} GB  peak RSS {peak_kb / 1024:7,.0f} MB  {seconds:6.1f} s", flush=True)
+                print(f"{kind:16} {size / 1e9:5.2f} GB  peak RSS {peak_kb / 1024:7,.0f} MB  {seconds:6.1f} s", flush=True)
     finally:
         if not args.keep and args.dir is None:
             shutil.rmtree(root, ignore_errors=True)

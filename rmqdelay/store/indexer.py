@@ -55,6 +55,7 @@ from rmqdelay.formats.index import (
 from rmqdelay.formats.properties import property_value
 from rmqdelay.store.commitlog import CommitLog
 from rmqdelay.store.durable import fsync_dir
+from rmqdelay.store.fileio import release_pages
 from rmqdelay.store.index import IndexFileReader, IndexSettings, list_index_files
 
 # Slots closer than this many are written in one pwrite (a page of them).
@@ -601,8 +602,13 @@ def file_index_rows(commitlog: CommitLog, i: int, start: int, stop: int) -> Iter
     if pos and not _is_message_at(commitlog, mf.start + pos):
         pos = 0  # not a record boundary: walk the file from its start
     try:
-        for batch in decode_records(commitlog.view(i), store="", file=mf.path.name, start=pos, limit=mf.size):
+        view = commitlog.view(i)
+        for batch in decode_records(view, store="", file=mf.path.name, start=pos, limit=mf.size):
             offsets = batch.column("commitlog_offset").to_numpy()
+            # What the rows need is copied out of the map: the pages passed leave this
+            # process, so a reader of the whole log holds a batch of it, not all of it.
+            if len(offsets):
+                release_pages(view, int(offsets[0]) - mf.start)
             keep = ((offsets >= start) & (offsets < stop)).tolist()
             columns = zip(offsets.tolist(), batch.column("store_timestamp").to_numpy().tolist(),
                           batch.column("sys_flag").to_numpy().tolist(), batch.column("topic").to_pylist(),

@@ -36,7 +36,7 @@ from rmqdelay.formats.propcrc import CRC32_RESERVED_LEN
 from rmqdelay.formats.propcrc import check_record as check_record_crc
 from rmqdelay.store import Store
 from rmqdelay.store.commitlog import first_nonzero
-from rmqdelay.store.fileio import map_for_read
+from rmqdelay.store.fileio import map_for_read, release_pages
 from rmqdelay.store.logfile import DLEDGER, LogFile
 from rmqdelay.store.mappedfiles import MappedFile
 from rmqdelay.store.problems import FILE_SIZE, GAP, NOT_A_DIRECTORY, UNREADABLE, Problem
@@ -215,11 +215,19 @@ def _check_file(mf: LogFile, messages: _Messages, dledger: DLedgerWalk | None = 
             pass  # arrays still point into the map; it is unmapped when they are gone
 
 
+_RELEASE_EVERY = 64 << 20  # bytes of a commit log file walked between two releases of its pages
+
+
 def _walk(view: memoryview, mf: MappedFile, messages: _Messages) -> Iterator[Problem]:
     name = str(mf.path)
     size = len(view)
     pos = 0
+    released = 0
     while pos < size:
+        if pos - released >= _RELEASE_EVERY:
+            # The pages passed leave this process: a verify holds a window of the file, not all of it.
+            release_pages(view, pos)
+            released = pos
         physical = mf.start + pos
         if pos + 8 > size:
             if any(view[pos:]):
