@@ -25,7 +25,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from rmqdelay.errors import StoreError
 from rmqdelay.formats.commitlog import Message
 from rmqdelay.formats.constants import (
     KEY_SEPARATOR,
@@ -36,11 +35,10 @@ from rmqdelay.formats.constants import (
 )
 from rmqdelay.formats.javanum import java_parse_int
 from rmqdelay.store import Store
-from rmqdelay.store.deadletter import DeadLetter
+from rmqdelay.store.deadletter import DeadLetter, retry_messages
 from rmqdelay.store.writer import NewMessage
 
 PROPERTY_RESENT_FROM_DLQ = "RESENT_FROM_DLQ"  # on a resent copy: the dead letter's offset msgId
-_PRE_BLANK_SIZE = 0x7FFFFFFF
 
 
 def select(letters: Iterable[DeadLetter], *, uniq_keys: list[str] | None = None, keys: list[str] | None = None,
@@ -121,20 +119,11 @@ class Resend:
 
 def resent_copies(store: Store, group: str) -> dict[str, int]:
     """{dead letter's offset msgId: copies} of the group's %RETRY% queues: what was resent."""
-    topic = RETRY_GROUP_TOPIC_PREFIX + group
     out: dict[str, int] = {}
-    for qid in store.topics().get(topic, []):
-        cq = store.consume_queue(topic, qid)
-        for unit in cq.units(cq.min_offset, cq.max_offset):
-            if int(unit["size"]) == _PRE_BLANK_SIZE:
-                continue
-            try:
-                msg = store.commitlog.read_message(int(unit["commitLogOffset"]), int(unit["size"]))
-            except StoreError:
-                continue
-            mark = msg.properties.get(PROPERTY_RESENT_FROM_DLQ)
-            if mark:
-                out[mark] = out.get(mark, 0) + 1
+    for msg in retry_messages(store, group):
+        mark = msg.properties.get(PROPERTY_RESENT_FROM_DLQ)
+        if mark:
+            out[mark] = out.get(mark, 0) + 1
     return out
 
 

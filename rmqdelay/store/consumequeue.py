@@ -142,16 +142,11 @@ class ConsumeQueue:
         time -- past year 9999, or (unless ``ext_ok``, for a listing that shows them as such)
         an address into ConsumeQueueExt, which rmqdelay does not read. Pre-blank units are no
         messages and are not checked."""
-        codes = units["tagsCode"]
-        bad = (codes > MAX_DELIVER_MS) if ext_ok else ((codes <= CQ_EXT_MAX_ADDR) | (codes > MAX_DELIVER_MS))
-        bad &= units["size"] != CQ_PRE_BLANK_SIZE
-        if not bad.any():
+        bad = first_bad_deliver_time(units, ext_ok=ext_ok)
+        if bad is None:
             return
-        row = int(np.argmax(bad))
-        code = int(codes[row])
+        row, code, what = bad
         path, byte = self.locate(first + row)
-        what = ("a ConsumeQueueExt address (the broker then takes the message's store time plus the level's "
-                "delay; rmqdelay reads no consumequeue_ext)" if code <= CQ_EXT_MAX_ADDR else "past year 9999")
         raise StoreError(path, byte + _TAGS_CODE_AT,
                          f"a deliver time (tagsCode of unit {first + row} of {self.topic}/{self.queue_id}) in "
                          f"epoch milliseconds, found {code}: {what}")
@@ -180,3 +175,19 @@ class ConsumeQueue:
             if mf.start <= byte < mf.end:
                 return mf.path, byte - mf.start
         return self.directory, byte
+
+
+def first_bad_deliver_time(units: np.ndarray, *, ext_ok: bool = False) -> tuple[int, int, str] | None:
+    """(row, tagsCode, why) of the first of SCHEDULE_TOPIC_XXXX ``units`` whose tagsCode is no
+    deliver time (past year 9999, or -- unless ``ext_ok`` -- a ConsumeQueueExt address), pre-blank
+    units passed over; None when every one is a time."""
+    codes = units["tagsCode"]
+    bad = (codes > MAX_DELIVER_MS) if ext_ok else ((codes <= CQ_EXT_MAX_ADDR) | (codes > MAX_DELIVER_MS))
+    bad &= units["size"] != CQ_PRE_BLANK_SIZE
+    if not bad.any():
+        return None
+    row = int(np.argmax(bad))
+    code = int(codes[row])
+    what = ("a ConsumeQueueExt address (the broker then takes the message's store time plus the level's "
+            "delay; rmqdelay reads no consumequeue_ext)" if code <= CQ_EXT_MAX_ADDR else "past year 9999")
+    return row, code, what

@@ -19,11 +19,13 @@ DLQ (a delay level below 0), or a message of a client that had a lower limit the
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from rmqdelay.errors import StoreError
 from rmqdelay.formats.commitlog import Message
 from rmqdelay.formats.constants import (
+    CQ_PRE_BLANK_SIZE,
     DLQ_GROUP_TOPIC_PREFIX,
     PROPERTY_KEYS,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -36,7 +38,6 @@ from rmqdelay.store.configs import SUBSCRIPTION_GROUPS
 from rmqdelay.store.directory import Store
 from rmqdelay.store.keylookup import by_offset_msg_id
 
-_PRE_BLANK_SIZE = 0x7FFFFFFF
 DEFAULT_RETRY_MAX_TIMES = 16  # SubscriptionGroupConfig.retryMaxTimes
 
 
@@ -102,7 +103,7 @@ def dead_letters(store: Store, now_ms: int, group: str | None = None) -> list[De
             first = cq.min_offset
             units = cq.units(first, cq.max_offset)
             for n, unit in enumerate(units):
-                if int(unit["size"]) == _PRE_BLANK_SIZE:
+                if int(unit["size"]) == CQ_PRE_BLANK_SIZE:
                     continue
                 msg = store.commitlog.read_message(int(unit["commitLogOffset"]), int(unit["size"]))
                 out.append(_dead_letter(store, g, qid, first + n, msg, now_ms, retry_times.get(g, {})))
@@ -157,24 +158,30 @@ def _dead_letter(store: Store, group: str, qid: int, offset: int, msg: Message, 
                       max(now_ms - msg.storeTimestamp, 0), len(msg.body))
 
 
+def retry_messages(store: Store, group: str, topics: dict[str, list[int]] | None = None) -> Iterator[Message]:
+    """Every message the group's %RETRY% queues still hold, queue by queue, in queue order;
+    a unit whose record cannot be read is passed over (``inspect commitlog --verify`` names it)."""
+    topic = RETRY_GROUP_TOPIC_PREFIX + group
+    for qid in (store.topics() if topics is None else topics).get(topic, []):
+        cq = store.consume_queue(topic, qid)
+        for unit in cq.units(cq.min_offset, cq.max_offset):
+            if int(unit["size"]) == CQ_PRE_BLANK_SIZE:
+                continue
+            try:
+                yield store.commitlog.read_message(int(unit["commitLogOffset"]), int(unit["size"]))
+            except StoreError:
+                continue
+
+
 def _retry_store_times(store: Store, topics: dict[str, list[int]]) -> dict[str, dict[str, int]]:
     """{group: {UNIQ_KEY: store time of its last %RETRY% copy}} for the groups with a DLQ: the
     last delivery the consumer failed before the message went to the DLQ."""
     out: dict[str, dict[str, int]] = {}
     for g in dlq_groups(store):
-        topic = RETRY_GROUP_TOPIC_PREFIX + g
         last: dict[str, int] = {}
-        for qid in topics.get(topic, []):
-            cq = store.consume_queue(topic, qid)
-            for unit in cq.units(cq.min_offset, cq.max_offset):
-                if int(unit["size"]) == _PRE_BLANK_SIZE:
-                    continue
-                try:
-                    msg = store.commitlog.read_message(int(unit["commitLogOffset"]), int(unit["size"]))
-                except StoreError:
-                    continue
-                key = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-                if key:
-                    last[key] = max(last.get(key, 0), msg.storeTimestamp)
+        for msg in retry_messages(store, g, topics):
+            key = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            if key:
+                last[key] = max(last.get(key, 0), msg.storeTimestamp)
         out[g] = last
     return out

@@ -19,8 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from rmqdelay.errors import StoreError
-from rmqdelay.formats.constants import CQ_PRE_BLANK_SIZE, MAX_DELIVER_MS
-from rmqdelay.formats.consumequeue import CQ_EXT_MAX_ADDR, CqUnit, decode_units
+from rmqdelay.formats.consumequeue import CqUnit, decode_units
 from rmqdelay.formats.errors import FormatError
 from rmqdelay.formats.rocksqueue import (
     CHECKPOINT_TOPIC,
@@ -40,6 +39,7 @@ from rmqdelay.formats.rocksqueue import (
     queue_prefix,
     unit_key,
 )
+from rmqdelay.store.consumequeue import first_bad_deliver_time
 from rmqdelay.store.problems import Problems
 from rmqdelay.store.rocksdatabase import RocksDatabase, database_facts
 
@@ -292,15 +292,10 @@ class RocksConsumeQueue:
     def check_deliver_times(self, units: np.ndarray, first: int, *, ext_ok: bool = False) -> None:
         """As ConsumeQueue.check_deliver_times: a StoreError naming the first unit whose
         tagsCode is no deliver time."""
-        codes = units["tagsCode"]
-        bad = (codes > MAX_DELIVER_MS) if ext_ok else ((codes <= CQ_EXT_MAX_ADDR) | (codes > MAX_DELIVER_MS))
-        bad &= units["size"] != CQ_PRE_BLANK_SIZE
-        if not bad.any():
+        bad = first_bad_deliver_time(units, ext_ok=ext_ok)
+        if bad is None:
             return
-        row = int(np.argmax(bad))
-        code = int(codes[row])
-        what = ("a ConsumeQueueExt address (the broker then takes the message's store time plus the level's "
-                "delay; rmqdelay reads no consumequeue_ext)" if code <= CQ_EXT_MAX_ADDR else "past year 9999")
+        row, code, what = bad
         key = unit_key(self._topic, self.queue_id, first + row)
         raise StoreError(self.directory, None,
                          f"a deliver time (tagsCode of unit {first + row} of {self.topic}/{self.queue_id}, key "
