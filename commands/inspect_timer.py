@@ -118,7 +118,8 @@ def inspect_timer(
             raise StoreError(store.path, None, "a 5.x store with a timer store (timerlog/, timerwheel, "
                                                "config/timercheck); found none")
         try:
-            timer_store = TimerStore(store, broker_config)
+            # --verify reads what it can of a damaged timer store and lists every problem.
+            timer_store = TimerStore(store, broker_config, lenient=verify)
         except StoreError as exc:
             if fmt is not Format.prometheus:
                 raise

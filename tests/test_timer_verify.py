@@ -5,6 +5,7 @@ in the timer files anywhere else: one line, exit 2, no traceback, the store unch
 from __future__ import annotations
 
 import json
+import os
 import struct
 import zlib
 from pathlib import Path
@@ -359,3 +360,22 @@ def test_units_read_ahead_of_the_wall_clock_beyond_the_wheels_span_are_no_fault(
         assert result.code == 0, result.err
     code, lines, result = verify(capsys, store, int(time.time() * 1000))
     assert faults(lines) == [] and code == 0, result.out
+
+
+def test_verify_of_a_damaged_timer_store_lists_every_problem_not_the_first(store_copy, capsys):
+    path = store_copy("timer-partial")
+    os.truncate(path / "timerwheel", 1000)  # a wheel the broker refuses
+    first = sorted((path / "timerlog").iterdir())[0]
+    data = bytearray(first.read_bytes())
+    data[0:4] = b"\xff\xff\xff\xff"  # the first unit's size
+    first.write_bytes(bytes(data))
+    result = run_cli(capsys, "inspect", "timer", path, "--verify", "--now", "1795450329969", "--json")
+    assert result.code == 1, result.err
+    *problems, summary = result.json_lines()
+    kinds = {p["kind"] for p in problems}
+    assert {"wheelFile", "timerLogFraming"} <= kinds and len(kinds) >= 3, kinds
+    assert summary["problems"] == sum(1 for p in problems if not p["advisory"])
+    screen = run_cli(capsys, "inspect", "timer", path, "--verify", "--now", "1795450329969")
+    lines = screen.out.splitlines()
+    assert screen.code == 1 and f"{summary['problems']} problem(s)" in lines[0]
+    assert lines[1].startswith("wheelFile: ") and lines[-1].startswith("... and ")

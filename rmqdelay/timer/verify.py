@@ -35,6 +35,7 @@ from rmqdelay.formats.constants import (
     TIMER_MAGIC_ROLL,
 )
 from rmqdelay.formats.errors import FormatError
+from rmqdelay.formats.timerwheel import WHEEL_FILE_SIZE
 from rmqdelay.formats.javahash import java_string_hash
 from rmqdelay.formats.timerlog import (
     UNIT_SIZE,
@@ -69,6 +70,10 @@ SLOT_COUNT = "slotCount"
 UNIT_NOT_IN_CHAIN = "unitNotInChain"
 CHECKPOINT_BEYOND = "checkpointBeyond"
 METRICS_DRIFT = "metricsDrift"
+# The files themselves, on a store opened leniently (TimerStore(lenient=True)): each is one
+# problem, and the checks of what can still be read go on.
+WHEEL_FILE = "wheelFile"
+CHECKPOINT_FILE = "checkpointFile"
 
 Advance = Callable[[int], None]
 
@@ -96,6 +101,7 @@ def iter_timer_problems(ts: TimerStore, now_ms: int, advance: Advance | None = N
                         counts: TimerVerifyCounts | None = None) -> Iterator[TimerProblem]:
     advance = advance or (lambda n: None)
     counts = counts if counts is not None else TimerVerifyCounts()
+    yield from _files(ts)
     units = yield from _framing(ts, advance, counts)
     counts.units = len(units)
     records = timer_records(ts)
@@ -427,6 +433,26 @@ def readable_log_end(ts: TimerStore) -> int:
 
 
 # -- the checkpoint --------------------------------------------------------------------------------
+def _files(ts: TimerStore) -> Iterator[TimerProblem]:
+    """What a lenient open noted of the files: timer log files missing or of the wrong size,
+    a wheel of the wrong size or not a file, a checkpoint that does not parse."""
+    for p in getattr(ts.log, "damage", ()):
+        yield TimerProblem(p.kind, p.file, p.offset, p.expected)
+    wheel = ts.wheel
+    if wheel.wrong_size is not None:
+        yield TimerProblem(WHEEL_FILE, str(wheel.path), wheel.wrong_size,
+                           f"a timer wheel of {WHEEL_FILE_SIZE} bytes, found {wheel.wrong_size} bytes (read as "
+                           "no wheel: the slots' chains are not checked)")
+    if wheel.not_regular is not None:
+        yield TimerProblem(WHEEL_FILE, str(wheel.path), None, f"a timer wheel (a regular file), found "
+                                                              f"{wheel.not_regular}")
+    if ts.lenient:
+        ts.checkpoint()
+        damage = ts.checkpoint_damage
+        if damage is not None:
+            yield TimerProblem(CHECKPOINT_FILE, str(damage.path), damage.offset, damage.expected)
+
+
 def _checkpoint(ts: TimerStore, now_ms: int) -> Iterator[TimerProblem]:
     cp = ts.checkpoint()
     if cp is None:
