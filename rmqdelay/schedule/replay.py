@@ -62,7 +62,10 @@ def exact_offsets(store: Store, delay_levels: dict[int, int], *, broker5x: bool 
     replay_from: int | None = None
     base = dict(published or {})
     if state is not None:
-        if published == state.offsetTable or published == state.previousOffsetTable:
+        if published is None and state.previousOffsetTable is not None:
+            notices.append(Notice("delayOffsets", "no config/delayOffset.json (nor its .bak): resuming from "
+                                                  "config/rmqdelay.scheduler.json, exact where it says"))
+        if published is None or published == state.offsetTable or published == state.previousOffsetTable:
             base = dict(state.offsetTable)
             replay_from = state.commitLogOffset
             if state.delayLevels is not None and state.delayLevels != delay_levels:
@@ -92,6 +95,13 @@ def exact_offsets(store: Store, delay_levels: dict[int, int], *, broker5x: bool 
     replayed = None
     if replay_from is not None:
         counts = _replay(store, offsets, replay_from, broker5x)
+    elif state is None:
+        replay_from, counts = _found_delivered(store, offsets, broker5x)
+        if counts:
+            notices.append(Notice("delivered", f"no config/rmqdelay.scheduler.json: {sum(counts.values())} "
+                                               f"delivered copies of the next units found in the commit log after "
+                                               f"offset {replay_from}; counted as delivered, not delivered again"))
+    if replay_from is not None:
         for level in counts:
             table[level] = offsets[level]
         replayed = Replayed(replay_from, counts)
@@ -154,6 +164,53 @@ def _replay(store: Store, offsets: dict[int, int], start: int, broker5x: bool = 
         offsets[found] = offset + 1
         counts[found] = counts.get(found, 0) + 1
     return counts
+
+
+def _found_delivered(store: Store, offsets: dict[int, int], broker5x: bool = False) -> tuple[int | None, dict[int, int]]:
+    """Without the scheduler file, where delayOffset.json is exact is not known (a kill after
+    deliveries and before the next publish, then the file lost): the deliveries in the commit
+    log say how far each level went. Every delivered copy of a level's unit is appended after
+    the unit's record, so the log is read from the record of the earliest next unit; each
+    level is advanced over its next units while each has a copy (the same delivery, after its
+    record), one copy per unit. Returns where the read started (None: nothing to read) and the
+    units advanced per level."""
+    heads = {}
+    for level, offset in offsets.items():
+        cq = store.schedule_queue(level)
+        if offset < cq.max_offset:
+            heads[level] = cq.unit(offset).commitLogOffset
+    if not heads:
+        return None, {}
+    start = max(min(heads.values()), store.commitlog.min_offset)
+    if start >= store.end_offset():
+        return None, {}
+    copies: dict[tuple, list[Message]] = {}
+    for record in store.commitlog.records(start):
+        if _looks_delivered(record):
+            copies.setdefault((record.topic, record.queueId, record.bornTimestamp), []).append(record)
+    counts: dict[int, int] = {}
+    if not copies:
+        return start, counts
+    for level in sorted(heads):
+        cq = store.schedule_queue(level)
+        offset, max_offset = offsets[level], cq.max_offset
+        pos = offset
+        while pos < max_offset:
+            unit = cq.unit(pos)
+            _, new, reason = restore_unit(store, unit.commitLogOffset, unit.size, broker5x=broker5x)
+            pos += 1
+            if reason is not None:
+                continue  # skipped, as the run that delivered the next one did
+            same = copies.get((new.topic, new.queueId, new.bornTimestamp), [])
+            match = next((i for i, r in enumerate(same)
+                          if r.commitLogOffset > unit.commitLogOffset and _same_delivery(r, new)), None)
+            if match is None:
+                break
+            del same[match]
+            offset = pos
+            counts[level] = counts.get(level, 0) + 1
+        offsets[level] = offset
+    return start, counts
 
 
 def _next_delivery_matching(store: Store, level: int, offset: int, max_offset: int, record: Message,
