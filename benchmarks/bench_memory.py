@@ -80,7 +80,7 @@ def main() -> None:
             store = root / f"m{messages}"
             if not (store / "commitlog").is_dir():
                 print(f"generating {messages:,} messages in {store}: {make_store(store, messages, seed):.0f} s", flush=True)
-            at_ms = json.loads((store / "plan.json").read_text())["at_ms"]
+            at_ms = json.loads((store / "plan.json").read_text())["atMs"]
             size = store_bytes(store)
             for kind in args.kinds.split(","):
                 peak_kb, seconds = measure(kind, store, at_ms, env)

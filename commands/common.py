@@ -99,25 +99,7 @@ def emit_json(obj: dict) -> None:
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
 
-_SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)+$")
-
-
-def camel(name: str) -> str:
-    """A lower snake_case field name in camelCase (``at_ms`` -> ``atMs``); any other key as it
-    is (a group, a topic, a level: data, not a field name)."""
-    if not _SNAKE.match(name):
-        return name
-    head, *rest = name.split("_")
-    return head + "".join(part[:1].upper() + part[1:] for part in rest)
-
-
-def camel_keys(obj):
-    """A JSON value with its field names in camelCase (docs/cli.md: one naming style)."""
-    if isinstance(obj, dict):
-        return {camel(k) if isinstance(k, str) else k: camel_keys(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [camel_keys(v) for v in obj]
-    return obj
+from rmqdelay.jsonnames import camel, camel_keys  # noqa: E402,F401 (the commands' names for them)
 
 
 def _json_escape(match: re.Match) -> str:

@@ -144,3 +144,28 @@ def local_time_zone():
     else:
         os.environ["TZ"] = saved
     time.tzset()
+
+
+def load_plan(store_dir) -> dict:
+    """A generated store's plan.json, which speaks docs/cli.md's camelCase (every field name
+    checked here), under the generator's own names (what generate() returns), as the tests
+    compare them."""
+    import json
+    import re
+
+    plan = json.loads((Path(store_dir) / "plan.json").read_text(encoding="utf-8"))
+
+    def snake(obj):
+        if isinstance(obj, list):
+            return [snake(v) for v in obj]
+        if not isinstance(obj, dict):
+            return obj
+        out = {}
+        for key, value in obj.items():
+            assert "_" not in key or not key.islower(), f"plan.json field {key!r} is not camelCase"
+            if re.fullmatch(r"[a-z][a-zA-Z0-9]*", key):
+                key = re.sub(r"(?<=[a-z0-9])([A-Z])", lambda m: "_" + m.group(1).lower(), key)
+            out[key] = snake(value)
+        return out
+
+    return snake(plan)

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES, load_expected
+from conftest import SAMPLES, load_expected, load_plan
 
 from rmqdelay.analysis import AnalysisResult, Skipped, StoreRef, analyze, store_ref
 from rmqdelay.errors import StoreError, UsageError
@@ -305,7 +305,7 @@ def test_generated_sample_figures_match_the_generators_plan():
     import json
 
     store = SAMPLES / "generated-small" / "store"
-    plan = json.loads((store / "plan.json").read_text())
+    plan = load_plan(store)
     refs, at_ms = [StoreRef("gen", store)], plan["at_ms"]
     for row in table_rows(analyze("backlog", refs, at_ms), "levels"):
         level = plan["levels"][str(row["level"])]

@@ -11,7 +11,7 @@ import tempfile
 import pyarrow.parquet as pq
 import pytest
 from clirun import run_cli
-from conftest import SAMPLES
+from conftest import SAMPLES, load_plan
 
 from rmqdelay.analysis import KINDS, StoreRef, analyze, spill
 from rmqdelay.analysis.common import sort_table
@@ -53,7 +53,7 @@ def partitions(monkeypatch):
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_tiny_budget_gives_the_tables_and_rows_of_one_pass(kind, spill_dir, partitions):
     refs = [StoreRef("gen", GENERATED), StoreRef("retry", SAMPLES / "retry" / "store")]
-    at_ms = json.loads((GENERATED / "plan.json").read_text())["at_ms"]
+    at_ms = load_plan(GENERATED)["at_ms"]
     whole = analyze(kind, refs, at_ms, memory=1 << 40)
     assert all(n == 1 for n in partitions)
     partitions.clear()
@@ -70,7 +70,7 @@ def test_a_tiny_budget_gives_the_tables_and_rows_of_one_pass(kind, spill_dir, pa
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_output_parquet_holds_the_same_rows_whatever_the_budget(kind, tmp_path, spill_dir):
-    at_ms = json.loads((GENERATED / "plan.json").read_text())["at_ms"]
+    at_ms = load_plan(GENERATED)["at_ms"]
     refs = [StoreRef("gen", GENERATED)]
     files = []
     for memory in (1 << 40, TINY):
@@ -84,7 +84,7 @@ def test_output_parquet_holds_the_same_rows_whatever_the_budget(kind, tmp_path, 
 
 
 def test_the_cli_takes_the_budget_from_the_environment(capsys, monkeypatch, tmp_path):
-    at_ms = json.loads((GENERATED / "plan.json").read_text())["at_ms"]
+    at_ms = load_plan(GENERATED)["at_ms"]
     args = ("analyze", "lateness", f"gen={GENERATED}", "--now", str(at_ms), "--json")
     whole = run_cli(capsys, *args)
     monkeypatch.setenv(spill.MEMORY_ENV, "16K")
@@ -98,7 +98,7 @@ def test_the_cli_takes_the_budget_from_the_environment(capsys, monkeypatch, tmp_
 
 def test_backlog_chunks_count_every_unit(spill_dir):
     """A budget of one unit a chunk: each pending unit is its own chunk, the counts the same."""
-    at_ms = json.loads((GENERATED / "plan.json").read_text())["at_ms"]
+    at_ms = load_plan(GENERATED)["at_ms"]
     refs = [StoreRef("gen", GENERATED)]
     whole = analyze("backlog", refs, at_ms)
     one = analyze("backlog", refs, at_ms, memory=1)

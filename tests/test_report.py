@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401 (pa.compute)
 import pytest
-from conftest import SAMPLES, TIMER_SAMPLES
+from conftest import SAMPLES, TIMER_SAMPLES, load_plan
 
 from rmqdelay.analysis import StoreRef, analyze
 from rmqdelay.analysis.report import (
@@ -31,7 +31,7 @@ RETRY = SAMPLES / "retry" / "store"
 
 @pytest.fixture(scope="module")
 def plan() -> dict:
-    return json.loads((GENERATED / "plan.json").read_text())
+    return load_plan(GENERATED)
 
 
 @pytest.fixture(scope="module")

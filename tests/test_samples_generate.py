@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from clirun import run_cli
-from conftest import SAMPLES
+from conftest import SAMPLES, load_plan
 from rmqdelay.formats.delayoffset import parse_fastjson_object
 from rmqdelay.formats.properties import format_properties, java_order
 
@@ -108,7 +108,7 @@ def test_the_same_seed_gives_the_same_bytes_and_the_committed_sample_is_current(
 
 
 def test_the_plan_matches_an_independent_read_of_the_store():
-    plan = json.loads((SMALL / "plan.json").read_text())
+    plan = load_plan(SMALL)
     msgs = messages(SMALL)
     assert plan["messages"] == len(msgs) and plan["at_ms"] == max(m.storeTimestamp for m in msgs)
     with Store(SMALL) as store:
@@ -198,7 +198,7 @@ def test_the_plan_matches_an_independent_read_of_the_store():
 def test_running_the_scheduler_far_ahead_delivers_every_pending_message_once(tmp_path, capsys):
     store = tmp_path / "store"
     shutil.copytree(SMALL, store)
-    plan = json.loads((SMALL / "plan.json").read_text())
+    plan = load_plan(SMALL)
     before = messages(store)
     result = run_cli(capsys, "run", store, "--until-empty", "--now", str(FAR_FUTURE), "--json")
     assert result.code == 0, result.err

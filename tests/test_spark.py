@@ -8,7 +8,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 from clirun import assert_one_line, console, run_cli
-from conftest import ALL_SAMPLES, SAMPLES, TIMER_SAMPLES, load_expected
+from conftest import ALL_SAMPLES, SAMPLES, TIMER_SAMPLES, load_expected, load_plan
 from test_analysis import corrupt
 
 from rmqdelay.analysis import KINDS, StoreRef, analyze
@@ -80,7 +80,7 @@ def test_timer_tables_agree_at_the_timer_samples_own_time(spark, kind, ahead_ms,
 
 def test_backlog_agrees_at_the_generated_samples_own_time(spark):
     """At plan.json's at_ms generated-small has units due now, overdue and due minutes ahead."""
-    plan = json.loads((SAMPLES / "generated-small" / "store" / "plan.json").read_text())
+    plan = load_plan(SAMPLES / "generated-small" / "store")
     stores = [StoreRef(name, SAMPLES / name / "store") for name in SAMPLE_NAMES]
     embedded = analyze("backlog", stores, plan["at_ms"])
     minutes = embedded.tables["drain"].column("minute").to_pylist()

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from math import log
 from pathlib import Path
 
+from rmqdelay.jsonnames import camel_keys
 from rmqdelay.errors import StoreError, UsageError
 from rmqdelay.formats.commitlog import body_crc
 from rmqdelay.formats.constants import (
@@ -216,7 +217,9 @@ class SampleGenerator:
             self._write_config()
         self.writer = self.put_encoded = None
         plan = self.build_plan()
-        atomic_write(self.dir / "plan.json", (json.dumps(plan, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
+        # plan.json speaks docs/cli.md's names, as --json does; the plan returned keeps Python's.
+        atomic_write(self.dir / "plan.json",
+                     (json.dumps(camel_keys(plan), indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
         return plan
 
     def _handlers(self) -> tuple:
