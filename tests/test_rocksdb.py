@@ -146,7 +146,12 @@ def test_reading_changes_no_byte_even_while_a_live_instance_holds_the_database(t
     monkeypatch.setattr(tempfile, "tempdir", str(snapshots))
     store = copy_store(store_path, tmp_path / "store")
     # A live writer: opened read-write, holding the database's LOCK, with a write in its WAL.
-    live = rocksdict.Rdict(str(store / "config" / "consumerOffsets"), rocksdict.Options(raw_mode=True),
+    # Its own info LOG (stats dumped by its background thread at any time) goes outside the store:
+    # what must not change is what the reads could have touched.
+    options = rocksdict.Options(raw_mode=True)
+    options.set_db_log_dir(str(tmp_path / "live-log"))
+    options.set_stats_dump_period_sec(0)
+    live = rocksdict.Rdict(str(store / "config" / "consumerOffsets"), options,
                            column_families={n: rocksdict.Options(raw_mode=True)
                                             for n in ("kvDataVersion", "forbidden")})
     try:
