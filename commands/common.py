@@ -183,6 +183,21 @@ def require_store(store: Path, *, create_option: bool = False) -> None:
     raise UsageError(f"STORE {store}: a broker store directory (with commitlog/), found {what} ({how})")
 
 
+def lock_store(store: Path):
+    """The door of a command that rewrites a store's config files: the store must be there
+    (its own one-line error), be a broker store of a layout rmqdelay writes (require_store),
+    and no broker or other rmqdelay may hold it (exit 3). The taken BrokerLock: release it."""
+    from rmqdelay.store import Store
+    from rmqdelay.store.lock import BrokerLock
+
+    if not Path(store).is_dir():
+        Store(store)  # the one-line error for a missing store
+    require_store(store)  # a typo must not become a new store
+    lock = BrokerLock(store)
+    lock.acquire()
+    return lock
+
+
 def writable_directory(path: Path, option: str) -> None:
     """Make ``path`` a directory (with its parents) and prove a file can be written there,
     or say why not in one line."""

@@ -14,7 +14,7 @@ from rmqdelay.errors import UsageError
 
 from .group import typer_app
 from . import options
-from .common import clock_ms, console, emit_json, err_console, require_store
+from .common import clock_ms, console, emit_json, err_console, lock_store
 from .inspect_groups import inspect_consumers
 from .tables import Column, hidden_note, print_table
 
@@ -45,9 +45,8 @@ def reset(
     to_datetime: Optional[str] = typer.Option(None, "--to-datetime", metavar=options.TIME, show_default=False,
                                               help="The first message stored at or after this instant, as the "
                                                    "broker's resetOffsetByTime finds it (ISO 8601 or epoch ms)."),
-    by_duration: Optional[str] = typer.Option(None, "--by-duration", metavar="DURATION", show_default=False,
-                                              help="ISO 8601 duration D (PT30M, P1DT2H): the first message stored "
-                                                   "at or after now - D."),
+    by_duration: Optional[str] = options.duration("--by-duration", "The first message stored at or after "
+                                                                    "now - DURATION"),
     shift_by: Optional[str] = typer.Option(None, "--shift-by", metavar="N", show_default=False,
                                            help="Move by N messages (negative: back)."),
     execute: bool = typer.Option(False, "--execute", help="Write the new offsets. Default: a dry run."),
@@ -74,8 +73,6 @@ def reset(
     from rmqdelay.store import Store
     from rmqdelay.store.consumers import read_consumer_offsets
     from rmqdelay.store.kind import store_features
-    from rmqdelay.store.layout import refuse_unwritable
-    from rmqdelay.store.lock import BrokerLock
     from rmqdelay.store.topics import validate_topic
 
     from .offsets import _target
@@ -87,13 +84,7 @@ def reset(
     only = options.parse_levels(queues, "--queues", what="queue ids such as 0,2 or 0-3")
     target = _target(to_earliest, to_latest, to_offset, to_datetime, by_duration, shift_by)
     now_ms = clock_ms(now)
-    lock = BrokerLock(store) if execute else None
-    if lock is not None:
-        if not Path(store).is_dir():
-            Store(store)  # the one-line error for a missing store
-        require_store(store)  # a typo must not become a new store
-        refuse_unwritable(store)
-        lock.acquire()  # refuses (exit 3) while a broker or a scheduler holds the store
+    lock = lock_store(store) if execute else None
     try:
         with Store(store) as s:
             offsets = read_consumer_offsets(s)

@@ -15,7 +15,7 @@ from rmqdelay.errors import UsageError
 
 from .group import typer_app
 from . import options
-from .common import clock_ms, console, emit_json, err_console, format_time_ms, parse_time_ms, require_store
+from .common import clock_ms, console, emit_json, err_console, format_time_ms, lock_store, parse_time_ms
 from .render import print_levels
 from .tables import Column, hidden_note, print_table
 
@@ -128,7 +128,6 @@ def reset(
     from rmqdelay.schedule.replay import exact_offsets
     from rmqdelay.schedule.reset import plan_reset
     from rmqdelay.store import Store
-    from rmqdelay.store.lock import BrokerLock
 
     table_levels = options.delay_level_table(message_delay_level, broker_config)
     named = options.parse_levels(levels)
@@ -137,12 +136,7 @@ def reset(
     chosen = sorted(set(_check_levels(named, table_levels) or table_levels))
     target = _target(to_earliest, to_latest, to_offset, to_datetime, by_duration, shift_by)
     now_ms = clock_ms(now)
-    lock = BrokerLock(store) if execute else None
-    if lock is not None:
-        if not Path(store).is_dir():
-            Store(store)  # the one-line error for a missing store
-        require_store(store)  # a typo must not become a new store
-        lock.acquire()  # refuses (exit 3) while a broker or a scheduler holds the store
+    lock = lock_store(store) if execute else None
     try:
         with Store(store) as s:
             recovery = exact_offsets(s, table_levels)
