@@ -137,6 +137,16 @@ def test_index_consumers_dlq_and_trace(clean):
                                                     [m for m in expected["msg"] if m["uniqKey"] == chain])]
 
 
+@pytest.mark.parametrize("name", ["dledger-clean", "dledger-leader"])
+def test_index_verify_reads_the_records_inside_the_entries(sample_store, name):
+    """Every index entry is at a record (entry pos + 48) with one of its keys: the verify walks
+    the DLedger framing, not the data files as plain records."""
+    *problems, summary = run_json("inspect", "index", sample_store(name), "--verify", "--json")
+    expected = load_expected(name)["msg"]
+    assert problems == [] and summary["problems"] == 0
+    assert summary["checked"]["messages"] == len(expected)
+
+
 def test_analyze_embedded(clean):
     path, expected = clean
     rows = run_json("analyze", "all", path, "--json", "--now", NOW)

@@ -598,12 +598,13 @@ def file_index_rows(commitlog: CommitLog, i: int, start: int, stop: int) -> Iter
     from rmqdelay.formats.scan import decode_records  # pyarrow: only for a long read
 
     mf = commitlog.files[i]
-    pos = max(start - mf.start, 0)
-    if pos and not _is_message_at(commitlog, mf.start + pos):
+    pos = max(start - mf.start - mf.header, 0)  # a record's offset, or in a DLedger file its entry's
+    if pos and not _is_message_at(commitlog, mf.start + pos + mf.header):
         pos = 0  # not a record boundary: walk the file from its start
     try:
         view = commitlog.view(i)
-        for batch in decode_records(view, store="", file=mf.path.name, start=pos, limit=mf.size):
+        for batch in decode_records(view, store="", file=mf.path.name, start=pos, limit=mf.limit,
+                                    header=mf.header):
             offsets = batch.column("commitlog_offset").to_numpy()
             # What the rows need is copied out of the map: the pages passed leave this
             # process, so a reader of the whole log holds a batch of it, not all of it.
