@@ -124,6 +124,11 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         self._adopted: set[int] = set()  # queue offsets whose leftover unit is in the wheel
         self._warm: dict[int, Message] = {}  # the next slot's messages, read before it is due
         self._metric_steps = 0
+        # recalls not enqueued yet, in time for their slots (enqueue.py): (key, slot) -> queue offsets
+        self._recalls: dict[tuple[str, int], list[int]] = {}
+        self._recall_at: dict[int, int] = {}  # those used: recall queue offset -> its message's
+        self._recall_scan_at = 0
+        self._recall_end = -1  # the write clock the queue was read for recalls to
         self._write_floor = 0
         self._dry_units: dict[int, TimerLogUnit] = {}
         self._reput_slots: dict[int, int] = {}  # re-puts of this run: commit log offset -> roll slot read  # units a dry run would have appended

@@ -6,6 +6,13 @@ doPut drops it); any other gets a timer log unit in its slot, or - TIMER_OUT_MS 
 more ahead - a ROLL unit in the slot a window (half a window when less than a third remains)
 ahead; prevPos = the slot's lastPos, the slot's lastPos / firstPos / num updated, timermetrics
 counted.
+
+A message and its recall both still in the queue when the clock is past their time reach the
+wheel late; a broker that never stopped had both in the slot (each stored before the slot was
+due) and put nothing. So the queue ahead, as far as entries stored before the write clock, is
+read once for recalls (``_scan_recalls``): a late message such a recall names, in its slot, is
+cancelled whatever their order in the queue; a recall stored after its time (the message went
+out before it came) is dropped as the broker drops it.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from rmqdelay.formats.constants import (
     PROPERTY_TIMER_ENQUEUE_MS,
     PROPERTY_TIMER_OUT_MS,
     PROPERTY_TIMER_ROLL_TIMES,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     TIMER_MAGIC_DEFAULT,
     TIMER_MAGIC_DELETE,
     TIMER_MAGIC_ROLL,
@@ -34,7 +42,7 @@ from rmqdelay.formats.timerlog import UNIT_SIZE, TimerLogUnit
 from rmqdelay.formats.timermetrics import TopicCount
 from rmqdelay.store.writer import PUT_BATCH_MIN
 
-from .events import TimerEvent, TimerHeld, TimerNotice, TimerSkipped
+from .events import TimerCancelled, TimerEvent, TimerHeld, TimerNotice, TimerSkipped
 
 
 @dataclass(slots=True)
@@ -60,12 +68,13 @@ class Enqueue:
         outcomes: list = []
         pending = 0  # the entries among them
         one_by_one = self.gate is not None and self.gate.rate
+        self._scan_recalls()
         while self.queue_offset < self.cq_end:
             qoff = self.queue_offset
             entry = self._entry(qoff)
             if self._replaying and qoff not in self._adopted and self._wait_for_origin(entry):
                 break
-            row = self._entry_row(qoff)
+            row = self._entry_row(qoff) if not self._recalls else None
             stop = self._entry_columns.due_run(row, self.write_ms) if row is not None else -1
             if row is not None and stop - row >= PUT_BATCH_MIN:
                 # Ready entries put at once, one after another: as columns, together.
@@ -118,7 +127,7 @@ class Enqueue:
             self._adopted.discard(qoff)
             self._count_adopted(entry)
             return
-        row = self._entry_row(qoff)
+        row = self._entry_row(qoff) if not self._recalls else None
         if row is not None:
             return self._enqueue_ready(entry, row, outcomes)
         try:
@@ -142,6 +151,8 @@ class Enqueue:
         write_ms = self._entry_write_ms(entry.offsetPy, props, out)
         if out < write_ms:
             if PROPERTY_TIMER_DEL_UNIQKEY in props:
+                if qoff in self._recall_at:
+                    return  # in time for its message's slot: honoured there (``_recalled``)
                 if "RMQDELAY" not in props:
                     # doPut: "Trying do put delete timer msg" - a cancellation past due is dropped.
                     outcomes.append(TimerNotice("cancelDropped",
@@ -156,10 +167,60 @@ class Enqueue:
                     self.held = f"rmq_sys_wheel_timer offset {qoff}: {reason}"
                     outcomes.append(TimerHeld(None, qoff, props.get(PROPERTY_REAL_TOPIC), reason))
                     return False
+            if self._recalled(qoff, msg, props, out):
+                self.cancelled += 1
+                outcomes.append(TimerCancelled(props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, ""),
+                                               props.get(PROPERTY_REAL_TOPIC, ""), self._floor(out)))
+                return
             outcomes.append(self._output(msg, TIMER_NEVER_ENQUEUED, False, None, out))
             return
         return self._enqueue_unit(entry, out, write_ms, PROPERTY_TIMER_DEL_UNIQKEY in props,
                                   props.get(PROPERTY_REAL_TOPIC))
+
+    def _scan_recalls(self) -> None:
+        """The recalls among the queue's entries not enqueued yet that were stored before the
+        write clock (in time for a slot it has passed), read once: by (the key they name,
+        their slot) -> their queue offsets."""
+        bound = self.write_ms
+        if self._cq is None or self._recall_end >= bound:
+            return
+        q = max(self._recall_scan_at, self.queue_offset)
+        while q < self._cq_max:
+            units = self._cq.units(q, min(q + 1024, self._cq_max))
+            if not len(units):
+                break
+            for cl, size in zip(units["commitLogOffset"].tolist(), units["size"].tolist()):
+                try:
+                    msg = self.store.commitlog.read_message(cl, size)
+                except StoreReadError:
+                    raise
+                except StoreError:
+                    q += 1
+                    continue
+                if self._floor(msg.storeTimestamp) >= bound:
+                    self._recall_scan_at, self._recall_end = q, bound
+                    return
+                props = msg.properties
+                key = props.get(PROPERTY_TIMER_DEL_UNIQKEY)
+                out = java_parse_long(props.get(PROPERTY_TIMER_OUT_MS, ""))
+                if key is not None and "RMQDELAY" not in props and out is not None \
+                        and self._floor(msg.storeTimestamp) <= out:
+                    self._recalls.setdefault((key, self._floor(out)), []).append(q)
+                q += 1
+        self._recall_scan_at, self._recall_end = q, bound
+
+    def _recalled(self, qoff: int, msg, props: dict[str, str], out: int) -> bool:
+        """A late message (stored in time for its slot) that a recall in time for the same slot
+        names: cancelled, and that recall used."""
+        if not self._recalls or self._floor(msg.storeTimestamp) > out:
+            return False
+        key = (f"{props.get(PROPERTY_REAL_TOPIC)}+{props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)}",
+               self._floor(out))
+        found = [q for q in self._recalls.get(key, ()) if q != qoff and q not in self._recall_at.values()]
+        if not found:
+            return False
+        self._recall_at[found[0]] = qoff
+        return True
 
     def _enqueue_ready(self, entry: QueueEntry, row: int, outcomes: list) -> bool | None:
         """``_enqueue`` of a ready record (columns.py): what it decides follows from the
