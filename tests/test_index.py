@@ -358,6 +358,34 @@ def test_verify_names_each_problem_with_its_file_and_byte(store_copy):
     assert all(p.file for p in found) and all(p.offset is not None for p in found)
 
 
+@pytest.mark.parametrize("shuffled", [False, True], ids=["in-order", "an-entry-out-of-order"])
+def test_verify_a_stretch_at_a_time_finds_what_the_whole_store_at_once_finds(store_copy, monkeypatch, shuffled):
+    """The check holds a chunk of entries and a stretch of the log's keys at a time (its memory
+    flat in the store's size): with chunks and stretches of a few entries and keys, the same
+    problems as in one piece."""
+    import rmqdelay.store.index_verify as index_verify
+    import rmqdelay.store.indexer as indexer
+
+    store = store_copy("delay-fresh")
+    path = list_index_files(store / "index")[0]
+    data = path.read_bytes()
+    header = parse_index_header(data)
+    entries = entries_view(data, 1024, 0, header.count)
+    base = 40 + 4 * 1024
+    _corrupt(path, base + 7 * 20, ">i", int(entries["keyHash"][7]) ^ 0x4000)
+    _corrupt(path, base + 9 * 20 + 16, ">i", 3)
+    _corrupt(path, base + 11 * 20 + 12, ">i", int(entries["timeDiff"][11]) + 5)
+    _corrupt(path, base + (header.count - 1) * 20 + 12, ">i", int(entries["timeDiff"][header.count - 1]) + 1)
+    if shuffled:  # an entry pointing back at an earlier message's offset
+        _corrupt(path, base + 30 * 20 + 4, ">q", int(entries["phyOffset"][2]))
+    whole = sorted(map(str, problems(store)))
+    monkeypatch.setattr(index_verify, "_CHUNK", 7)
+    monkeypatch.setattr(index_verify, "_WINDOW_KEYS", 5)
+    monkeypatch.setattr(indexer, "_INDEX_BATCH_ROWS", 3)
+    assert sorted(map(str, problems(store))) == whole
+    assert len(whole) >= 5 and any("entry 30:" in p for p in whole) == shuffled
+
+
 def test_verify_reports_a_message_indexed_twice_and_a_header_that_lies(tmp_path):
     store = _copy_without_index("retry", tmp_path)
     with Store(store) as s:

@@ -224,14 +224,24 @@ def release_pages(view: memoryview, end: int) -> None:
     """Let go of the pages of a view from ``map_for_read`` before byte ``end`` (whole pages): a
     scan that has passed them keeps its resident memory to what it reads now, not the whole
     file. The bytes stay the same (the map is of the file, read-only; the page cache keeps
-    them), a later read faults them in again. Nothing happens where madvise cannot be had."""
-    if _LIBC is None or end < mmap.PAGESIZE or not len(view):
+    them), a later read faults them in again. Nothing happens where madvise cannot be had, nor
+    for a view of private memory (a file read, not mapped: ``_read_extents``), whose pages
+    dropped would read as zeros."""
+    if _LIBC is None or end < mmap.PAGESIZE or not len(view) or not _is_file_map(view):
         return
     base = np.frombuffer(view, dtype=np.uint8).ctypes.data
     first = -(-base // mmap.PAGESIZE) * mmap.PAGESIZE
     stop = (base + min(end, len(view))) // mmap.PAGESIZE * mmap.PAGESIZE
     if stop > first:
         _LIBC.madvise(first, stop - first, mmap.MADV_DONTNEED)
+
+
+def _is_file_map(view: memoryview) -> bool:
+    """Whether ``view`` is over a map of a file (``map_for_read``'s maps), not private memory."""
+    owner = view.obj
+    if isinstance(owner, mmap.mmap):
+        return True
+    return isinstance(owner, np.ndarray) and isinstance(owner.base, ctypes.Array)
 
 
 def map_for_read(path: Path | str) -> memoryview:

@@ -40,6 +40,7 @@ from rmqdelay.store.index import (
     index_dir,
     list_index_files,
 )
+from rmqdelay.store.fileio import release_pages
 from rmqdelay.store.indexer import file_index_rows
 from rmqdelay.store.verify import UNREADABLE, Problem
 
@@ -98,12 +99,10 @@ def iter_index_problems(store: Store, settings: IndexSettings | None = None,
                 yield Problem(INDEX_FILE, str(exc.path), exc.offset, exc.expected)
         counts.files = len(files)
         yield from _check_geometry(files)
-        entries = []
-        for n, f in enumerate(files):
+        for f in files:
             yield from _check_file(f)
-            entries.append(f.entries())
             counts.entries += f.entry_count
-        yield from _check_against_log(store, files, entries, counts, advance)
+        yield from _check_against_log(store, files, counts, advance)
     finally:
         for f in files:
             f.close()
@@ -126,73 +125,96 @@ def _check_geometry(files: list[IndexFileReader]) -> Iterator[Problem]:
                           f"before it ({prev.name}), found {cur.header.beginPhyOffset}")
 
 
+# Entries taken at a time: what a check holds at once is a chunk (and a table of the slots),
+# not a file of up to maxIndexNum entries.
+_CHUNK = 1 << 20
+# Keys of the log checked at a time against the entries at their messages.
+_WINDOW_KEYS = 1 << 19
+
+
+def _release(f: IndexFileReader, position: int) -> None:
+    """The index file's pages before entry ``position`` let go of (passed)."""
+    release_pages(f.buf, f.entry_offset(position))
+
+
 def _check_file(f: IndexFileReader) -> Iterator[Problem]:
     name, header = str(f.path), f.header
     count = header.count
-    entries = f.entries()
-    slots = f.slots().astype(np.int64)
-    if not len(entries):
+    slots = f.slots()
+    if count <= 1:
         used = np.flatnonzero(slots)
         if len(used):
             s = int(used[0])
             yield Problem(INDEX_SLOT, name, slots_position(s), f"empty slots in a file without entries, found "
                                                                  f"{len(used)} set (slot {s} holds {int(slots[s])})")
         return
-    positions = np.arange(1, count, dtype=np.int64)
-    hashes = entries["keyHash"].astype(np.int64)
-    negative = hashes < 0
-    for row in np.flatnonzero(negative):
-        yield Problem(INDEX_ENTRY, name, f.entry_offset(int(positions[row])),
-                      f"a keyHash of 0 or more (indexKeyHashMethod), found {int(hashes[row])}")
-    slot_of = np.where(negative, 0, hashes) % f.hashSlotNum
-    # What the broker's putKey leaves: each entry's prevIndex is the previous entry of its slot.
-    order = np.argsort(slot_of, kind="stable")
-    sorted_slots = slot_of[order]
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = sorted_slots[1:] != sorted_slots[:-1]
-    expected_prev = np.empty(len(order), dtype=np.int64)
-    expected_prev[1:] = positions[order][:-1]
-    expected_prev[first] = INVALID_INDEX
-    prev_of = np.empty(len(order), dtype=np.int64)
-    prev_of[order] = expected_prev
-    stored_prev = entries["prevIndex"].astype(np.int64)
-    for row in np.flatnonzero(stored_prev != prev_of):
-        p = int(positions[row])
-        got, want = int(stored_prev[row]), int(prev_of[row])
-        what = "no previous entry (0)" if want == INVALID_INDEX else f"prevIndex {want}, the previous entry of its slot"
-        yield Problem(INDEX_CHAIN, name, f.entry_offset(p) + 16, f"entry {p} (slot {int(slot_of[row])}): {what}, "
-                                                                 f"found {got}")
-    last = np.ones(len(order), dtype=bool)
-    last[:-1] = first[1:]
+    # What the broker's putKey leaves: each entry's prevIndex is the previous entry of its
+    # slot; ``heads`` the newest entry of each slot so far, as the entries are walked in order.
     heads = np.zeros(f.hashSlotNum, dtype=np.int64)
-    heads[sorted_slots[last]] = positions[order][last]
+    for first in range(1, count, _CHUNK):
+        stop = min(first + _CHUNK, count)
+        entries = f.entries(first, stop)
+        positions = np.arange(first, stop, dtype=np.int64)
+        hashes = entries["keyHash"].astype(np.int64)
+        negative = hashes < 0
+        for row in np.flatnonzero(negative):
+            yield Problem(INDEX_ENTRY, name, f.entry_offset(int(positions[row])),
+                          f"a keyHash of 0 or more (indexKeyHashMethod), found {int(hashes[row])}")
+        slot_of = np.where(negative, 0, hashes) % f.hashSlotNum
+        del hashes, negative
+        order = np.argsort(slot_of, kind="stable")
+        sorted_slots = slot_of[order]
+        sorted_positions = positions[order]
+        starts = np.ones(len(order), dtype=bool)
+        starts[1:] = sorted_slots[1:] != sorted_slots[:-1]
+        expected_prev = np.empty(len(order), dtype=np.int64)
+        expected_prev[1:] = sorted_positions[:-1]
+        expected_prev[starts] = heads[sorted_slots[starts]]
+        prev_of = np.empty(len(order), dtype=np.int64)
+        prev_of[order] = expected_prev
+        del expected_prev
+        stored_prev = entries["prevIndex"].astype(np.int64)
+        for row in np.flatnonzero(stored_prev != prev_of):
+            p = int(positions[row])
+            got, want = int(stored_prev[row]), int(prev_of[row])
+            what = ("no previous entry (0)" if want == INVALID_INDEX
+                    else f"prevIndex {want}, the previous entry of its slot")
+            yield Problem(INDEX_CHAIN, name, f.entry_offset(p) + 16, f"entry {p} (slot {int(slot_of[row])}): "
+                                                                     f"{what}, found {got}")
+        ends = np.ones(len(order), dtype=bool)
+        ends[:-1] = starts[1:]
+        heads[sorted_slots[ends]] = sorted_positions[ends]
+        del entries, order, sorted_slots, sorted_positions, starts, ends, prev_of, stored_prev, slot_of
+        _release(f, stop)
     for s in np.flatnonzero(slots != heads):
         s = int(s)
         want = int(heads[s])
         yield Problem(INDEX_SLOT, name, slots_position(s),
                       f"slot {s}: " + (f"entry {want}, the newest of the slot" if want else "empty (no entry)") +
                       f", found {int(slots[s])}")
-    used = int(last.sum())
+    used = int(np.count_nonzero(heads))
     if header.hashSlotCount != used:
         yield Problem(INDEX_HEADER, name, 32, f"hashSlotCount {used} (slots in use), found {header.hashSlotCount}")
-    phys = entries["phyOffset"]
-    if header.beginPhyOffset != int(phys[0]):
-        yield Problem(INDEX_HEADER, name, 16, f"beginPhyOffset {int(phys[0])} (entry 1's), "
+    first_phy = int(f.entries(1, 2)["phyOffset"][0])
+    last_phy = int(f.entries(count - 1, count)["phyOffset"][0])
+    if header.beginPhyOffset != first_phy:
+        yield Problem(INDEX_HEADER, name, 16, f"beginPhyOffset {first_phy} (entry 1's), "
                                               f"found {header.beginPhyOffset}")
-    if header.endPhyOffset != int(phys[-1]):
-        yield Problem(INDEX_HEADER, name, 24, f"endPhyOffset {int(phys[-1])} (entry {count - 1}'s), "
+    if header.endPhyOffset != last_phy:
+        yield Problem(INDEX_HEADER, name, 24, f"endPhyOffset {last_phy} (entry {count - 1}'s), "
                                               f"found {header.endPhyOffset}")
 
 
 class _LogKeys:
-    """Every message of the log: its offset and store time; every key buildIndex would put:
-    the message's offset and the key's hash."""
+    """The messages of a stretch of the log: their offsets and store times; every key
+    buildIndex would put: the message's offset and the key's hash."""
 
     def __init__(self) -> None:
         self.offsets: list[np.ndarray] = []
         self.timestamps: list[np.ndarray] = []
         self.key_offsets: list[np.ndarray] = []
         self.key_hashes: list[np.ndarray] = []
+        self.keys = 0
 
     def add(self, rows: list[tuple[int, int, str, list[str]]]) -> None:
         self.offsets.append(np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)))
@@ -200,6 +222,7 @@ class _LogKeys:
         keys = [k for r in rows for k in r[3]]
         self.key_offsets.append(np.repeat(self.offsets[-1], [len(r[3]) for r in rows]))
         self.key_hashes.append(key_hashes(keys))
+        self.keys += len(keys)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         def cat(parts: list[np.ndarray]) -> np.ndarray:
@@ -208,24 +231,93 @@ class _LogKeys:
         return cat(self.offsets), cat(self.timestamps), cat(self.key_offsets), cat(self.key_hashes)
 
 
-def _check_against_log(store: Store, files: list[IndexFileReader], entries: list[np.ndarray],
-                       counts: IndexVerifyCounts, advance: Callable[[int], None]) -> Iterator[Problem]:
+def _ordered(f: IndexFileReader) -> bool:
+    """Whether the file's entries are in the order of their phyOffset (as buildIndex puts them)."""
+    last = None
+    for first in range(1, f.header.count, _CHUNK):
+        phy = f.entries(first, min(first + _CHUNK, f.header.count))["phyOffset"]
+        if (last is not None and int(phy[0]) < last) or bool(np.any(phy[1:] < phy[:-1])):
+            return False
+        last = int(phy[-1])
+        _release(f, first + len(phy))
+    return True
+
+
+def _bisect(phy: np.ndarray, value: int | None) -> int:
+    """The first row of the sorted ``phy`` (a view of the map) at or after ``value`` (None:
+    past them all), reading log2(n) of them."""
+    if value is None:
+        return len(phy)
+    lo, hi = 0, len(phy)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if int(phy[mid]) < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _entries_within(f: IndexFileReader, ordered: bool, lo: int | None,
+                    hi: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, entries) of the file's entries with a phyOffset in [lo, hi) (None: no
+    bound), in the order of their position."""
+    count = f.header.count
+    if count <= 1:
+        return np.zeros(0, dtype=np.int64), f.entries(1, 1)
+    if ordered:
+        phy = f.entries()["phyOffset"]
+        a, b = (0 if lo is None else _bisect(phy, lo)), _bisect(phy, hi)
+        return np.arange(a + 1, b + 1, dtype=np.int64), f.entries(a + 1, b + 1)
+    positions, parts = [], []
+    for first in range(1, count, _CHUNK):
+        chunk = f.entries(first, min(first + _CHUNK, count))
+        phy = chunk["phyOffset"]
+        inside = np.ones(len(phy), dtype=bool)
+        if lo is not None:
+            inside &= phy >= lo
+        if hi is not None:
+            inside &= phy < hi
+        rows = np.flatnonzero(inside)
+        positions.append(rows + first)
+        parts.append(chunk[rows])
+    return np.concatenate(positions), np.concatenate(parts)
+
+
+def _check_against_log(store: Store, files: list[IndexFileReader], counts: IndexVerifyCounts,
+                       advance: Callable[[int], None]) -> Iterator[Problem]:
+    """The log a stretch at a time (about _WINDOW_KEYS keys): its keys against the entries
+    whose phyOffset lies in the stretch, so what is held does not grow with the store. The
+    first stretch starts below every offset and the last ends above, so each entry is in one."""
     log = store.commitlog
+    ordered = [_ordered(f) for f in files]
     keys = _LogKeys()
+    lo = None
     for i, mf in enumerate(log.files):
         try:
             for rows in file_index_rows(log, i, mf.start, mf.end):
+                if keys.keys >= _WINDOW_KEYS:
+                    yield from _check_window(store, files, ordered, keys, lo, rows[0][0], counts)
+                    keys, lo = _LogKeys(), rows[0][0]
                 keys.add(rows)
         except StoreError as exc:
             yield Problem(UNREADABLE, str(exc.path), exc.offset,
                           f"{exc.expected} (the index is checked against the messages before it)")
         advance(mf.size)
+    yield from _check_window(store, files, ordered, keys, lo, None, counts)
+
+
+def _check_window(store: Store, files: list[IndexFileReader], ordered: list[bool], keys: _LogKeys,
+                  lo: int | None, hi: int | None, counts: IndexVerifyCounts) -> Iterator[Problem]:
     msg_off, msg_ts, key_off, key_hash = keys.arrays()
-    counts.messages = len(msg_off)
-    counts.keys = len(key_off)
+    counts.messages += len(msg_off)
+    counts.keys += len(key_off)
+    within = [_entries_within(f, ordered[n], lo, hi) for n, f in enumerate(files)]
+    entries = [e for _, e in within]
     ent_off = np.concatenate([e["phyOffset"].astype(np.int64) for e in entries]) if entries else np.zeros(0, np.int64)
     ent_hash = np.concatenate([e["keyHash"].astype(np.int64) for e in entries]) if entries else np.zeros(0, np.int64)
     expected, expected_n = _counted(_pair_keys(key_off, key_hash))
+    del key_off, key_hash
     valid = ent_hash >= 0  # negative hashes were reported per file
     indexed, indexed_n = _counted(_pair_keys(ent_off[valid], ent_hash[valid]))
 
@@ -235,11 +327,11 @@ def _check_against_log(store: Store, files: list[IndexFileReader], entries: list
     is_message = (msg_off[at] == ent_off) if len(msg_off) else np.zeros(len(ent_off), dtype=bool)
     base = 0
     for n, f in enumerate(files):
-        e = entries[n]
+        positions, e = within[n]
         rows = slice(base, base + len(e))
         base += len(e)
         for row in np.flatnonzero(~known[rows] & valid[rows]):
-            p = row + 1
+            p = int(positions[row])
             phy = int(e["phyOffset"][row])
             if not is_message[rows][row]:
                 yield Problem(INDEX_ENTRY, str(f.path), f.entry_offset(p),
@@ -248,7 +340,12 @@ def _check_against_log(store: Store, files: list[IndexFileReader], entries: list
                 yield Problem(INDEX_ENTRY, str(f.path), f.entry_offset(p),
                               f"entry {p}: the hash of a key of the message at {phy}, found keyHash "
                               f"{int(e['keyHash'][row])}", phy)
-        yield from _check_times(f, e, n, files, is_message[rows], msg_ts[at[rows]] if len(msg_ts) else None)
+        yield from _check_times(f, e, positions, n, files, is_message[rows],
+                                msg_ts[at[rows]] if len(msg_ts) else None)
+    for n, f in enumerate(files):
+        if ordered[n] and len(within[n][0]):
+            _release(f, int(within[n][0][-1]) + 1)
+    del within, entries
 
     # Keys: each indexed exactly once.
     have = _lookup(indexed, indexed_n, expected)
@@ -259,30 +356,32 @@ def _check_against_log(store: Store, files: list[IndexFileReader], entries: list
     yield from _report_keys(store, pairs[extra], have[extra], expected_n[extra], missing=False)
 
 
-def _check_times(f: IndexFileReader, e: np.ndarray, n: int, files: list[IndexFileReader], is_message: np.ndarray,
-                 store_ts: np.ndarray | None) -> Iterator[Problem]:
+def _check_times(f: IndexFileReader, e: np.ndarray, positions: np.ndarray, n: int, files: list[IndexFileReader],
+                 is_message: np.ndarray, store_ts: np.ndarray | None) -> Iterator[Problem]:
     """timeDiff = whole seconds from the file's beginTimestamp to the message's store time;
     the first entry's is from the begin the file was created with (the previous file's end),
-    not known for the oldest file."""
+    not known for the oldest file. ``e`` the entries at ``positions`` of the file."""
     if store_ts is None or not len(e):
         return
     begin = np.full(len(e), f.header.beginTimestamp, dtype=np.int64)
     check = is_message.copy()
-    if n == 0:
-        check[0] = False
-    else:
-        begin[0] = max(files[n - 1].header.endTimestamp, 0)
+    first = positions[0] == 1
+    if first:
+        if n == 0:
+            check[0] = False
+        else:
+            begin[0] = max(files[n - 1].header.endTimestamp, 0)
     want = time_diffs(store_ts, begin)
     got = e["timeDiff"].astype(np.int64)
     for row in np.flatnonzero(check & (got != want)):
-        p = row + 1
+        p = int(positions[row])
         yield Problem(INDEX_TIME, str(f.path), f.entry_offset(p) + 12,
                       f"entry {p}: timeDiff {int(want[row])} (the message's store time {int(store_ts[row])} less "
                       f"beginTimestamp, in seconds), found {int(got[row])}", int(e["phyOffset"][row]))
-    if f.header.beginTimestamp != int(store_ts[0]) and is_message[0]:
+    if first and f.header.beginTimestamp != int(store_ts[0]) and is_message[0]:
         yield Problem(INDEX_HEADER, str(f.path), 0, f"beginTimestamp {int(store_ts[0])} (entry 1's message), "
                                                     f"found {f.header.beginTimestamp}")
-    if f.header.endTimestamp != int(store_ts[-1]) and is_message[-1]:
+    if positions[-1] == f.header.count - 1 and f.header.endTimestamp != int(store_ts[-1]) and is_message[-1]:
         yield Problem(INDEX_HEADER, str(f.path), 8, f"endTimestamp {int(store_ts[-1])} (the last entry's message), "
                                                     f"found {f.header.endTimestamp}")
 

@@ -592,6 +592,11 @@ def index_columns(commitlog: CommitLog, start: int, stop: int) -> Iterator[list[
         yield from file_index_rows(commitlog, i, start, stop)
 
 
+# What buildIndex reads of a message (the rest of a record, its body and properties, not copied).
+_INDEX_COLUMNS = ("commitlog_offset", "store_timestamp", "sys_flag", "topic", "keys", "uniq_key")
+_INDEX_BATCH_ROWS = 1 << 16
+
+
 def file_index_rows(commitlog: CommitLog, i: int, start: int, stop: int) -> Iterator[list[tuple[int, int, str, list[str]]]]:
     """``index_columns`` over one commit log file; a bad record raises StoreError after the
     rows before it."""
@@ -601,27 +606,31 @@ def file_index_rows(commitlog: CommitLog, i: int, start: int, stop: int) -> Iter
     pos = max(start - mf.start - mf.header, 0)  # a record's offset, or in a DLedger file its entry's
     if pos and not _is_message_at(commitlog, mf.start + pos + mf.header):
         pos = 0  # not a record boundary: walk the file from its start
+    view = None
     try:
         view = commitlog.view(i)
         for batch in decode_records(view, store="", file=mf.path.name, start=pos, limit=mf.limit,
-                                    header=mf.header):
+                                    header=mf.header, columns=_INDEX_COLUMNS, batch_rows=_INDEX_BATCH_ROWS):
             offsets = batch.column("commitlog_offset").to_numpy()
-            # What the rows need is copied out of the map: the pages passed leave this
-            # process, so a reader of the whole log holds a batch of it, not all of it.
-            if len(offsets):
-                release_pages(view, int(offsets[0]) - mf.start)
             keep = ((offsets >= start) & (offsets < stop)).tolist()
             columns = zip(offsets.tolist(), batch.column("store_timestamp").to_numpy().tolist(),
                           batch.column("sys_flag").to_numpy().tolist(), batch.column("topic").to_pylist(),
                           batch.column("keys").to_pylist(), batch.column("uniq_key").to_pylist(), keep)
             rows = [(phy, ts, topic, message_index_keys(topic, keys, uniq) if indexed_by_broker(flag) else [])
                     for phy, ts, flag, topic, keys, uniq, wanted in columns if wanted]
+            # What the rows need is copied out of the map: the pages passed leave this
+            # process (the page cache keeps them), so a reader of the whole log holds a
+            # batch of it, not all of it -- nor the tail of each file it has passed.
+            release_pages(view, int(offsets[-1]) - mf.start)
             if rows:
                 yield rows
             if offsets[-1] >= stop:
                 return
     except FormatError as exc:
         raise StoreError(mf.path, exc.offset, exc.expected) from None
+    finally:
+        if view is not None:
+            release_pages(view, mf.size)
 
 
 def _is_message_at(commitlog: CommitLog, offset: int) -> bool:
