@@ -54,12 +54,18 @@ def contract_values() -> dict[tuple[str, str], set[str]]:
 
 CONTRACT_VALUES = contract_values()
 # Fields whose values come from a fixed set, wherever they occur; their values are camelCase.
-ENUM_FIELDS = {"kind", "state", "stage", "event", "table", "analysis", "source", "congestion", "sources"}
+ENUM_FIELDS = {"kind", "state", "stage", "event", "table", "analysis", "source", "congestion", "sources",
+               "cancellations"}
+
+
+# Fields whose keys are data rather than names (docs/cli.md: "Keys that are data rather than names").
+DATA_KEYED = {"properties", "delayOffsets", "cancellations", "sources", "offsetTable", "perLevel", "checked",
+              "groups", "topics", "retryQueues", "consumerOffsets", "levels", "expectedByQueue", "kinds"}
 
 
 def enum_values(obj, path: str = ""):
-    """(field path, value) of every enum value in a JSON object: a field of ENUM_FIELDS, the
-    keys of a count by state (``cancellations``) and the values of ``sources``."""
+    """(field path, value) of every string value in a JSON object, the keys of a count by state
+    (``cancellations``) and the values of ``sources`` among them."""
     if isinstance(obj, list):
         for item in obj:
             yield from enum_values(item, path)
@@ -72,10 +78,24 @@ def enum_values(obj, path: str = ""):
             yield from ((where, state) for state in value)
         elif key == "sources" and isinstance(value, dict):
             yield from ((where, v) for v in value.values())
-        elif key in ENUM_FIELDS and isinstance(value, str):
+        elif isinstance(value, str):
             yield where, value
-        else:
+        elif key not in DATA_KEYED:
             yield from enum_values(value, where)
+
+
+def nested_names(obj, path: str = ""):
+    """(field path, name) of every field inside the objects of a JSON object, at any depth,
+    but for the fields whose keys are data (DATA_KEYED)."""
+    if isinstance(obj, list):
+        for item in obj:
+            yield from nested_names(item, path)
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            if path:
+                yield path, key
+            if key not in DATA_KEYED:
+                yield from nested_names(value, f"{path}.{key}" if path else key)
 
 
 def keys_of(objects: list[dict]) -> list[str]:
@@ -92,9 +112,13 @@ def check(output: str, objects: list[dict]) -> None:
     for obj in objects:
         assert [k for k in fields if k in obj] == [k for k in obj], (output, list(obj))
         assert set(fields) - optional <= set(obj), (output, set(fields) - optional - set(obj))
+        for path, name in nested_names(obj):
+            assert CAMEL.match(name), (output, path, name)
         for path, value in enum_values(obj):
-            assert CAMEL.match(value), (output, path, value)
             allowed = CONTRACT_VALUES.get((output, path))
+            if allowed is None and path.rpartition(".")[2] not in ENUM_FIELDS:
+                continue  # free text or data
+            assert CAMEL.match(value), (output, path, value)
             assert allowed is None or value in allowed, (output, path, value, allowed)
 
 
@@ -163,6 +187,32 @@ def test_inspect_json_fields_are_the_contracts(capsys, sample_store, store_copy)
     victim.write_bytes(bytes(data))
     *problems, _ = jsons(capsys, "inspect", "commitlog", bad, "--verify", "--json", code=1)
     check("inspect commitlog --verify", problems)
+
+
+def test_incident_commands_json_fields_are_the_contracts(capsys, sample_store):
+    """The commands an operator meets in an incident: consumers, dead letters, a window of
+    the log, and what the store is (its layout, its retention, where a broker would cut it)."""
+    be = sample_store("broker-e2e")
+    check("consumers show", jsons(capsys, "consumers", "show", be, "--now", FAR, "--json"))
+    by_lag = jsons(capsys, "inspect", "consumers", be, "--sort", "lag", "--limit", 5, "--now", FAR, "--json")
+    assert len(by_lag) == 5
+    check("inspect consumers", by_lag)
+    check("consumers reset", jsons(capsys, "consumers", "reset", be, "--group", "GID_FAIL", "--all-topics",
+                                   "--to-datetime", "2026-11-23T00:00:00Z", "--json"))
+    dead = jsons(capsys, "inspect", "dlq", be, "--now", FAR, "--json")
+    check("inspect dlq", dead)
+    assert {d["reason"] for d in dead} == {"maxReconsumeTimes"}
+    check("dlq export", jsons(capsys, "dlq", "export", be, "--group", "GID_FAIL", "--limit", 2, "--output", "-"))
+    check("dlq resend", jsons(capsys, "dlq", "resend", be, "--group", "GID_FAIL", "--limit", 2, "--json"))
+    gen = SAMPLES / "generated-small" / "store"
+    times = [m["storeTimestamp"] for m in jsons(capsys, "inspect", "commitlog", gen, "--limit", 400, "--json")]
+    window = jsons(capsys, "inspect", "commitlog", gen, "--since", times[100], "--until", times[300], "--json")
+    assert window and all(times[100] <= m["storeTimestamp"] < times[300] for m in window)
+    check("inspect commitlog", window)
+    for name in ("timer-partial", "dledger-clean", "rocksdb-clean", "broker-e2e"):
+        store = jsons(capsys, "inspect", "store", sample_store(name), "--now", FAR, "--json")
+        check("inspect store", store)
+        assert {"layout", "retention", "brokerCut"} <= set(store[0]), name
 
 
 def test_writing_commands_json_fields_are_the_contracts(capsys, store_copy, sample_store, tmp_path):
