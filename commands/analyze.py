@@ -123,10 +123,15 @@ def analyze(
             for table_name, table in result.tables.items():
                 for row in public_table(table).to_pylist():
                     emit_json({"analysis": name, "table": table_name, **row})
-    else:
-        _show(results, at_ms, rows, wide)
+    findings = None
+    if not json_out or report is not None:
+        from rmqdelay.analysis.findings import inspect_findings
+
+        findings = inspect_findings(refs, at_ms)  # what `inspect timer` warns of, for the headline and the report
+    if not json_out:
+        _show(results, at_ms, rows, wide, refs, findings)
     if report is not None:
-        _write_report(report, results, refs, at_ms, output)
+        _write_report(report, results, at_ms, output, refs, findings)
         if not json_out:
             err_console.print(f"report: {report}", highlight=False)
     if log is not None:
@@ -217,17 +222,22 @@ def _task_bar(description: str):
         yield update
 
 
-def _show(results: dict[str, AnalysisResult], at_ms: int, rows: int | None, wide: bool) -> None:
+def _show(results: dict[str, AnalysisResult], at_ms: int, rows: int | None, wide: bool,
+          refs: list[StoreRef], findings: dict[str, dict[str, int]]) -> None:
     from rich.text import Text
 
-    from .analyze_view import TIMER_TABLES, Screen, headline
+    from .analyze_view import TIMER_TABLES, Screen, headline, restart_warnings
     from .common import console
 
+    skipped = {name: f["restartSkipped"] for name, f in findings.items() if f["restartSkipped"]}
     screen = Screen(DEFAULT_ROWS if rows is None else rows, wide, at_ms, [])
-    for name, result in results.items():
+    for i, (name, result) in enumerate(results.items()):
         has_timer = result.timer_messages is not None and result.timer_messages.num_rows > 0 or any(
             result.tables[t].num_rows for t in TIMER_TABLES if t in result.tables)
-        console.print(Text(headline(name, result.tables, at_ms), style="bold"))
+        console.print(headline(name, result.tables, at_ms, sum(skipped.values())))
+        if i == 0:  # what changes what an operator does leads the screen (docs/cli.md)
+            for line in restart_warnings(skipped, {ref.name: ref.path for ref in refs}):
+                console.print(Text(line, style="bold red"))
         for table_name, table in result.tables.items():
             if table_name in TIMER_TABLES and not has_timer:
                 continue  # a store without a timer wheel has none of these
@@ -235,8 +245,8 @@ def _show(results: dict[str, AnalysisResult], at_ms: int, rows: int | None, wide
     screen.close()
 
 
-def _write_report(report: Path, results: dict[str, AnalysisResult], refs: list[StoreRef], at_ms: int,
-                  output: Path | None) -> None:
+def _write_report(report: Path, results: dict[str, AnalysisResult], at_ms: int, output: Path | None,
+                  refs: list[StoreRef], findings: dict[str, dict[str, int]]) -> None:
     from rmqdelay.analysis.arrowfiles import read_parquet
     from rmqdelay.analysis.names import internal_names
     from rmqdelay.analysis.report import render_report
@@ -251,10 +261,7 @@ def _write_report(report: Path, results: dict[str, AnalysisResult], refs: list[S
 
         lateness_values = read(output / "lateness_messages.parquet", ["store", "level", "latenessMs"])
         timer_values = read(output / "lateness_timer_messages.parquet", ["store", "realTopic", "latenessMs"])
-    from rmqdelay.analysis.findings import inspect_findings
-
-    page = render_report(results, [r.name for r in refs], at_ms, lateness_values, timer_values,
-                         inspect_findings(refs, at_ms))
+    page = render_report(results, [r.name for r in refs], at_ms, lateness_values, timer_values, findings)
     try:
         report.write_text(page, encoding="utf-8")
     except OSError as exc:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from rich.text import Text
 
 from rmqdelay.analysis.names import DURATION, INSTANT, RATE, TEXT, VIEWS
 
@@ -129,8 +130,24 @@ def _oldest(table: pa.Table | None, column: str) -> int | None:
     return min(values) if values else None
 
 
-def headline(kind: str, tables: dict[str, pa.Table], now_ms: int) -> str:
-    """One line an operator reads first: the totals of the analysis's tables."""
+def headline(kind: str, tables: dict[str, pa.Table], now_ms: int, restart_skipped: int = 0) -> Text:
+    """One line an operator reads first: the totals of the analysis's tables, and for the
+    backlog the timer messages a broker restarting now would skip (``inspect timer``'s
+    horizon), in red."""
+    line = Text(_totals(kind, tables, now_ms), style="bold")
+    if kind == "backlog" and restart_skipped:
+        line.append(f"; a restart now skips {restart_skipped} timer message(s)", style="bold red")
+    return line
+
+
+def restart_warnings(skipped: dict[str, int], paths: dict[str, object]) -> list[str]:
+    """The warning under the first headline, per store whose timer messages a restart now skips."""
+    return [f"warning: a broker of {name} starting now SKIPS {count} pending timer message(s) in slots it never "
+            f"reads: they are never delivered (`rmqdelay inspect timer {paths.get(name, name)}` says where)"
+            for name, count in skipped.items()]
+
+
+def _totals(kind: str, tables: dict[str, pa.Table], now_ms: int) -> str:
     t = tables
     if kind == "backlog":
         oldest = _oldest(t["levels"], "oldest_due_ms")

@@ -115,3 +115,22 @@ def test_timer_tables_of_a_5x_store_in_json_parquet_and_the_report(tmp_path, cap
         assert f'<svg id="{chart}"' in text
     assert '<div class="card" data-store="partial">' in text  # the summary band
     assert re.search(r">cancel honoured</text>.*?>15</text>", text)
+
+
+def test_the_headline_counts_what_a_restart_would_skip_and_the_warning_leads(capsys, monkeypatch, sample_store):
+    from rmqdelay.commands import common
+
+    monkeypatch.setattr(common.console.made(), "width", 80)
+    store = sample_store("timer-partial")
+    later = str(1795450329969 + 10 * 86_400_000)  # the wheel's read time more than 7 days behind
+    result = run_cli(capsys, "analyze", "backlog", f"tp={store}", "--now", later)
+    assert result.code == 0, result.err
+    first, second, *_ = result.out.splitlines()
+    assert first.startswith("backlog: ")
+    assert "a restart now skips 828 timer message(s)" in " ".join(result.out.split()[:40])
+    lines = result.out.splitlines()
+    warning = next(i for i, line in enumerate(lines) if line.startswith("warning: a broker of tp"))
+    assert "SKIPS 828" in lines[warning] and warning <= 3  # right under the headline, before the tables
+    assert f"rmqdelay inspect timer {store}" in " ".join(" ".join(lines[warning:warning + 4]).split())
+    clean = run_cli(capsys, "analyze", "retries", f"tp={store}", "--now", "1795450329969")
+    assert "skip" not in clean.out.lower() and "warning" not in clean.out
