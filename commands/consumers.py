@@ -44,7 +44,8 @@ def reset(
                                             help="This queue offset."),
     to_datetime: Optional[str] = typer.Option(None, "--to-datetime", metavar=options.TIME, show_default=False,
                                               help="The first message stored at or after this instant, as the "
-                                                   "broker's resetOffsetByTime finds it (ISO 8601 or epoch ms)."),
+                                                   "5.x broker's resetOffsetByTime finds it (4.9.4's takes the "
+                                                   "nearest; ISO 8601 or epoch ms)."),
     by_duration: Optional[str] = options.duration("--by-duration", "The first message stored at or after "
                                                                     "now - DURATION"),
     shift_by: Optional[str] = typer.Option(None, "--shift-by", metavar="N", show_default=False,
