@@ -48,3 +48,28 @@ def test_a_hole_in_a_queue_is_rebuilt_from_the_log_and_the_run_delivers_the_refe
         assert check.lost == 0 and check.duplicated == 0 and check.pending == 0 and check.problems == []
         assert check.delivered == 1500
 
+
+
+def test_a_deleted_queue_directory_goes_on_after_its_records_in_the_log(store_copy):
+    """consumequeue/TopicTest/1 deleted: the run's deliveries to it take the queue offsets after
+    its last record in the commit log, never 0 again (lostqueues.py)."""
+    import shutil
+
+    from rmqdelay.store import Store
+
+    store = store_copy("delay-partial")
+    with Store(store) as s:
+        before = s.consume_queue("TopicTest", 1).max_offset
+    assert before > 0
+    shutil.rmtree(store / "consumequeue" / "TopicTest" / "1")
+    result = console("run", store, "--until-empty", "--now", FAR, "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    with Store(store) as s:
+        cq = s.consume_queue("TopicTest", 1)
+        first = cq.min_offset
+        while cq.unit(first) is None or not cq.unit(first).size:
+            first += 1
+        assert s.commitlog.read_message(cq.unit(first).commitLogOffset, cq.unit(first).size).queueOffset == before
+    check = check_store(store)  # every unit points at its own topic/queue/queueOffset
+    assert check.lost == 0 and check.duplicated == 0 and check.pending == 0 and check.problems == []
+    assert check.delivered == 1500

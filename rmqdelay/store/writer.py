@@ -61,6 +61,7 @@ from rmqdelay.store.indexer import MessageIndexer
 from rmqdelay.store.levels import parse_delay_levels
 from rmqdelay.store.layout import refuse_unwritable
 from rmqdelay.store.lock import BrokerLock
+from rmqdelay.store.lostqueues import log_queue_offsets
 from rmqdelay.store.recovery import (
     RecoveryReport,
     TornTail,
@@ -294,6 +295,9 @@ class StoreWriter(Flush):
             self._queue_offsets = plan.queue_offsets  # moved on by the dispatch below
             self._end = plan.end
             self.recovery = apply_recovery(store, plan, _Recovery(self))
+            # A queue the store has no directory for goes on after its records in the log
+            # (lostqueues.py: a deleted queue directory never gives its offsets out again).
+            self._queue_offsets = log_queue_offsets(self.path, self._queue_offsets, self._end)
             if self._index_settings.messageIndexEnable:
                 # IndexService.buildIndex for every record appended: the index follows the log.
                 self._indexer = self._open_indexer()
