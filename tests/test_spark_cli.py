@@ -38,7 +38,7 @@ def _closed_port() -> int:
 
 def test_a_master_url_spark_does_not_take_is_one_line_before_any_work():
     assert_one_line(console("analyze", "lateness", STORE, "--spark", "--master", "bogus://x"), 2,
-                    "rmqdelay: analyze: --master: a Spark master URL", "found 'bogus://x'")
+                    "rmqdelay: analyze lateness: --master: a Spark master URL", "found 'bogus://x'")
 
 
 def test_a_master_that_does_not_answer_is_one_line():
