@@ -108,7 +108,7 @@ def _print_consumers(rows, offsets, store_dir: Path, now_ms: int, wide: bool, li
         if n + 1 == len(listed) or listed[n + 1].group != r.group:
             t = by_group[r.group]
             bold = "bold"
-            table.append([Text(r.group, style=bold), Text(f"total ({t.queues} queue(s))", style=bold), "", "", "",
+            table.append([Text(r.group, style=bold), Text(f"all {t.queues} queue(s)", style=bold), "", "", "",
                           "", Text(str(t.lag), style=bold),
                           Text(format_duration_ms(t.lagMs) if t.lag and t.lagMs is not None else "-", style=bold),
                           format_time_ms(t.oldestUnconsumedTimestamp) if t.oldestUnconsumedTimestamp else "-", ""])
@@ -118,8 +118,8 @@ def _print_consumers(rows, offsets, store_dir: Path, now_ms: int, wide: bool, li
                                    Column("oldest unconsumed", drop=3), Column("min", drop=4)], table, wide=wide)
     if limit is not None and len(rows) > limit:
         console.print(Text(f"{len(rows) - limit} more queue(s) (--limit, --json)", style="dim"))
-    console.print(Text("total: a group's topic and %RETRY% queues (its DLQ apart): the messages not consumed, "
-                       "and how far behind its oldest unconsumed message is", style="dim"))
+    console.print(Text("all N queue(s): a group's total over its topic and %RETRY% queues (its DLQ apart): the "
+                       "messages not consumed, and how far behind its oldest unconsumed message is", style="dim"))
     never = [r for r in rows if r.consumerOffset is None and r.kind != "dlq"]
     if never:
         console.print(Text(f"{len(never)} queue(s) without a committed offset ('-'): the lag counts from the "
@@ -197,19 +197,31 @@ def inspect_dlq(
 
 
 def _reason_text(d) -> str:
+    """The why column: short enough to stay on one line at 80 columns (the note says what each means)."""
     if d.reason == "retryMaxTimes":
-        return f"group limit {d.maxReconsumeTimes}"
+        return f"group {d.maxReconsumeTimes}"
     if d.reason == "maxReconsumeTimes":
-        return f"client limit {d.maxReconsumeTimes}"
-    return "sent to DLQ"
+        return f"client {d.maxReconsumeTimes}"
+    return "sent"
+
+
+def _reasons(letters) -> str:
+    """The headline's count by why: ``8 at the client's limit of 2``."""
+    counts: dict[tuple[str, int | None], int] = {}
+    for d in letters:
+        counts[(d.reason, d.maxReconsumeTimes)] = counts.get((d.reason, d.maxReconsumeTimes), 0) + 1
+    words = {"retryMaxTimes": "at the group's limit of {}", "maxReconsumeTimes": "at the client's limit of {}",
+             "sentToDlq": "sent straight to the DLQ"}
+    return ", ".join(f"{n} " + words.get(reason, reason).format(most)
+                     for (reason, most), n in sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 def _print_dlq(letters, store_dir: Path, now_ms: int, limit: int | None, wide: bool) -> None:
     from rich.text import Text
 
     groups = sorted({d.group for d in letters})
-    console.print(Text(f"{len(letters)} dead-lettered message(s) in {len(groups)} group(s) of {store_dir}",
-                       style="bold"))
+    console.print(Text(f"{len(letters)} dead-lettered message(s) in {len(groups)} group(s) of {store_dir}"
+                       + (f": {_reasons(letters)}" if letters else ""), style="bold"))
     if not letters:
         return
     rows = [[Text(d.group), Text(d.originalTopic or "-"), Text(d.keys or "-"), d.uniqKey or "-",
@@ -227,9 +239,9 @@ def _print_dlq(letters, store_dir: Path, now_ms: int, limit: int | None, wide: b
                          rows, wide=wide)
     if limit is not None and len(letters) > limit:
         console.print(Text(f"{len(letters) - limit} more (--limit, --json)", style="dim"))
-    console.print(Text("topic: the one it was sent to (RETRY_TOPIC); why: the group's limit (retryMaxTimes) reached (subscriptionGroup.json), the consumer's own "
-                       "maxReconsumeTimes (the most retries the group's dead letters made), or sent straight to "
-                       "the DLQ; first sent: the first copy's store time (its born time when the log no longer "
+    console.print(Text("topic: the one it was sent to (RETRY_TOPIC); why: group N, the group's limit (retryMaxTimes "
+                       "N, subscriptionGroup.json) reached; client N, the consumer's own maxReconsumeTimes N (the "
+                       "most retries the group's dead letters made); sent, sent straight to the DLQ; first sent: the first copy's store time (its born time when the log no longer "
                        "holds it); last attempt: the last %RETRY% delivery the consumer failed", style="dim"))
     note = hidden_note(hidden)
     if note:

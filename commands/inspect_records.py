@@ -180,9 +180,26 @@ def inspect_commitlog(
                 if count is not None and n >= count:
                     break
     if not json_out:
+        console.print(Text(_listing_headline(store_dir, len(shown), topic, first, since_ms, until_ms,
+                                             count is not None and n >= count), style="bold"))
         columns, rows = messages_table(shown)
         note = hidden_note(print_table(console, columns, rows, wide=wide))
-        console.print(Text(f"{len(shown)} message(s)" + (f"; {note}" if note else ""), style="dim"))
+        if note:
+            console.print(Text(note, style="dim"))
+
+
+def _listing_headline(store_dir: Path, shown: int, topic: str | None, first: int, since_ms: int | None,
+                      until_ms: int | None, limited: bool) -> str:
+    """What the listing shows: how many, of what, from where (the window's instants as dates)."""
+    from rmqdelay.units import format_time_ms
+
+    what = f"{'the first ' if limited else ''}{shown} message(s)" + (f" of topic {topic}" if topic else "")
+    if since_ms is not None or until_ms is not None:
+        where = (f"stored from {format_time_ms(since_ms) if since_ms is not None else 'the start'}"
+                 + (f" until {format_time_ms(until_ms)}" if until_ms is not None else ""))
+    else:
+        where = f"from physical offset {first}"
+    return f"{what} in {store_dir.name or store_dir}, {where}" + (" (--limit)" if limited else "")
 
 
 def _verify(store_dir: Path, json_out: bool) -> None:

@@ -322,6 +322,11 @@ TABLE_COMMANDS = [
     ("inspect", "timer", "{tp}", "--units", "--limit", "10", "--now", TIMER_AT),
     ("inspect", "timer", "{tp}", "--slots", "--limit", "10", "--now", TIMER_AT),
     ("inspect", "consumers", "{be}", "--now", FAR),
+    ("inspect", "consumers", "{be}", "--sort", "lag", "--limit", "5", "--now", FAR),
+    ("inspect", "dlq", "{be}", "--now", FAR),
+    ("inspect", "commitlog", "{gen}", "--since", "2026-01-01", "--until", "2100-01-01", "--limit", "20"),
+    ("inspect", "store", "{dledger}", "--now", FAR),
+    ("inspect", "store", "{rocksdb}", "--now", FAR),
     ("inspect", "dlq", "{retry}", "--now", FAR),
     ("trace", "{retry}", "C0000202331C5FFD2B276EC837D60012", "--now", FAR),
     ("offsets", "show", "{delay}", "--now", FAR),
@@ -337,7 +342,8 @@ TABLE_COMMANDS = [
 @pytest.fixture(scope="module")
 def table_stores(sample_store):
     return {"tp": sample_store("timer-partial"), "delay": DELAY, "be": sample_store("broker-e2e"),
-            "retry": SAMPLES / "retry" / "store"}
+            "retry": SAMPLES / "retry" / "store", "gen": SAMPLES / "generated-small" / "store",
+            "dledger": sample_store("dledger-clean"), "rocksdb": sample_store("rocksdb-clean")}
 
 
 @pytest.mark.parametrize("width", [80, 120])

@@ -64,3 +64,15 @@ def test_the_window_lists_what_a_read_from_the_start_does(capsys):
 def test_window_usage_errors_are_one_line(capsys, args):
     result = run_cli(capsys, "inspect", "commitlog", STORE, *args)
     assert result.code == 2 and len(result.err.strip().splitlines()) == 1, result.err
+
+
+def test_the_screen_leads_with_what_it_lists(capsys):
+    records = _all(STORE)
+    since, until = records[10][1], records[40][1]
+    window = run_cli(capsys, "inspect", "commitlog", STORE, "--since", str(since), "--until", str(until))
+    first = window.out.splitlines()[0]
+    shown = sum(since <= t < until for _, t in records)
+    assert first.startswith(f"{shown} message(s) in store, stored from 20")  # dates, never epoch ms
+    assert str(since) not in window.out and "Z until 20" in first
+    limited = run_cli(capsys, "inspect", "commitlog", STORE, "--limit", "2").out.splitlines()[0]
+    assert limited == "the first 2 message(s) in store, from physical offset 0 (--limit)"

@@ -203,8 +203,8 @@ def test_consumers_total_per_group_sort_by_lag_and_the_worst_group_named(store_c
     lines = table.out.splitlines()
     assert "104 message(s) not consumed in 6 queue(s)" in lines[0]
     assert "furthest behind: GID_ORDERS, 100 message(s), oldest" in lines[0]
-    total = next(line for line in lines[1:] if "total (" in line and "GID_ORDERS" in line)
-    assert "total (5 queue(s))" in total and " 100 " in total
+    total = next(line for line in lines[1:] if "all 5 queue(s)" in line and "GID_ORDERS" in line)
+    assert " 100 " in total
     assert "more queue(s) (--limit, --json)" in table.out
     bad = run_cli(capsys, "inspect", "consumers", store, "--sort", "age")
     assert bad.code == 2 and "--sort" in bad.err
@@ -242,3 +242,20 @@ def test_dlq_reasons_from_the_groups_limit_and_sent_straight():
     assert [(d.reason, d.maxReconsumeTimes) for d in letters] == [
         ("retryMaxTimes", 16), ("sentToDlq", None), ("retryMaxTimes", 5), ("maxReconsumeTimes", 3),
         ("sentToDlq", None)]
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_screens_keep_each_total_and_each_reason_on_one_line(capsys, monkeypatch, sample_store, width):
+    from clirun import run_cli
+
+    from rmqdelay.commands import common
+
+    monkeypatch.setattr(common.console.made(), "width", width)
+    store = sample_store("broker-e2e")
+    dead = run_cli(capsys, "inspect", "dlq", store, "--now", "2026-11-27T12:00:00Z").out
+    assert "8 at the client's limit of 2" in " ".join(dead.split()[:20])  # the headline counts them by why
+    rows = [line for line in dead.splitlines() if line.startswith(" GID_FAIL")]
+    assert len(rows) == 8 and all("client 2" in line for line in rows)  # one line each, why beside the key
+    lag = run_cli(capsys, "inspect", "consumers", store, "--sort", "lag", "--limit", "5").out.splitlines()
+    total = [line for line in lag if "all 5 queue(s)" in line]
+    assert len(total) == 1 and "GID_FAIL" in total[0]
