@@ -192,7 +192,10 @@ def _print_status(s: TimerStatus, wide: bool) -> None:
              f"{cfg['timerPrecisionMs']} ms (--broker-config reads the broker's timerPrecisionMs)", "bold red")
     d, e, log = s.dequeue, s.enqueue, s.timerLog
     read = "-" if d["lastReadTimeMs"] is None else format_date_ms(d["lastReadTimeMs"])
-    line(f"dequeue: read up to {read}, {format_duration_ms(d['behindMs'])} behind; enqueue: "
+    behind = d["behindMs"]
+    lag = ("-" if behind is None else f"{format_duration_ms(behind)} behind" if behind >= 0
+           else f"{format_duration_ms(-behind)} past --now")
+    line(f"dequeue: read up to {read}, {lag}; enqueue: "
          + (f"{e['behindMessages']} message(s) of rmq_sys_wheel_timer not in the timer log yet"
             if e["behindMessages"] else "up to date")
          + f" (queue offset {e['masterTimerQueueOffset']} of {e['queueMaxOffset']})")

@@ -282,3 +282,9 @@ def test_a_damaged_timer_store_is_refused_naming_the_command_that_repairs_it(cap
     metrics = run_cli(capsys, "inspect", "timer", path, "--format", "prometheus", "--now", "1795450329969")
     assert metrics.code == 0 and hint in metrics.err and 'rmqdelay_problems{store=' in metrics.out
     assert run_cli(capsys, "timer", "repair", path, "--now", "1795450329969").code == 1  # changes to make
+
+
+def test_a_clock_before_the_read_time_says_past_not_a_negative_behind(capsys, sample_store):
+    out = run_cli(capsys, "inspect", "timer", sample_store("timer-partial"), "--now", "2026-11-23T12:00:00Z").out
+    dequeue = next(line for line in out.splitlines() if line.startswith("dequeue:"))
+    assert "4h 12m past --now" in dequeue and "-4h" not in dequeue

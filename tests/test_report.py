@@ -254,3 +254,13 @@ def test_the_band_says_what_inspect_warns_of_first_a_restart_that_would_skip(tim
                       r'<div class="v">([^<]*)</div>', card)
     assert first.groups() == ("bad", "restartSkipped", str(skipped))  # it leads the card
     assert f"{skipped} skipped by a restart now" in card and "none found" not in card
+
+
+def test_a_wheel_read_past_the_analysis_time_is_not_a_negative_backlog(timer_results):
+    from rmqdelay.analysis.report import _card
+
+    results, at_ms = timer_results
+    s = dict(store_summary(results, "timer-partial", at_ms, None), timerBehindMs=-(4 * 3_600_000 + 12 * 60_000))
+    card = _card(s)
+    assert '<div class="fig ok" data-figure="timerBehindMs">' in card
+    assert "read 4h 12m past the analysis time" in card and "-4h" not in card

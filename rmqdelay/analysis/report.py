@@ -227,8 +227,10 @@ def _card(s: dict) -> str:
         figs.append(_fig("DLQ rate", f"{100 * rate:.1f}%" if rate is not None else "-", "dlqRate", rate,
                          "of retried chains"))
     if s.get("timerBehindMs") is not None:
-        figs.append(_fig("timer backlog", str(s["timerPending"]), "timerBehindMs", s["timerBehindMs"],
-                         f"read {format_duration_ms(s['timerBehindMs'])} behind"))
+        behind = s["timerBehindMs"]  # negative: the wheel was read past the analysis time (an earlier --now)
+        figs.append(_fig("timer backlog", str(s["timerPending"]), "timerBehindMs", max(behind, 0),
+                         f"read {format_duration_ms(behind)} behind" if behind >= 0
+                         else f"read {format_duration_ms(-behind)} past the analysis time"))
     what = [f"{s[k]} {w}" for k, w in PROBLEMS.items() if s.get(k)]
     figs.append(_fig("problems", str(s["problems"]), "problems", s["problems"], "; ".join(what) or "none found"))
     name = html.escape(s["store"])
