@@ -73,3 +73,26 @@ def test_a_deleted_queue_directory_goes_on_after_its_records_in_the_log(store_co
     check = check_store(store)  # every unit points at its own topic/queue/queueOffset
     assert check.lost == 0 and check.duplicated == 0 and check.pending == 0 and check.problems == []
     assert check.delivered == 1500
+
+
+def test_a_hole_among_a_levels_units_to_deliver_before_the_files_recover_checks_is_rebuilt(tmp_path):
+    """A level's units still to deliver over more files than ConsumeQueue.recover checks (the
+    last three): a zeroed unit in the first one is found and rebuilt all the same, for the
+    scheduler reads every unit from delayOffset.json's offset on."""
+    import random
+
+    from support.kill9_soak import add_messages
+
+    from rmqdelay.schedule.scheduler import Scheduler
+
+    store = tmp_path / "store"
+    add_messages(store, 1400, random.Random(3), 0, create=True)  # 64-unit queue files
+    level1 = store / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "0"
+    assert len(list(level1.iterdir())) > 3
+    with open(level1 / "00000000000000000000", "r+b") as fh:
+        fh.seek(20 * 10)
+        fh.write(bytes(20))
+    list(Scheduler(store, now_ms=int(FAR), mode="until-empty").events())
+    check = check_store(store)
+    assert check.lost == 0 and check.duplicated == 0 and check.pending == 0 and check.problems == []
+    assert check.delivered == 1400

@@ -198,9 +198,12 @@ def _queue_holes(store: Store, infos, end: int) -> list[QueueHole]:
     end of the data). A queue ends in zeros normally, and units past the end of the log after
     a power loss are cut (``_units_past``): only a bad run with good units after it is a hole."""
     holes = []
+    pending = _pending_schedule_units(store)
     for info in infos:
         cq = store.consume_queue(info.topic, info.queueId)
-        units, base = _last_units(cq, info.minOffset)
+        units, base = _last_units(cq, info.minOffset,
+                                  pending.get(info.queueId, info.minOffset)
+                                  if info.topic == RMQ_SYS_SCHEDULE_TOPIC else None)
         if units is None:
             continue
         offsets = units["commitLogOffset"].astype(np.int64)
@@ -226,15 +229,34 @@ def _queue_holes(store: Store, infos, end: int) -> list[QueueHole]:
     return holes
 
 
-def _last_units(cq, min_offset: int):
+def _pending_schedule_units(store: Store) -> dict[int, int]:
+    """{SCHEDULE_TOPIC_XXXX queue id: the unit before the first one still to deliver} by
+    delayOffset.json (the scheduler reads every unit from there, whatever file it is in; a
+    level it lacks, from the queue's first unit); {} when the file cannot be read (the
+    scheduler says why)."""
+    try:
+        loaded = store.delay_offsets(fallback=False)  # no warning here: the scheduler's to give
+    except StoreError:
+        return {}
+    if loaded is None:
+        return {}
+    return {level - 1: max(offset - 1, 0) for level, offset in loaded.offsetTable.items() if level > 0}
+
+
+def _last_units(cq, min_offset: int, from_offset: int | None = None):
     """The units of a queue's last file with written units and of the two files before it (the
     files ConsumeQueue.recover checks, stopping at the first unit that is not written), and the
-    logical offset of the first."""
+    logical offset of the first; from ``from_offset`` when that is earlier (a schedule queue's
+    units still to deliver, and the one before them)."""
     files = cq.files
     for index in range(len(files) - 1, -1, -1):
         units = cq.file_units(index)
         if ((units["commitLogOffset"] >= 0) & (units["size"] > 0)).any():
             first = max(index - 2, 0)
+            if from_offset is not None:
+                at = max(from_offset, min_offset) * CQ_STORE_UNIT_SIZE
+                first = min(first, next((i for i, mf in enumerate(files) if mf.start <= at < mf.start + mf.size),
+                                        first))
             parts = [cq.file_units(i) for i in range(first, index + 1)]
             base = files[first].start // CQ_STORE_UNIT_SIZE
             joined = np.concatenate(parts) if len(parts) > 1 else parts[0]
