@@ -24,6 +24,7 @@ from rmqdelay.schedule.events import Notice, Replayed
 from rmqdelay.schedule.offsets import read_scheduler_state, scheduler_state_path
 from rmqdelay.schedule.redelivery import restore_unit
 from rmqdelay.store import Store
+from rmqdelay.store.recovery import data_end
 from rmqdelay.store.writer import NewMessage, without_crc
 
 
@@ -182,12 +183,15 @@ def _found_delivered(store: Store, offsets: dict[int, int], broker5x: bool = Fal
     if not heads:
         return None, {}
     start = max(min(heads.values()), store.commitlog.min_offset)
-    if start >= store.end_offset():
+    end = data_end(store)  # a torn tail after a kill is no data (the writer zeroes it when it opens)
+    if start >= end:
         return None, {}
     copies: dict[tuple, list[Message]] = {}
     for record in store.commitlog.records(start):
         if _looks_delivered(record):
             copies.setdefault((record.topic, record.queueId, record.bornTimestamp), []).append(record)
+        if record.commitLogOffset + record.storeSize >= end:
+            break
     counts: dict[int, int] = {}
     if not copies:
         return start, counts
