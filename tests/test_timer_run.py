@@ -170,7 +170,10 @@ def test_live_run_delivers_each_slot_once_it_is_due(store_copy):
             if len(seen) == len(keys):
                 sched.stop()
     assert sorted(e.uniqKey for e in seen) == sorted(keys)
-    assert all(e.storeTimestamp >= e.slotTimeMs + 1000 for e in seen)
+    # A message the run enqueues after its TIMER_OUT_MS (a slow machine: the 1.5 s ahead are
+    # gone before it reads them) is put at enqueue, in no slot; the rest wait for their slot.
+    assert all(e.storeTimestamp >= e.slotTimeMs + 1000 if e.slotTimeMs is not None
+               else e.storeTimestamp >= e.timerOutMs for e in seen)
     check = check_timer_store(path, drained=False)  # the rest is due over the next days
     assert check.duplicated == [] and check.misrouted == [] and check.problems == []
     assert not set(keys) & {k.split("+", 1)[1] for k in check.lost}
