@@ -218,6 +218,30 @@ def check_message_bounds(buf, pos: int, limit: int) -> int:
     return total
 
 
+# How far after a record that does not decode the bytes must be zeros for it to be the tail a
+# writer is still writing (the same bound as a scan's look for data after the end).
+TORN_TAIL_WINDOW = 1 << 20
+
+
+def torn_tail(buf, pos: int, limit: int) -> bool:
+    """Whether the record at ``pos`` that does not decode is the last of the data, cut short:
+    a message head whose totalSize fits the file, and zeros after that size (TORN_TAIL_WINDOW of them,
+    or to ``limit``). That is a record being written while it is read -- a writer copies a
+    record's bytes in order, so nothing after it is written yet -- or one a writer killed
+    mid-write left; the broker's recovery ends the log there and drops nothing else. Either
+    way the data ends at ``pos``, it is not damage. A record that does not decode with data
+    after it (a zeroed size, a broken record in the middle) is not a torn tail."""
+    if pos + 8 > limit:
+        return False
+    total = int.from_bytes(bytes(buf[pos:pos + 4]), "big", signed=True)
+    magic = int.from_bytes(bytes(buf[pos + 4:pos + 8]), "big", signed=True)
+    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2) or not 8 <= total <= limit - pos:
+        return False
+    end = pos + total
+    stop = min(limit, end + TORN_TAIL_WINDOW)
+    return not any(bytes(buf[end:stop]))
+
+
 def parse_message_construct(buf, pos: int, limit: int) -> Message:
     """The reference decoder: construct over one record."""
     total = check_message_bounds(buf, pos, limit)

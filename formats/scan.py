@@ -32,7 +32,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-from .commitlog import MIN_MESSAGE_SIZE, decode_message
+from .commitlog import MIN_MESSAGE_SIZE, decode_message, torn_tail
 from .constants import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
@@ -154,6 +154,21 @@ def _entry_stop(buf, pos: int, limit: int, header: int) -> str | FormatError | N
             return FormatError(pos + header, f"a record of the entry's bodyLen {body} bytes, found totalSize {total}")
         return None
     return stop if isinstance(stop, FormatError) else FormatError(pos + header, "a message record inside the entry")
+
+
+def _still_written(buf, pos: int, limit: int, header: int) -> bool:
+    """A record that does not decode at ``pos`` of a plain commit log file is the end of the
+    data when it is the torn tail a writer is still writing (commitlog.torn_tail), or when it
+    decodes now (the writer finished it since): the read ends where it found the end."""
+    if header:
+        return False
+    if torn_tail(buf, pos, limit):
+        return True
+    try:
+        decode_message(buf, pos, limit)
+    except FormatError:
+        return False
+    return True
 
 
 def _error_at(buf, pos: int, limit: int) -> FormatError:
@@ -281,10 +296,14 @@ def decode_records(buf, *, store: str, file: str, start: int = 0, limit: int | N
             yield batch
             del batch
         if why == BAD:
+            if _still_written(buf, pos + header, limit, header):
+                return
             raise _error_at(buf, pos + header, limit)
         if why == HEAD:
             stop = _head_stop(buf, pos, limit, header)
             if stop == "end":
+                return
+            if _still_written(buf, pos + header, limit, header):
                 return
             raise stop if stop is not None else _error_at(buf, pos + header, limit)
         if count == 0:

@@ -292,5 +292,5 @@ def _check_unit(size: int, magic: int, pos: int) -> None:
 def _check_tail(data, pos: int) -> None:
     rest = np.frombuffer(data, dtype=np.uint8, offset=min(pos, len(data)))
     hits = np.flatnonzero(rest)
-    if len(hits):
+    if len(hits) and not any(bytes(data[pos:pos + UNIT_SIZE])):  # (a unit there now: a writer appends)
         raise FormatError(pos + int(hits[0]), f"zeros after the end of the timer log data at byte {pos}, found data")

@@ -245,3 +245,41 @@ def test_the_wheel_read_while_a_writer_rewrites_its_slots(tmp_path, sample_store
     finally:
         writer.kill()
         writer.wait()
+
+
+_LOG_WRITER = """
+import sys
+from rmqdelay.send import SendRequest, send_messages
+print("writing", flush=True)
+while True:  # what a producer does through a broker: records appended, then their units
+    send_messages(sys.argv[1], SendRequest(topic="TopicTest", body=b"y" * 300, count=50),
+                  commitlog_file_size=262144, cq_file_size=1280)
+"""
+
+
+def test_reads_while_a_writer_appends_end_where_they_find_the_end(tmp_path, sample_store):
+    # A record half copied at the end of the log was "a properties length ... found 0" (run
+    # --dry-run, exit 2), a message whose unit was not written yet "undispatched" (verify): a
+    # record cut at the end of the data is the end, and a live store's queues are checked as
+    # far as they were read. Once the writer stops, the store has no problem.
+    from clirun import in_process
+
+    store = tmp_path / "s"
+    shutil.copytree(sample_store("timer-partial"), store)
+    now = ["--now", "2026-11-23T17:00:00Z"]
+    reads = [["run", store, "--dry-run", "--json", *now], ["inspect", "timer", store, "--units", "--json", *now],
+             ["analyze", "lateness", store, "--json", *now], ["inspect", "commitlog", store, "--verify", "--json"]]
+    writer = subprocess.Popen([sys.executable, "-c", _LOG_WRITER, str(store)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "writing"
+        for _ in range(3):
+            for args in reads:
+                code, out, err = in_process(args)
+                assert code == 0, (args[:2], out[:1500])
+                if "--verify" in args:
+                    assert not [p for p in problems_of(out) if not p.get("advisory")], out[-2000:]
+    finally:
+        writer.kill()
+        writer.wait()
+    code, out, err = in_process(["inspect", "commitlog", store, "--verify", "--json"])
+    assert code == 0 and not problems_of(out), err

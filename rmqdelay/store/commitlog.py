@@ -15,6 +15,7 @@ from rmqdelay.formats.commitlog import (
     Message,
     decode_message,
     parse_message_construct,
+    torn_tail,
 )
 from rmqdelay.formats.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
 from rmqdelay.formats.errors import FormatError
@@ -29,9 +30,11 @@ _MESSAGE_MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
 
 @dataclass(slots=True, frozen=True)
 class End:
-    """Where the data stops: the first zero record head."""
+    """Where the data stops: the first zero record head, or (``torn``) a last record cut
+    short, as a writer appending leaves it while it writes (formats.commitlog.torn_tail)."""
 
     physicalOffset: int
+    torn: bool = False
 
 
 class CommitLog:
@@ -119,6 +122,12 @@ class CommitLog:
                 return parse_message_construct(view, pos, mf.size)
             return decode_message(view, pos, mf.size)
         except FormatError as exc:
+            if torn_tail(view, pos, mf.size):
+                return End(mf.start + pos, torn=True)
+            try:  # written in full since: a writer appends while this reads
+                return decode_message(view, pos, mf.size)
+            except FormatError:
+                pass
             raise StoreError(mf.path, exc.offset, exc.expected) from None
 
     def read_message(self, offset: int, size: int | None = None) -> Message:
@@ -148,10 +157,15 @@ class CommitLog:
                 record = self._decode_at(mf, view, pos, reference)
                 if isinstance(record, End):
                     following = self._reader.view(index + 1)[:8] if index + 1 < len(self.files) else b""
+                    if record.torn:
+                        if any(following):
+                            raise StoreError(mf.path, pos, f"a whole record (the log goes on in "
+                                                           f"{self.files[index + 1].path.name}), found one cut short")
+                        return
                     after = data_after_end(view, pos, following, self.files[index + 1].path.name if following else "")
-                    if after:
+                    if after and not any(view[pos:pos + 8]):
                         raise StoreError(mf.path, pos, after)
-                    return
+                    return  # (a head written since the end was found: a writer appends)
                 if isinstance(record, Blank):
                     if include_blanks:
                         yield record

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from rmqdelay.errors import StoreError
-from rmqdelay.formats.constants import RMQ_SYS_SCHEDULE_TOPIC
+from rmqdelay.formats.constants import BLANK_MAGIC_CODE, RMQ_SYS_SCHEDULE_TOPIC
 from rmqdelay.formats.errors import FormatError
 from rmqdelay.formats.scan import DEFAULT_BATCH_ROWS, MESSAGE_SCHEMA, decode_records
 from rmqdelay.store.commitlog import data_after_end
@@ -122,8 +122,15 @@ def scan_commitlog_file(file: LogFile | Path | str, store_name: str, *, keep_goi
         # serves only part of ends where it says.
         after = data_after_end(mapped, end, *_next_file_head(path, size)) if limit == size and \
             end + 8 <= size and not any(mapped[end:end + 8]) else None
-        if after:
+        if after and not any(mapped[end:end + 8]):  # (a head there now: a writer appends)
             raise FormatError(end, after)
+        if not lf.header and limit == size and end + 8 <= size and any(mapped[end:end + 8]) and \
+                int.from_bytes(mapped[end + 4:end + 8], "big", signed=True) != BLANK_MAGIC_CODE and \
+                any(_next_file_head(path, size)[0]):
+            # Stopped at a record cut short (formats.commitlog.torn_tail): the end of the
+            # data only in the last file; with the log going on in the next, damage.
+            raise FormatError(end, f"a whole record (the log goes on in {_next_file_head(path, size)[1]}), "
+                                   f"found one cut short")
     except FormatError as exc:
         if not keep_going:
             raise StoreError(path, exc.offset, exc.expected) from None

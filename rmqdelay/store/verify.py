@@ -298,6 +298,10 @@ def _check_queues(store: Store, messages: _Messages, end: int, advance: Advance,
                   counts: VerifyCounts, layout: _LayoutProblems) -> Iterator[Problem]:
     cols = _Columns(messages)
     queue_min: dict[int, int] = {}
+    queue_max: dict[int, int] = {}
+    # A live store (its lock held: a broker or a writer appends) dispatches behind its log, and
+    # its queues are read after its log and one after another while it does.
+    live = store.lock_holder() is not None
     for topic, ids in store.topics().items():
         yield from layout.new()
         for qid in ids:
@@ -314,10 +318,10 @@ def _check_queues(store: Store, messages: _Messages, end: int, advance: Advance,
             counts.queues += 1
             key = messages.keys.get((topic, qid))
             if key is not None:
-                queue_min[key] = lo
+                queue_min[key], queue_max[key] = lo, hi
             for (first, _), units in zip(cq.runs(), runs):
                 counts.units += len(units)
-                yield from _check_units(cq, max(lo, first), units, cols, key, store.commitlog.min_offset, end)
+                yield from _check_units(cq, max(lo, first), units, cols, key, store.commitlog.min_offset, end, live)
             advance(cq.byte_size)
     yield from layout.new()
     # Queues that could not be listed were not checked: their messages are not "undispatched".
@@ -325,7 +329,7 @@ def _check_queues(store: Store, messages: _Messages, end: int, advance: Advance,
     queue_path = store.queues.queue_path
     unchecked = [key for (topic, qid), key in messages.keys.items()
                  if {queue_path(topic, qid), queue_path(topic, qid).parent, queue_path(topic, qid).parent.parent} & unlisted]
-    yield from _check_undispatched(store, cols, queue_min, unchecked)
+    yield from _check_undispatched(store, cols, queue_min, unchecked, queue_max if live else None)
 
 
 class _Columns:
@@ -349,7 +353,7 @@ def _unit_location(cq, logical: int) -> tuple[str, int]:
 
 
 def _check_units(cq, lo: int, units: np.ndarray, cols: _Columns, key: int | None,
-                 log_start: int, end: int) -> Iterator[Problem]:
+                 log_start: int, end: int, live_store: bool = False) -> Iterator[Problem]:
     if len(units) == 0:
         return
     phys = units["commitLogOffset"].astype(np.int64)
@@ -371,6 +375,9 @@ def _check_units(cq, lo: int, units: np.ndarray, cols: _Columns, key: int | None
                           f"{int(inside.sum())} unit(s) of {where} from unit {int(logical[first])} pointing at "
                           f"messages in [{start}, {stop}) of the commit log, which could not be read", int(phys[first]))
     past = live & (phys + size > end)
+    if live_store:  # units of records written after the log was read: not checked
+        live &= ~past
+        past[:] = False
     n_msgs = len(cols.offsets)
     idx = np.minimum(np.searchsorted(cols.offsets, phys), max(n_msgs - 1, 0))
     if n_msgs:
@@ -404,13 +411,18 @@ def _check_units(cq, lo: int, units: np.ndarray, cols: _Columns, key: int | None
 
 
 def _check_undispatched(store: Store, cols: _Columns, queue_min: dict[int, int],
-                        unchecked: list[int]) -> Iterator[Problem]:
+                        unchecked: list[int], queue_max: dict[int, int] | None = None) -> Iterator[Problem]:
     """Messages no unit points at, though the broker would have built one. A message below
-    its queue's first unit is not one: its units were deleted with old queue files."""
+    its queue's first unit is not one: its units were deleted with old queue files. With
+    ``queue_max`` (a live store), nor is one past its queue's last unit as read: the writer
+    has not dispatched it yet."""
     if not len(cols.offsets):
         return
     lows = np.array([queue_min.get(k, 0) for k in range(len(cols.names))], dtype=np.int64)
     orphan = cols.dispatched & ~cols.covered & (cols.queue_offsets >= lows[cols.queue_keys])
+    if queue_max is not None:
+        highs = np.array([queue_max.get(k, 0) for k in range(len(cols.names))], dtype=np.int64)
+        orphan &= cols.queue_offsets < highs[cols.queue_keys]
     if unchecked:
         orphan &= ~np.isin(cols.queue_keys, unchecked)
     for row in np.flatnonzero(orphan):
