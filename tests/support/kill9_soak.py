@@ -7,9 +7,13 @@ of its topic/queue/queueOffset, every key of every record is in the index once
 (`inspect index --verify`), and the abort the stopped runs left is gone after the clean run. A run stopped by a fault must exit 2 with one line
 on stderr and no traceback (the check itself: rmqdelay.schedule.audit).
 
-    python3 tests/support/kill9_soak.py --kills 200 [--messages 4000] [--seed 7] [--faults 0.6]
+    python3 tests/support/kill9_soak.py --kills 200 [--messages 4000] [--seed 7] [--faults 0.6] [--damage 0.3]
 
---faults is the share of the stops made by a fault rather than SIGKILL. tests/test_kill9.py
+--faults is the share of the stops made by a fault rather than SIGKILL. --damage is the share of
+the stops after which the store is damaged as an incident leaves it (rowdamage.py: a queue unit
+zeroed, a queue file cut short, the scheduler state or delayOffset.json lost - rebuilt by the next
+run; the last commit log file moved away, a record's size zeroed - refused in one line with
+nothing changed, then put back). tests/test_kill9.py
 stops runs at chosen points instead (KILL_POINTS and one fault of each kind, in turn:
 stop_at_every_point) with the same store, runs and checks.
 """
@@ -100,6 +104,7 @@ class SoakResult:
     seconds: float = 0.0
     faults: collections.Counter = field(default_factory=collections.Counter)  # kind -> runs it stopped
     faults_missed: int = 0  # fault runs that finished before meeting their fault
+    damaged: collections.Counter = field(default_factory=collections.Counter)  # damage kind -> times
 
 
 FAULTINJECT = str(Path(__file__).resolve().parent / "faultinject.py")
@@ -225,7 +230,8 @@ def run_and_kill(command: list[str], out: Path, env: dict, first: bytes, delay_s
 
 
 def kill_cycles(path: Path, kills: int, rng: random.Random, *, top_up: int = 400,
-                max_delay_s: float = 0.03, work: Path | None = None, faults: float = 0.0) -> SoakResult:
+                max_delay_s: float = 0.03, work: Path | None = None, faults: float = 0.0,
+                damage: float = 0.0) -> SoakResult:
     """Start the scheduler, wait for its first delivery, SIGKILL it after a random delay;
     or (a share ``faults`` of the time) start it with a system call made to fail; repeat.
     A store that runs dry between stops gets new delay messages (as producers would add),
@@ -252,6 +258,17 @@ def kill_cycles(path: Path, kills: int, rng: random.Random, *, top_up: int = 400
         else:
             result.finished_before_kill += 1
         result.kills += 1
+        if rng.random() < damage:
+            try:
+                from support.rowdamage import REBUILT, REFUSED, inject
+            except ImportError:
+                from rowdamage import REBUILT, REFUSED, inject
+            kind = rng.choice(REBUILT + REFUSED)
+            what = inject(path, kind, rng, run=run_command(path), env=env)
+            if what is not None:
+                result.damaged[kind] += 1
+                with open(work / "damage.log", "a") as log:
+                    log.write(f"after stop {result.kills}: {kind}: {what}\n")
     result.seconds = time.monotonic() - started
     return result
 
@@ -266,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=4000)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--faults", type=float, default=0.6, help="share of stops made by a fault, not SIGKILL")
+    parser.add_argument("--damage", type=float, default=0.0, help="share of stops after which the store is damaged")
     parser.add_argument("--keep", action="store_true", help="keep the store directory")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
@@ -273,20 +291,21 @@ def main(argv: list[str] | None = None) -> int:
     path = work / "store"
     try:
         add_messages(path, args.messages, rng, 0, create=True)
-        soak = kill_cycles(path, args.kills, rng, work=work, faults=args.faults)
+        soak = kill_cycles(path, args.kills, rng, work=work, faults=args.faults, damage=args.damage)
         finish(path)
         check = check_store(path)
         if (path / "abort").exists():
             # Every stop left an abort rmqdelay marked; the clean run after them removes it.
             check.problems.append(f"abort left after the clean run: {(path / 'abort').read_bytes()!r}")
         print(f"command: python3 tests/support/kill9_soak.py --kills {args.kills} --messages {args.messages} "
-              f"--seed {args.seed} --faults {args.faults}")
+              f"--seed {args.seed} --faults {args.faults} --damage {args.damage}")
         sigkills = soak.killed_mid_delivery + soak.finished_before_kill
         print(f"stops: {soak.kills} in {soak.seconds:.1f} s: {sigkills} SIGKILL ({soak.killed_mid_delivery} while "
               f"delivering, {soak.finished_before_kill} after the run had finished), "
               f"{sum(soak.faults.values())} by a fault (exit 2, one line), {soak.faults_missed} fault runs "
               f"finished before meeting their fault")
         print("faults: " + ", ".join(f"{kind} {n}" for kind, n in sorted(soak.faults.items())))
+        print("damage: " + ", ".join(f"{kind} {n}" for kind, n in sorted(soak.damaged.items())))
         print(f"delay messages scheduled: {check.scheduled} ({args.messages} + {soak.added} added between stops); "
               f"delivered: {check.delivered}; pending: {check.pending}; lost: {check.lost}; "
               f"duplicated: {check.duplicated}")

@@ -11,10 +11,14 @@ log's verify clean, and a store the real broker resumes from without putting any
 messages delivered, pending, rolled and recalled, beside delay-level traffic and retry chains)
 instead of the timer-fresh sample; the runs start from its read clock.
 
---damage: after a third of the stops, one timer file is damaged (timerdamage.py: a timer log
-file, the wheel, the checkpoint or the metrics deleted, truncated, zeroed, overwritten or
-resized) and `timer repair --execute` mends it before the next run; the check then also
-counts recalled messages delivered (a cancellation that reached the timer in time).
+--damage: after a third of the stops, the store is damaged: half the time one timer file
+(timerdamage.py: a timer log file, the wheel, the checkpoint or the metrics deleted, truncated,
+zeroed, overwritten or resized) and `timer repair --execute` mends it before the next run; half
+the time one of the incident kinds of rowdamage.py (a queue unit zeroed, the scheduler state or
+delayOffset.json lost: rebuilt by the next run; the last commit log file moved away, a record's
+size zeroed, a pending unit's prevPos overwritten: refused in one line with nothing changed, then
+put back or repaired); the check then also counts recalled messages delivered (a cancellation
+that reached the timer in time).
 
 Each run reads the wheel four hours further (--now), so runs read ahead of the wall clock too
 (the neutralising of slots read early is killed as well). tests/test_timer_run.py and
@@ -95,10 +99,26 @@ def kill_timer_runs(path: Path, kills: int, rng: random.Random, work: Path, *, m
             stats["killed"] += 1
         else:
             stats["finished"] += 1
-        if damage and rng.random() < 1 / 3:
+        draw = rng.random() if damage else 1.0
+        if draw < 1 / 6:
+            try:
+                from support.rowdamage import REBUILT, REFUSED, TIMER_REFUSED, inject
+            except ImportError:
+                from rowdamage import REBUILT, REFUSED, TIMER_REFUSED, inject
+            kind = rng.choice(REBUILT + REFUSED + TIMER_REFUSED)
+            repair = [sys.executable, "-m", "rmqdelay", "timer", "repair", str(path), "--execute", "--now", str(clock)]
+            what = inject(path, kind, rng, run=run_cli(path, now=clock), env=env, repair=repair)
+            if what is not None:
+                stats["damaged"] += 1
+                stats["repairs"][kind] += 1
+                with open(work / "damage.log", "a") as log:
+                    log.write(f"after stop {stats['killed'] + stats['finished']}: {kind}: {what}\n")
+        elif draw < 1 / 3:
             name, how = rng.choice(FILES), rng.choice(DAMAGES)
             if damage_store(path, name, how, rng) is not None:
                 stats["damaged"] += 1
+                with open(work / "damage.log", "a") as log:
+                    log.write(f"after stop {stats['killed'] + stats['finished']}: {name} {how}\n")
                 repair = subprocess.run([sys.executable, "-m", "rmqdelay", "timer", "repair", str(path), "--execute",
                                          "--now", str(clock)], capture_output=True, env=env)
                 if repair.returncode != 0:
