@@ -197,6 +197,18 @@ def test_a_fifo_or_a_symlink_to_nothing_as_the_wheel_has_a_way_out_that_takes_it
         assert (store / name).is_file() and os.path.lexists(store / f"{name}.bak")
         got = console("run", store, "--dry-run", "--json", *now)
         assert got.returncode == 0 and _events(got) == _events(want), name
+    # A FIFO as config/timermetrics: refused naming the repair, which takes its place too.
+    from clirun import in_process
+
+    store = tmp_path / "fifo-timermetrics"
+    shutil.copytree(reference, store)
+    _fifo(store / "config" / "timermetrics")
+    code, _, err = in_process(["run", store, "--dry-run", *now])
+    assert code == 2 and "found a FIFO" in err and f"rmqdelay timer repair {store}" in err, err
+    assert in_process(["timer", "repair", store, "--execute", *now])[0] == 0
+    assert (store / "config" / "timermetrics").is_file()
+    code, out, err = in_process(["run", store, "--dry-run", "--json", *now])
+    assert code == 0 and [e for e in map(json.loads, out.splitlines()) if e["event"] != "timerNotice"] == _events(want)
     # A directory cannot be renamed over: both say to move it first.
     store = tmp_path / "dir"
     shutil.copytree(reference, store)

@@ -14,7 +14,7 @@ import warnings
 
 import numpy as np
 
-from rmqdelay.errors import ConfigFallbackWarning, StoreError, StoreReadError
+from rmqdelay.errors import ConfigFallbackWarning, NotRegularFileError, StoreError, StoreReadError
 from rmqdelay.formats.constants import (
     BLANK_MAGIC_CODE,
     PROPERTY_REAL_TOPIC,
@@ -561,8 +561,20 @@ def _load_metrics(ts: TimerStore) -> tuple[TimerMetrics | None, bool]:
     """(the metrics the broker would load, whether config/timermetrics itself is unusable)."""
     try:
         return load_config_file(ts.metrics_path, parse_timer_metrics, fallback=False), False
+    except NotRegularFileError:
+        if fileio.not_regular(ts.metrics_path) == "a directory":
+            raise  # the repair cannot rename over it (execute says to move it out)
+        # A FIFO, a socket, a symlink to nothing in its place: never opened, replaced (the
+        # backup keeps it); the counts before it from the .bak when that is usable.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConfigFallbackWarning)
+            try:
+                return load_config_file(ts.metrics_path.with_name(ts.metrics_path.name + ".bak"),
+                                        parse_timer_metrics, fallback=False), True
+            except StoreError:
+                return None, True
     except StoreReadError:
-        raise  # the system said no (a FIFO, EACCES): not content to replace
+        raise  # the system said no (EACCES): not content to replace
     except StoreError:
         pass
     with warnings.catch_warnings():
