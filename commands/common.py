@@ -24,6 +24,7 @@ from rmqdelay.units import (  # noqa: F401 (the commands take them from here)
     format_date_ms,
     format_duration_ms,
     format_relative_ms,
+    format_size,
     format_time_ms,
     format_when_ms,
 )

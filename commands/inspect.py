@@ -19,7 +19,8 @@ from rmqdelay.errors import EXIT_PROBLEMS, StoreError
 from .group import typer_app
 from . import options
 from .checks import crossed, fail_if_overdue_option, parse_duration_ms
-from .common import clock_ms, console, emit_json, format_date_ms, format_duration_ms, format_relative_ms, format_time_ms
+from .common import (clock_ms, console, emit_json, format_date_ms, format_duration_ms, format_relative_ms,
+                     format_size, format_time_ms)
 from .inspect_groups import inspect_consumers, inspect_dlq
 from .inspect_index import inspect_index
 from .outputs import Format, emit, format_option, output_format, read_for, store_label, store_name_option
@@ -155,14 +156,6 @@ def _broker_cut(store):
         return None
 
 
-def _bytes(n: int) -> str:
-    """A size as bytes and, from a KiB on, in binary units: ``1073741824 bytes (1.0 GiB)``."""
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n} bytes ({n / size:.1f} {unit})"
-    return f"{n} bytes"
-
-
 def _say(text: str, style: str | None = None) -> None:
     from rich.text import Text
 
@@ -186,16 +179,19 @@ def _print_store(info: dict, wide: bool) -> None:
     if cp is None:
         _say("checkpoint: none")
     else:
-        index = format_time_ms(cp["indexMsgTimestamp"]) if cp["indexMsgTimestamp"] else "-"
-        _say(f"checkpoint: physicMsgTimestamp {format_time_ms(cp['physicMsgTimestamp'])}, logicsMsgTimestamp "
-             f"{format_time_ms(cp['logicsMsgTimestamp'])}, indexMsgTimestamp {index}"
-             + (f", masterFlushedOffset {cp['masterFlushedOffset']}, confirmPhyOffset {cp['confirmPhyOffset']}"
-                if "confirmPhyOffset" in cp else ""))
+        # The store time of the last message each file set flushed (0: none yet).
+        def flushed(ms: int) -> str:
+            return format_time_ms(ms) if ms else "-"
+
+        _say(f"checkpoint: flushed up to messages stored at {flushed(cp['physicMsgTimestamp'])} (commit log), "
+             f"{flushed(cp['logicsMsgTimestamp'])} (consume queues), {flushed(cp['indexMsgTimestamp'])} (index)"
+             + (f"; master flushed to physical offset {cp['masterFlushedOffset']}, confirmed to "
+                f"{cp['confirmPhyOffset']}" if "confirmPhyOffset" in cp else ""))
     _print_layout(info["layout"])
     files = info["commitLogFiles"]
     end = "?" if info["maxPhysicalOffset"] is None else info["maxPhysicalOffset"]
     sizes = sorted({f["size"] for f in files})
-    each = f" of {_bytes(sizes[0])}" if len(sizes) == 1 else ""
+    each = f" of {format_size(sizes[0])}" if len(sizes) == 1 else ""
     names = f": {files[0]['file']}" + (f" .. {files[-1]['file']}" if len(files) > 1 else "") if files else ""
     _say(f"commit log: {len(files)} file(s){each}{names}; data at physical offsets [{info['minPhysicalOffset']}, {end})")
     # The queues a topic has, summed per topic: --json lists each queue.
@@ -206,7 +202,7 @@ def _print_store(info: dict, wide: bool) -> None:
     rows = [[Text(topic), str(len(qs)), _queue_ids(qs), str(sum(q["maxOffset"] - q["minOffset"] for q in qs)),
              str(max(q["maxPhysicalOffset"] for q in qs))] for topic, qs in topics.items()]
     hidden = print_table(console, [Column("topic", "left", fold=True), Column("queues"), Column("ids", "left", drop=2),
-                                   Column("units"), Column("max physic offset", drop=1)], rows, wide=wide)
+                                   Column("units"), Column("max physical offset", drop=1)], rows, wide=wide)
     offsets = info["delayOffsets"]
     if offsets is None:
         _say("delay offsets: none (config/delayOffset.json absent: the scheduler never ran)")
@@ -238,22 +234,34 @@ def _print_retention(kept: dict | None, now_ms: int, wide: bool) -> None:
     _say(f"retention: fileReservedTime {st['fileReservedTime']} h, deleteWhen {st['deleteWhen']}, "
          f"diskMaxUsedSpaceRatio {st['diskMaxUsedSpaceRatio']} % (disk {used} used): {len(going)} of {len(files)} "
          f"commit log file(s) deleted, {lost} message(s) not yet read or due go with them", "bold")
-    rows = [[f["file"], format_time_ms(f["lastModifiedTimestamp"]),
-             "never (the current file)" if f["deleteTimestamp"] is None else format_relative_ms(f["deleteTimestamp"], now_ms),
-             f["why"]] for f in files]
+    # why is what an operator acts on (age: fileReservedTime at deleteWhen; a full disk): it stays,
+    # the last modified date (what the age is counted from) goes first on a narrow terminal.
+    rows = [[f["file"], format_date_ms(f["lastModifiedTimestamp"]),
+             "never" if f["deleteTimestamp"] is None else format_relative_ms(f["deleteTimestamp"], now_ms),
+             _retention_why(f["why"], st)] for f in files]
     hidden = print_table(console, [Column("file", "left"), Column("last modified", drop=1), Column("deleted", "left"),
-                                   Column("why", "left", drop=2)], rows, wide=wide)
+                                   Column("why", "left", fold=True)], rows, wide=wide)
     for g in risky:
-        _say(f"group {g['group']}: {g['messages']} message(s) not consumed yet in files deleted from "
-             f"{format_relative_ms(g['firstDeleteTimestamp'], now_ms)}", "yellow")
+        _say(f"group {g['group']}: {g['messages']} message(s) not consumed yet in files retention deletes (the first "
+             f"deleted {format_relative_ms(g['firstDeleteTimestamp'], now_ms)})", "yellow")
     for kind, name in (("delay", "delay-level"), ("timer", "timer")):
         r = kept[kind]
         if r and r["messages"]:
-            _say(f"{r['messages']} {name} message(s) waiting in files deleted before they are due (from "
-                 f"{format_relative_ms(r['firstDeleteTimestamp'], now_ms)})", "yellow")
+            _say(f"{r['messages']} {name} message(s) waiting in files deleted before they are due (the first "
+                 f"deleted {format_relative_ms(r['firstDeleteTimestamp'], now_ms)})", "yellow")
     note = hidden_note(hidden)
     if note:
         _say(note, "dim")
+
+
+def _retention_why(why: str, settings: dict) -> str:
+    """retention.files.why in words: what deletes the file (its age, at the deleteWhen hour; a
+    disk fuller than diskMaxUsedSpaceRatio; one fuller than 85 %, whatever the age)."""
+    from rmqdelay.groups.retention import CLEAN_FORCIBLY_RATIO
+
+    return {"deleteWhen": "age (deleteWhen)", "diskFull": f"disk over {settings['diskMaxUsedSpaceRatio']} %",
+            "forcibly": f"disk over {CLEAN_FORCIBLY_RATIO * 100:.0f} %, any age",
+            "current": "the current file"}.get(why, why)
 
 
 def _print_layout(layout: dict) -> None:
@@ -265,18 +273,18 @@ def _print_layout(layout: dict) -> None:
         _say(f"layout: {layout['name']}" + (" (storeType=defaultRocksDB)" if "rocksdb" in layout else ""))
         for db in layout.get("rocksdb", []):
             _say(f"RocksDB {db['directory']}/: column families {', '.join(db['columnFamilies']) or '?'}; written by "
-                 f"RocksDB {db['rocksdbVersion'] or '?'}; {db['sstFiles']} SST file(s), {_bytes(db['bytes'])}")
+                 f"RocksDB {db['rocksdbVersion'] or '?'}; {db['sstFiles']} SST file(s), {format_size(db['bytes'])}")
         return
     term = "?" if dledger["currTerm"] is None else dledger["currTerm"]
     voted = dledger["voteLeader"] or "nobody"
     _say(f"layout: DLedger (enableDLegerCommitLog): node {dledger['selfId']} ({dledger['directory']}/), "
          f"term {term} (voted for {voted}); entries {dledger['firstIndex']}..{dledger['endIndex']}, committed "
-         f"index {dledger['committedIndex']} (checkpoint: committedIndex {dledger['checkpointCommittedIndex']}, "
-         f"endIndex {dledger['checkpointEndIndex']})")
+         f"index {dledger['committedIndex']} (checkpoint: committed index {dledger['checkpointCommittedIndex']}, "
+         f"end index {dledger['checkpointEndIndex']})")
     data = dledger["dataFiles"]
     sizes = sorted({f["size"] for f in data})
     names = f": {data[0]['file']}" + (f" .. {data[-1]['file']}" if len(data) > 1 else "") if data else ""
-    _say(f"DLedger data: {len(data)} file(s)" + (f" of {_bytes(sizes[0])}" if len(sizes) == 1 else "") + names
+    _say(f"DLedger data: {len(data)} file(s)" + (f" of {format_size(sizes[0])}" if len(sizes) == 1 else "") + names
          + f"; committed position {dledger['committedPosition']}, written to {dledger['writePosition']}")
     if dledger["oldCommitLogFiles"]:
         _say(f"old commit log (below dividedCommitlogOffset {dledger['dividedCommitlogOffset']}): "

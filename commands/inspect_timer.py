@@ -23,6 +23,7 @@ from .common import (
     emit_json,
     format_date_ms,
     format_duration_ms,
+    format_size,
     format_time_ms,
     format_when_ms,
     parse_time_ms,
@@ -374,10 +375,17 @@ def print_features(features: dict) -> None:
     if f.timer is not None:
         t = f.timer
         precision = t["timerPrecisionMs"]
-        console.print(Text(f"timer: precision {precision} ms ({t['sources'].get('timerPrecisionMs', 'default')}), "
-                           f"wheel {t['wheelFileSize'] // 32} slots ({t['wheelFileSize']} bytes), "
-                           f"timer log {t['timerLogFiles']} file(s) of {t['mappedFileSizeTimerLog']} bytes, "
-                           f"roll window {t['rollWindowSlots']} slots"))
+        source = _SOURCE_WORDS.get(t["sources"].get("timerPrecisionMs", "default"), "the broker's default")
+        console.print(Text(f"timer: precision {format_duration_ms(precision)} ({source}), "
+                           f"wheel {t['wheelFileSize'] // 32} slots ({format_size(t['wheelFileSize'])}), "
+                           f"timer log {t['timerLogFiles']} file(s) of {format_size(t['mappedFileSizeTimerLog'])}, "
+                           f"roll window {t['rollWindowSlots']} slots "
+                           f"({format_duration_ms(t['rollWindowSlots'] * precision)})"))
+
+
+# Where a timer setting was read from (features.timer.sources), in words.
+_SOURCE_WORDS = {"brokerConfig": "from --broker-config", "storeFiles": "from the store's files",
+                 "default": "the broker's default"}
 
 
 def timer_rows(info: TimerInfo) -> list[tuple[str, str]]:

@@ -1,5 +1,5 @@
-"""How times and durations read to a person (docs/cli.md, "Units"): instants as UTC dates,
-durations in the two largest units. One definition for the terminal and the HTML report;
+"""How times, durations and sizes read to a person (docs/cli.md, "Units"): instants as UTC
+dates, durations in the two largest units, sizes in binary units. One definition for the terminal and the HTML report;
 JSON and Parquet carry the milliseconds themselves. Light: the CLI imports it at start."""
 
 from __future__ import annotations
@@ -72,3 +72,12 @@ def format_when_ms(ms: int | None, now_ms: int) -> str:
     if date[:10] == format_date_ms(now_ms)[:10]:
         date = date[11:]
     return f"{date} ({format_relative_ms(ms, now_ms)})"
+
+
+def format_size(n: int) -> str:
+    """A size in bytes as a person reads it, in binary units from a KiB on: ``512 bytes``,
+    ``256 KiB``, ``36.9 MiB``, ``1 GiB`` (one decimal, left out when the size is whole)."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n // size} {unit}" if n % size == 0 else f"{n / size:.1f} {unit}"
+    return f"{n} bytes"

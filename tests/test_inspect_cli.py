@@ -293,3 +293,34 @@ def test_console_script_pipes_ndjson_without_progress_bars():
     assert proc.returncode == 0
     assert proc.stderr == ""
     assert len(proc.stdout.splitlines()) == 2
+
+
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("name", ["delay-partial", "timer-partial"])
+def test_store_screen_reads_in_words_and_keeps_why(capsys, monkeypatch, sample_store, name, width):
+    """No field names or byte counts on the screen, sizes and dates as people read them, and
+    the retention table keeps the column an operator acts on (why) at 80 columns."""
+    import re
+
+    from rmqdelay.commands import common
+
+    monkeypatch.setattr(common.console.made(), "width", width)
+    result = run_cli(capsys, "inspect", "store", sample_store(name), "--now", "2100-01-01T00:00:00Z")
+    assert result.code == 0, result.err
+    screen = result.out
+    assert max(len(line.rstrip()) for line in screen.splitlines()) <= width
+    checkpoint = " ".join(screen[screen.index("checkpoint:"):screen.index("layout:")].split())
+    for field in ("physicMsgTimestamp", "logicsMsgTimestamp", "indexMsgTimestamp", "masterFlushedOffset",
+                  "confirmPhyOffset"):
+        assert field not in checkpoint
+    assert "(commit log)" in checkpoint and "(consume queues)" in checkpoint
+    assert not re.search(r"\d{4,} bytes", screen)  # sizes in KiB/MiB, not byte counts
+    assert "of 256 KiB" in screen and "max physical offset" in screen and "max physic offset" not in screen
+    if name == "timer-partial":
+        assert "wheel 1209600 slots (36.9 MiB)" in screen and "timer log 4 file(s) of 16 KiB" in screen
+    header = next(line for line in screen.splitlines() if line.lstrip().startswith("file ") and "┃" in line)
+    assert "why" in header and "deleted" in header
+    rows = [line for line in screen.splitlines() if re.match(r"^ \d{20} │", line)]
+    assert rows and all(re.search(r"\d\d:\d\d:\d\dZ", r) and not re.search(r"\.\d{3}Z", r) for r in rows)
+    assert "the current file" in rows[-1] and "age (deleteWhen)" in rows[0]
+    assert "not shown at this width: why" not in screen
