@@ -39,7 +39,7 @@ def test_5x_stores_name_their_features(capsys, timer_sample):
     cp = expected["meta"][0]["checkpoint"]
     assert info["checkpoint"]["confirmPhyOffset"] == cp["confirmPhyOffset"]
     text = run_cli(capsys, "inspect", "store", path).out
-    assert "kind: 5.x store" in text and "timer: precision 1000 ms" in text
+    assert "kind: 5.x store" in text and "timer: precision 1 s" in text
 
 
 def test_broker_config_settings_win_over_the_files(capsys, sample_store, tmp_path):
