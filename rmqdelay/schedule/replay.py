@@ -24,6 +24,7 @@ from rmqdelay.schedule.events import Notice, Replayed
 from rmqdelay.schedule.offsets import read_scheduler_state, scheduler_state_path
 from rmqdelay.schedule.redelivery import restore_unit
 from rmqdelay.store import Store
+from rmqdelay.store.layout import PLAIN
 from rmqdelay.store.recovery import data_end
 from rmqdelay.store.writer import NewMessage, without_crc
 
@@ -183,7 +184,9 @@ def _found_delivered(store: Store, offsets: dict[int, int], broker5x: bool = Fal
     if not heads:
         return None, {}
     start = max(min(heads.values()), store.commitlog.min_offset)
-    end = data_end(store)  # a torn tail after a kill is no data (the writer zeroes it when it opens)
+    # A torn tail after a kill is no data (the writer zeroes it when it opens); a DLedger log
+    # ends where its committed index says.
+    end = data_end(store) if store.layout.log == PLAIN else store.commitlog.end_offset()
     if start >= end:
         return None, {}
     copies: dict[tuple, list[Message]] = {}
