@@ -334,7 +334,9 @@ def _walk_last_file(store: Store, last: MappedFile, walk_from: int) -> tuple[int
         except StoreError as exc:
             return _torn_or_refuse(last, view, pos, exc.offset, exc.expected), _tail(last, view, pos), notices
         if isinstance(record, End):
-            return record.physicalOffset, None, notices
+            # A last record cut short is the end of the data to a reader; to the writer it is
+            # the torn tail it zeroes before it appends.
+            return record.physicalOffset, _tail(last, view, pos) if record.torn else None, notices
         if isinstance(record, Blank):
             return last.end, None, notices
         end = pos + record.storeSize
