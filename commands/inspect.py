@@ -87,7 +87,9 @@ def inspect_store(store_dir: Path = options.store(), json_out: bool = options.js
                                    "maxPhysicalOffset": info[2]})
         hint = max([q["maxPhysicalOffset"] for q in queues], default=store.commitlog.min_offset)
         max_offset = attempt("endOfData", lambda: store.commitlog.end_offset(hint=hint))
-        cut = _broker_cut(store) if max_offset is not None else None
+        from rmqdelay.store.recovery import store_cut
+
+        cut = store_cut(store) if max_offset is not None else None
         if cut is not None:
             problems.append(Problem("brokerCut", str(cut.path), cut.byte, cut.describe(), cut.offset))
         holder = store.lock_holder()
@@ -139,21 +141,6 @@ def inspect_store(store_dir: Path = options.store(), json_out: bool = options.js
         _print_retention(kept, now_ms, wide)
     if problems:
         _exit_problems()
-
-
-def _broker_cut(store):
-    """Where a broker starting now would cut the log (store/brokercut.py), or None; a log whose
-    end cannot be told is left to the problems that say why."""
-    from rmqdelay.store.brokercut import broker_cut
-    from rmqdelay.store.layout import PLAIN
-    from rmqdelay.store.recovery import data_end
-
-    if store.layout.log != PLAIN:  # a DLedger log ends where its committed index says
-        return None
-    try:
-        return broker_cut(store, data_end(store))
-    except StoreError:
-        return None
 
 
 def _say(text: str, style: str | None = None) -> None:
@@ -220,7 +207,6 @@ def _print_store(info: dict, wide: bool) -> None:
 
 
 def _print_retention(kept: dict | None, now_ms: int, wide: bool) -> None:
-    from rich.text import Text
 
     if kept is None:
         return
@@ -330,7 +316,9 @@ def inspect_delay(
                         for s in read_for(fmt, problems, lambda: level_statuses(store, levels, now_ms, [level]), [])]
         else:
             statuses = level_statuses(store, levels, now_ms)
-        cut = _broker_cut(store)
+        from rmqdelay.store.recovery import store_cut
+
+        cut = store_cut(store)
     from .prometheus import delay_level_families
 
     emit(fmt, statuses, lambda: delay_level_families(statuses, store_label(store_dir, store_name), now_ms, problems,

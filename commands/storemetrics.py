@@ -51,7 +51,7 @@ def read_store(path: Path, label: str, now_ms: int, levels: dict[int, int],
     from rmqdelay.store.deadletter import dead_letters
     from rmqdelay.store.kind import timer_files_present
 
-    from .inspect import _broker_cut as broker_cut
+    from rmqdelay.store.recovery import store_cut
     from .prometheus import (consumer_families, delay_level_families, dlq_families, problems_family,
                              retention_families, timer_families)
 
@@ -66,7 +66,7 @@ def read_store(path: Path, label: str, now_ms: int, levels: dict[int, int],
         mine: list[str] = []
         statuses = [s for level in sorted(levels)
                     for s in _collect(mine, lambda: level_statuses(store, levels, now_ms, [level]), [])]
-        cut = broker_cut(store)  # where a broker starting now would cut the log: inspect delay's stderr line too
+        cut = store_cut(store)  # where a broker starting now would cut the log: inspect delay's stderr line too
         families += delay_level_families(statuses, label, now_ms, mine, cut)
         problems += mine + ([] if cut is None else [cut.describe()])
 

@@ -304,6 +304,20 @@ def data_end(store: Store) -> int:
     return _walk_last_file(store, files[-1], _checked_top(store, list(store.queue_infos()), files[-1]))[0]
 
 
+def store_cut(store: Store):
+    """Where a broker starting now would cut the store's log (brokercut.BrokerCut), or None; a
+    DLedger log (it ends where its committed index says) and a log whose end cannot be told
+    (left to the problems that say why) give None."""
+    from rmqdelay.store.layout import PLAIN
+
+    if store.layout.log != PLAIN:
+        return None
+    try:
+        return broker_cut(store, data_end(store))
+    except StoreError:
+        return None
+
+
 def _checked_top(store: Store, infos, last: MappedFile) -> int:
     """Where to start looking for the end of the log: after the message the highest unit
     points at, when that is a whole record of the unit's size in the last file; else the
