@@ -207,7 +207,6 @@ def _print_store(info: dict, wide: bool) -> None:
 
 
 def _print_retention(kept: dict | None, now_ms: int, wide: bool) -> None:
-
     if kept is None:
         return
     st = kept["settings"]
