@@ -79,7 +79,23 @@ class Replay:
             probe.close()
         return pos
 
-    def _collect_replay(self, start: int) -> Iterator[TimerEvent]:
+    def _lost_state_bound(self) -> int:
+        """Without the state file: where outputs put past config/timercheck can start. Each
+        output is put after the record of its unit: the earliest record of a unit in a slot not
+        read yet, or of a queue entry not enqueued yet."""
+        bound = self.store.end_offset()
+        if self.queue_offset < self._cq_max:
+            units = self._cq.units(self.queue_offset, self.queue_offset + 1)
+            if len(units):
+                bound = min(bound, int(units["commitLogOffset"][0]))
+        for slot in self.wheel.slots.values():
+            t = slot.timeSlot * self.precision
+            if t >= self.read_ms and slot.lastPos >= 0:
+                for unit in self._chain(t):
+                    bound = min(bound, unit.offsetPy)
+        return bound
+
+    def _collect_replay(self, start: int, lost_state: bool = False) -> Iterator[TimerEvent]:
         end = self.store.end_offset()
         if start > end:
             raise StoreError(timer_state_path(self.path), None,
@@ -98,7 +114,12 @@ class Replay:
             if dq is not None:
                 newest = max(newest, dq)
         self._write_floor = self._floor(newest)
-        if found or self._leftovers:
+        if lost_state:
+            if found:
+                yield TimerNotice("replay", f"no config/{TIMER_STATE_FILE}: {found} timer output(s) in the commit "
+                                               f"log from offset {start}, after the records of the units still to "
+                                               f"read; matched as the engine runs, none put twice")
+        elif found or self._leftovers:
             yield TimerNotice("replay", f"after the published timer state: {found} timer output(s) in the commit "
                                         f"log past offset {start} and {self._leftover_count} timer log unit(s); "
                                         f"matched as the engine runs again, none put twice")
