@@ -133,6 +133,7 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         self._recall_scan_at = 0
         self._recall_end = -1  # the write clock the queue was read for recalls to
         self._write_floor = 0
+        self._lost_state = False  # no config/rmqdelay.timer.json beside a timercheck (setup)
         self._dry_units: dict[int, TimerLogUnit] = {}
         self._reput_slots: dict[int, int] = {}  # re-puts of this run: commit log offset -> roll slot read  # units a dry run would have appended
         self.horizon_units = 0
@@ -165,7 +166,7 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         # run killed before it published may have appended units past the timercheck's timer log
         # end and put their outputs; taken up as a replay of that run (the copies in the commit
         # log say what was delivered, each after the record of its unit), so nothing goes out twice.
-        lost = state is None and cp is not None and self.writer is not None and not self.dry_run
+        lost = self._lost_state = state is None and cp is not None and self.writer is not None and not self.dry_run
         if ours:
             log_end = self._scan_own_tail(paths["timerlog"], log_file_size, state.timerLogEnd)
         elif lost:

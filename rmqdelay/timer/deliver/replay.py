@@ -223,12 +223,28 @@ class Replay:
         lost: list[TimerLogUnit] = []
         for key, units in self._leftovers.items():
             for unit in units:
+                if self._lost_state and self._enqueued_before(unit):
+                    continue  # the broker's (or an earlier run's) unit: in its slot as it is
                 if self._unadoptable(unit):
                     lost.append(unit)
                 else:
                     stay.setdefault(key, deque()).append(unit)
         self._leftovers = stay
         yield from self._settle(lost, "point at no record still to enqueue")
+
+    def _enqueued_before(self, unit: TimerLogUnit) -> bool:
+        """Without the state file: a unit past the timercheck's timer log end for an entry
+        before the queue offset the timercheck names was not appended by a run resuming from
+        that timercheck (which enqueues from there on): it is the broker's, flushed after its
+        checkpoint, and stays as it is."""
+        try:
+            msg = self._message(unit.offsetPy, unit.sizePy)
+        except StoreReadError:
+            raise
+        except StoreError:
+            return False
+        return ("RMQDELAY" not in msg.properties and msg.topic == RMQ_SYS_WHEEL_TIMER_TOPIC and msg.queueId == 0
+                and msg.queueOffset < self.queue_offset)
 
     def _unadoptable(self, unit: TimerLogUnit) -> bool:
         """A unit the killed run appended whose record is not an rmq_sys_wheel_timer entry
