@@ -63,11 +63,25 @@ class BrokenLink:
     positions: tuple[int, ...]  # the pending units before it of its slot time, never reached
 
 
+@dataclass(slots=True, frozen=True)
+class DeferredSlot:
+    """A slot time whose wheel index still holds an earlier time not read yet, its units one
+    chain from -1 in log order (the broker's doEnqueue links them so: getSlot reads another
+    time as empty). When the dequeue has read the earlier time, the wheel comes round to it:
+    it is put there as putSlot would have (firstPos, lastPos, num), then read in its turn."""
+
+    timeMs: int
+    firstPos: int
+    lastPos: int
+    num: int
+
+
 @dataclass(slots=True)
 class TimerLogScan:
     end: int | None  # where the units end (TimerLog.end_offset); None when the last file does not decode
     stranded: list[StrandedSlot]
     broken: list[BrokenLink] = field(default_factory=list)
+    deferred: list[DeferredSlot] = field(default_factory=list)
 
 
 def scan_timer_log(log: TimerLog, wheel: WheelFile, read_ms: int, until: int | None = None) -> TimerLogScan:
@@ -111,6 +125,8 @@ def scan_timer_log(log: TimerLog, wheel: WheelFile, read_ms: int, until: int | N
     if not log.files:
         end = 0
     stranded: list[StrandedSlot] = []
+    deferred: list[DeferredSlot] = []
+    waiting: set[int] = set()  # wheel indexes with a deferred slot
     if times:
         slot_times = np.concatenate(times)
         unit_offsets = np.concatenate(offsets)
@@ -121,15 +137,38 @@ def scan_timer_log(log: TimerLog, wheel: WheelFile, read_ms: int, until: int | N
             held = wheel.get(t)
             if held is not None and held.lastPos >= 0 and int(newest[k]) <= held.lastPos:
                 continue
+            index = wheel.index(t)
+            raw = wheel.slots.get(index)
+            if held is None and raw is not None and index not in waiting:
+                chain = _own_chain(links, t, raw, wheel.precision_ms, read_ms)
+                if chain is not None:
+                    waiting.add(index)
+                    deferred.append(chain)
+                    continue
             mine = unit_offsets[inverse == k]
             if held is not None and held.lastPos >= 0:
                 # The chain is walked back from lastPos: units written after it are never read.
                 mine = mine[mine > held.lastPos]
-            index = wheel.index(t)
-            raw = wheel.slots.get(index)
             stranded.append(StrandedSlot(t, index, raw.timeSlot * wheel.precision_ms if raw is not None else 0,
                                          raw.lastPos if raw is not None else 0, tuple(np.sort(mine).tolist())))
-    return TimerLogScan(end, stranded, _broken_links(log, wheel, links))
+    return TimerLogScan(end, stranded, _broken_links(log, wheel, links), deferred)
+
+
+def _own_chain(links: list[tuple[np.ndarray, ...]], t: int, raw, precision_ms: int,
+               read_ms: int) -> DeferredSlot | None:
+    """Slot time ``t`` as a DeferredSlot when its index holds an earlier time still to read
+    (with a chain) and every unit of ``t`` links to the one before it, the first to -1."""
+    held_ms = raw.timeSlot * precision_ms
+    if raw.lastPos < 0 or not read_ms <= held_ms < t:
+        return None
+    slot, offset, prev, magic = (np.concatenate(c) for c in zip(*links))
+    mine = slot == t
+    order = np.argsort(offset[mine], kind="stable")
+    offset, prev, magic = offset[mine][order], prev[mine][order], magic[mine][order]
+    if not len(offset) or prev[0] != -1 or not np.array_equal(prev[1:], offset[:-1]):
+        return None
+    net = int(np.where((magic & TIMER_MAGIC_DELETE) != 0, -1, 1).sum())
+    return DeferredSlot(t, int(offset[0]), int(offset[-1]), net)
 
 
 def _broken_links(log: TimerLog, wheel: WheelFile, links: list[tuple[np.ndarray, ...]]) -> list[BrokenLink]:

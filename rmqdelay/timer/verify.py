@@ -363,7 +363,7 @@ def _chains(ts: TimerStore, units: np.ndarray, slots: np.ndarray) -> Iterator[Ti
     actual_prev = units["prevPos"].astype(np.int64)[order]
     # The first unit of a slot time may go on into files already deleted (below the log's start).
     ok_first = first_of_group & (actual_prev < log_min) & (actual_prev >= 0)
-    broken = (actual_prev != expected_prev) & ~ok_first
+    broken = broken_links = (actual_prev != expected_prev) & ~ok_first
     slot_index_of = {int(t): i for i, t in enumerate(slot_times)}
     for k in np.flatnonzero(broken):
         row = order[k]
@@ -409,6 +409,17 @@ def _chains(ts: TimerStore, units: np.ndarray, slots: np.ndarray) -> Iterator[Ti
     delete = (units["magic"] & TIMER_MAGIC_DELETE) != 0
     pending = np.flatnonzero(slot >= read_ms)
     lost = [r for r in pending if int(slot[r]) not in held and (not delete[r] or int(slot[r]) in broken)]
+    # A time whose index still holds an earlier time not read yet, its own units one chain from
+    # -1: the wheel comes round to it once the earlier time is read (stranded.DeferredSlot).
+    unlinked = {int(s_slot[k]) for k in np.flatnonzero(broken_links)}
+    held_at = {int(t) // p % ts.config.wheelSlots: int(t) for t in held}
+    waiting: dict[int, int] = {}
+    for t in sorted({int(slot[r]) for r in lost}):
+        index = t // p % ts.config.wheelSlots
+        if t not in unlinked and index not in waiting and read_ms <= held_at.get(index, t) < t:
+            waiting[index] = t
+    deferred = set(waiting.values())
+    lost = [r for r in lost if int(slot[r]) not in deferred]
     for row in lost:
         yield _unit_problem(ts, UNIT_NOT_IN_CHAIN, units[row],
                             f"a pending unit in its slot's chain (slot time {int(slot[row])}), found the slot "

@@ -31,7 +31,7 @@ from rmqdelay.store.writer import PUT_BATCH_MIN, StoreWriter
 
 from ..files import TimerLogFiles, WheelFile
 from ..store import TimerStore
-from ..stranded import broken_chain_error, scan_timer_log, stranded_error
+from ..stranded import DeferredSlot, broken_chain_error, scan_timer_log, stranded_error
 from .columns import TimerColumns, read_columns
 from .dequeue import Dequeue
 from .enqueue import Enqueue, QueueEntry
@@ -117,6 +117,7 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         self.replayed = 0
         self.lateness: list[int] = []
         self._heap: list[int] = []
+        self._deferred: dict[int, DeferredSlot] = {}  # wheel index -> the slot one turn on, put once read
         self._processed: list[int] = []  # slot times read this run (ahead ones are neutralised on publish)
         self._appended: dict[int, QueueEntry] = {}  # rmq_sys_wheel_timer units this run put (rolls)
         self._appended_end = 0  # the queue offset after the last of them
@@ -167,6 +168,7 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         # end and put their outputs; taken up as a replay of that run (the copies in the commit
         # log say what was delivered, each after the record of its unit), so nothing goes out twice.
         lost = self._lost_state = state is None and cp is not None and self.writer is not None and not self.dry_run
+        self._deferred = {self.wheel.index(d.timeMs): d for d in scan.deferred}
         if ours:
             log_end = self._scan_own_tail(paths["timerlog"], log_file_size, state.timerLogEnd)
         elif lost:
@@ -409,6 +411,16 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         t = self._next_slot()
         return None if t is None else t + self.precision
 
+    def _come_round(self, t: int) -> None:
+        """Slot ``t`` read: a later time waiting for its wheel index (a DeferredSlot) takes it,
+        as the broker's putSlot would have, and is read in its turn."""
+        later = self._deferred.get(self.wheel.index(t)) if self._deferred else None
+        if later is None or later.timeMs <= t:
+            return
+        del self._deferred[self.wheel.index(t)]
+        self.wheel.put(later.timeMs, later.firstPos, later.lastPos, later.num)
+        heapq.heappush(self._heap, later.timeMs)
+
     def _recount(self, t: int) -> None:
         """A slot's firstPos and num from its chain (delete units -1), as far as it reads."""
         slot = self.wheel.get(t)
@@ -482,6 +494,7 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
                     return self.delivered + self.rolled - before  # the read clock stays before the slot
             self.read_ms = t
             self._dequeue_slot(t)
+            self._come_round(t)
             if one_by_one or len(self._pending_outcomes) >= self.enqueue_batch:
                 yield from self._put_pending()
             self.read_ms = t + self.precision
