@@ -72,10 +72,7 @@ def reached(ts: TimerStore, now_floor_ms: int):
         if ours and state.readTimeMs is not None and state.readTimeMs > read_from:
             read_from = state.readTimeMs
     try:
-        # Without the state file, units past the timercheck's timer log end may be a killed
-        # run's, its wheel not written yet: taken up by setup's replay, not checked here.
-        until = state.timerLogEnd if ours else (cp.lastTimerLogFlushPos if state is None and cp is not None else None)
-        scan = scan_timer_log(ts.log, wheel, read_from, until)
+        scan = scan_timer_log(ts.log, wheel, read_from, state.timerLogEnd if ours else None)
         if scan.stranded:
             raise stranded_error(paths["timerwheel"], scan.stranded, path)
         if scan.broken:
@@ -134,7 +131,6 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         self._recall_scan_at = 0
         self._recall_end = -1  # the write clock the queue was read for recalls to
         self._write_floor = 0
-        self._lost_state = False  # no config/rmqdelay.timer.json beside a timercheck (setup)
         self._dry_units: dict[int, TimerLogUnit] = {}
         self._reput_slots: dict[int, int] = {}  # re-puts of this run: commit log offset -> roll slot read  # units a dry run would have appended
         self.horizon_units = 0
@@ -163,21 +159,14 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         # Before anything is read or written: every pending unit must be reachable from its slot.
         cp, state, ours, self.wheel, first, scan = self._checked or reached(self.ts, self._floor(self.clock()))
         self._checked = None
-        # No config/rmqdelay.timer.json (deleted, or a symlink to nothing) beside a timercheck: a
-        # run killed before it published may have appended units past the timercheck's timer log
-        # end and put their outputs; taken up as a replay of that run (the copies in the commit
-        # log say what was delivered, each after the record of its unit), so nothing goes out twice.
-        lost = self._lost_state = state is None and cp is not None and self.writer is not None and not self.dry_run
         self._deferred = {self.wheel.index(d.timeMs): d for d in scan.deferred}
         if ours:
             log_end = self._scan_own_tail(paths["timerlog"], log_file_size, state.timerLogEnd)
-        elif lost:
-            log_end = self._scan_own_tail(paths["timerlog"], log_file_size, cp.lastTimerLogFlushPos)
         else:
             log_end = scan.end if scan.end is not None else self.ts.log.end_offset()
         self.log = TimerLogFiles(paths["timerlog"], log_file_size, log_end)
         self._log_start = self.ts.log.min_offset
-        if (ours or lost) and self._torn is not None:
+        if ours and self._torn is not None:
             yield TimerNotice("recovery", f"timer log: a torn unit at {self._torn} (past what was published) "
                                           f"zeroed")
             if not self.dry_run:
@@ -203,10 +192,6 @@ class TimerEngine(Enqueue, Dequeue, Replay, Publish):
         self.replay_from = state.commitLogOffset if ours else 0
         if ours:
             yield from self._collect_replay(state.commitLogOffset)
-            yield from self._settle_unadoptable()
-        elif lost:
-            self.replay_from = self._lost_state_bound()
-            yield from self._collect_replay(self.replay_from, lost_state=True)
             yield from self._settle_unadoptable()
         self._replaying = bool(self._replay) or bool(self._leftovers)
         self._heap = sorted({s.timeSlot * self.precision for s in self.wheel.slots.values()

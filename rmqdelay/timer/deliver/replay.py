@@ -79,23 +79,7 @@ class Replay:
             probe.close()
         return pos
 
-    def _lost_state_bound(self) -> int:
-        """Without the state file: where outputs put past config/timercheck can start. Each
-        output is put after the record of its unit: the earliest record of a unit in a slot not
-        read yet, or of a queue entry not enqueued yet."""
-        bound = self.store.end_offset()
-        if self.queue_offset < self._cq_max:
-            units = self._cq.units(self.queue_offset, self.queue_offset + 1)
-            if len(units):
-                bound = min(bound, int(units["commitLogOffset"][0]))
-        for slot in self.wheel.slots.values():
-            t = slot.timeSlot * self.precision
-            if t >= self.read_ms and slot.lastPos >= 0:
-                for unit in self._chain(t):
-                    bound = min(bound, unit.offsetPy)
-        return bound
-
-    def _collect_replay(self, start: int, lost_state: bool = False) -> Iterator[TimerEvent]:
+    def _collect_replay(self, start: int) -> Iterator[TimerEvent]:
         end = self.store.end_offset()
         if start > end:
             raise StoreError(timer_state_path(self.path), None,
@@ -114,12 +98,7 @@ class Replay:
             if dq is not None:
                 newest = max(newest, dq)
         self._write_floor = self._floor(newest)
-        if lost_state:
-            if found:
-                yield TimerNotice("replay", f"no config/{TIMER_STATE_FILE}: {found} timer output(s) in the commit "
-                                               f"log from offset {start}, after the records of the units still to "
-                                               f"read; matched as the engine runs, none put twice")
-        elif found or self._leftovers:
+        if found or self._leftovers:
             yield TimerNotice("replay", f"after the published timer state: {found} timer output(s) in the commit "
                                         f"log past offset {start} and {self._leftover_count} timer log unit(s); "
                                         f"matched as the engine runs again, none put twice")
@@ -223,28 +202,12 @@ class Replay:
         lost: list[TimerLogUnit] = []
         for key, units in self._leftovers.items():
             for unit in units:
-                if self._lost_state and self._enqueued_before(unit):
-                    continue  # the broker's (or an earlier run's) unit: in its slot as it is
                 if self._unadoptable(unit):
                     lost.append(unit)
                 else:
                     stay.setdefault(key, deque()).append(unit)
         self._leftovers = stay
         yield from self._settle(lost, "point at no record still to enqueue")
-
-    def _enqueued_before(self, unit: TimerLogUnit) -> bool:
-        """Without the state file: a unit past the timercheck's timer log end for an entry
-        before the queue offset the timercheck names was not appended by a run resuming from
-        that timercheck (which enqueues from there on): it is the broker's, flushed after its
-        checkpoint, and stays as it is."""
-        try:
-            msg = self._message(unit.offsetPy, unit.sizePy)
-        except StoreReadError:
-            raise
-        except StoreError:
-            return False
-        return ("RMQDELAY" not in msg.properties and msg.topic == RMQ_SYS_WHEEL_TIMER_TOPIC and msg.queueId == 0
-                and msg.queueOffset < self.queue_offset)
 
     def _unadoptable(self, unit: TimerLogUnit) -> bool:
         """A unit the killed run appended whose record is not an rmq_sys_wheel_timer entry
