@@ -70,6 +70,9 @@ def next_offset_in_log(store, topic: str, queue_id: int, end: int) -> int:
 
 def _last_in_file(commitlog, index: int, mf, limit: int, topic: str, queue_id: int) -> int | None:
     if mf.size >= FAST_FROM_BYTES:
+        import numpy as np
+        import pyarrow.compute as pc
+
         from rmqdelay.formats.errors import FormatError
         from rmqdelay.formats.scan import decode_records
 
@@ -77,10 +80,12 @@ def _last_in_file(commitlog, index: int, mf, limit: int, topic: str, queue_id: i
         try:
             for batch in decode_records(commitlog.view(index), store="", file=mf.path.name, limit=limit,
                                         columns=("topic", "queue_id", "queue_offset", "sys_flag")):
-                topics, qids, qoffs, flags = (batch.column(i).to_pylist() for i in range(4))
-                for t, q, o, f in zip(topics, qids, qoffs, flags):
-                    if t == topic and q == queue_id and _dispatched(f):
-                        last = o
+                kind = batch.column(3).to_numpy() & TRANSACTION_TYPE_MASK
+                ours = pc.and_(pc.equal(batch.column(0), topic), pc.equal(batch.column(1), queue_id))
+                rows = np.flatnonzero(ours.to_numpy(zero_copy_only=False) & (kind != TRANSACTION_PREPARED_TYPE)
+                                      & (kind != TRANSACTION_ROLLBACK_TYPE))
+                if len(rows):
+                    last = batch.column(2)[int(rows[-1])].as_py()
         except FormatError:
             pass  # the records before it are what there is
         return last
